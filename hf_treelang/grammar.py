@@ -1,0 +1,201 @@
+"""The random grammar M of the filtered hierarchical model (paper Sec. 2.1, 2.2 and App. A).
+
+A grammar is a transition tensor ``M[a, b, c] = P(left child = b, right child = c | parent = a)`` and a
+root prior ``p0``. The paper's ensemble draws log-normal, non-overlapping rules::
+
+    h[a, b, c] = sigma * xi[a, b, c]   if (b, c) in O_a,   -inf otherwise
+    M[a]       = softmax over the q**2 pairs of h[a]
+
+where the sets ``O_a`` partition the q**2 child pairs into q sets of q pairs.
+
+Filtering at level k replaces the first k generations by independent draws of the 2**k level-k nodes from
+the root, through the path matrices (paper eq. 1)::
+
+    P_k[a, b, j] = P(node j of level k = b | root = a) = (M_{s1} ... M_{sk})[a, b]
+
+where s1 ... sk are the k bits of j, most significant first, bit 0 -> M_L = M.sum(2), bit 1 -> M_R = M.sum(1).
+
+Dimension glossary: ``q`` symbols (vocab_size), ``k`` filter level, level ``m`` has ``2**m`` nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GRAMMAR_FILE_FORMAT = "hf-treelang-grammar/1"
+_ROW_SUM_TOLERANCE = 1e-9
+
+
+def check_int(name: str, value, low: int, high: int | None = None) -> int:
+    """Return ``value`` as an int or raise a ValueError/TypeError naming ``name`` and the range [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be in {allowed}, got {value}")
+    return value
+
+
+def check_sigma(sigma) -> float:
+    """Validate the log-normal width ``sigma`` (σ): a finite real >= 0."""
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
+        raise TypeError(f"sigma must be a real number, got {sigma!r} ({type(sigma).__name__})")
+    sigma = float(sigma)
+    if not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    return sigma
+
+
+@dataclass(frozen=True, eq=False)
+class Grammar:
+    """A transition tensor ``M`` (q, q, q) and a root prior ``root_prior`` (p0, shape (q,)), float64.
+
+    Args:
+        M: ``M[a, b, c] = P(left=b, right=c | parent=a)``; non-negative, finite, every ``M[a]`` sums to 1.
+        root_prior: the root distribution p0 (q,); uniform when ``None``, as in the paper.
+        params: the ensemble parameters the grammar was drawn with (``vocab_size``, ``sigma``, ``seed``), if any.
+
+    Example:
+        >>> g = Grammar.random(vocab_size=4, sigma=1.0, seed=0)   # the grammar of the paper's figures
+        >>> g.M.shape, g.vocab_size
+        ((4, 4, 4), 4)
+    """
+
+    M: np.ndarray
+    root_prior: np.ndarray | None = None
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        M = np.asarray(self.M)
+        if M.dtype.kind not in "biuf":
+            raise TypeError(f"M must be a real array, got dtype {M.dtype}")
+        M = np.array(M, dtype=np.float64)
+        if M.ndim != 3 or not (M.shape[0] == M.shape[1] == M.shape[2]):
+            raise ValueError(f"M must have shape (q, q, q), got {M.shape}")
+        q = M.shape[0]
+        if q < 2:
+            raise ValueError(f"vocab_size (q) must be >= 2, got {q}")
+        if not np.all(np.isfinite(M)):
+            raise ValueError("M must be finite, got NaN or infinite entries")
+        if np.any(M < 0):
+            raise ValueError(f"M must be non-negative, got a minimum of {M.min()}")
+        row_sums = M.reshape(q, -1).sum(1)
+        bad = np.flatnonzero(np.abs(row_sums - 1) > _ROW_SUM_TOLERANCE)
+        if bad.size:
+            raise ValueError(
+                f"every M[a] must sum to 1 within {_ROW_SUM_TOLERANCE}, got sum(M[{bad[0]}]) = {row_sums[bad[0]]!r}"
+            )
+        if self.root_prior is None:
+            prior = np.full(q, 1.0 / q)
+        else:
+            prior = np.array(np.asarray(self.root_prior), dtype=np.float64)
+            if prior.shape != (q,):
+                raise ValueError(f"root_prior must have shape ({q},), got {prior.shape}")
+            if not np.all(np.isfinite(prior)) or np.any(prior < 0):
+                raise ValueError("root_prior must be finite and non-negative")
+            if abs(prior.sum() - 1) > _ROW_SUM_TOLERANCE:
+                raise ValueError(f"root_prior must sum to 1 within {_ROW_SUM_TOLERANCE}, got {prior.sum()!r}")
+        M.setflags(write=False)
+        prior.setflags(write=False)
+        object.__setattr__(self, "M", M)
+        object.__setattr__(self, "root_prior", prior)
+        object.__setattr__(self, "params", dict(self.params))
+
+    @classmethod
+    def random(cls, vocab_size: int = 4, sigma: float = 1.0, seed: int = 0) -> "Grammar":
+        """Draw the paper's log-normal non-overlapping grammar (App. A), bit-identical to the paper's code.
+
+        Args:
+            vocab_size: q, the number of symbols (>= 2).
+            sigma: σ, the standard deviation of the logits of the allowed rules (>= 0).
+            seed: the seed of the paper's data-generation script (``seed = 0`` for its figures).
+        """
+        q = check_int("vocab_size", vocab_size, 2)
+        sigma = check_sigma(sigma)
+        seed = check_int("seed", seed, 0, 2**32 - 1)
+        rng = np.random.RandomState(seed)  # the legacy stream of the paper's np.random.seed(seed)
+        perm = rng.permutation(q * q)
+        z = rng.randn(q * q)
+        logits = np.full((q, q * q), -np.inf)
+        for a in range(q):
+            logits[a, perm[a * q : (a + 1) * q]] = sigma * z[a * q : (a + 1) * q]
+        logits -= logits.max(axis=1, keepdims=True)
+        weights = np.exp(logits)
+        M = (weights / weights.sum(axis=1, keepdims=True)).reshape(q, q, q)
+        return cls(M, params={"vocab_size": q, "sigma": sigma, "seed": seed})
+
+    @property
+    def vocab_size(self) -> int:
+        """q, the number of symbols."""
+        return self.M.shape[0]
+
+    @property
+    def M_left(self) -> np.ndarray:
+        """M_L[a, b] = Σ_c M[a, b, c], the left-child transition matrix (q, q)."""
+        return self.M.sum(2)
+
+    @property
+    def M_right(self) -> np.ndarray:
+        """M_R[a, c] = Σ_b M[a, b, c], the right-child transition matrix (q, q)."""
+        return self.M.sum(1)
+
+    def path_matrices(self, filter_level: int) -> np.ndarray:
+        """P_k[a, b, j] = P(node j of level k = b | root = a), shape (q, q, 2**k) (paper eq. 1).
+
+        Node j's path from the root is read from the k bits of j, most significant first (0 = left).
+        """
+        k = check_int("filter_level", filter_level, 0, 30)
+        q = self.vocab_size
+        steps = np.stack([self.M_left, self.M_right], axis=-1)  # (q, q, 2): bit 0 -> M_L, bit 1 -> M_R
+        paths = np.eye(q)[:, :, None]  # (q, q, 1)
+        for _ in range(k):
+            # paths'[a, c, 2j + s] = Σ_b paths[a, b, j] steps[b, c, s]
+            paths = np.einsum("abj,bcs->acjs", paths, steps).reshape(q, q, -1)
+        return paths
+
+    def to_dict(self) -> dict:
+        """A JSON-ready description whose floats round-trip bit-exactly (Python's float repr)."""
+        return {
+            "format": GRAMMAR_FILE_FORMAT,
+            "vocab_size": self.vocab_size,
+            "params": self.params,
+            "root_prior": self.root_prior.tolist(),
+            "M": self.M.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Grammar":
+        """Inverse of :meth:`to_dict`."""
+        if data.get("format") != GRAMMAR_FILE_FORMAT:
+            raise ValueError(f"not a grammar description: format must be {GRAMMAR_FILE_FORMAT!r}, got {data.get('format')!r}")
+        return cls(np.array(data["M"], dtype=np.float64), np.array(data["root_prior"], dtype=np.float64), data.get("params", {}))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the grammar as human-readable JSON (bit-exact round trip with :meth:`load`)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Grammar":
+        """Read a grammar written by :meth:`save`."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Grammar):
+            return NotImplemented
+        return np.array_equal(self.M, other.M) and np.array_equal(self.root_prior, other.root_prior)
+
+    def __hash__(self) -> int:
+        return hash((self.M.tobytes(), self.root_prior.tobytes()))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or f"vocab_size={self.vocab_size}"
+        return f"Grammar({params})"

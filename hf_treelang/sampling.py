@@ -1,0 +1,246 @@
+"""Vectorised, seed-reproducible sampling of filtered hierarchical trees (paper Sec. 2.2).
+
+The filtered model of level k draws, for each tree:
+
+1. the root ``x0 ~ p0``;
+2. the 2**k nodes of level k independently given the root, node j from ``P_k[x0, :, j]`` (paper eq. 1);
+3. the full branching process below level k: every node ``a`` of level m >= k emits its child pair
+   ``(b, c) ~ M[a]``, the left child at position 2i and the right child at 2i + 1 of level m + 1.
+
+k = 0 is the full hierarchy; k = ℓ draws the leaves independently given the root.
+
+Randomness: sample i always consumes the same ``1 + 2**ℓ`` uniforms (column 0 the root, columns ``1 .. 2**k``
+level k, columns ``1 + 2**m .. 2**(m+1)`` the child pairs of level m), read from a counter-based stream that
+is keyed by ``(seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols are therefore a function of (grammar, depth, k, seed, i)
+alone: the same bytes whatever ``chunk_size``, ``start`` or process split is used.
+
+Worked example (q = 4, ℓ = 2, k = 0): root 3 -> level 1 ``[0, 2]`` -> leaves ``[1, 1, 3, 0]``, stored as
+``roots[i] = 3``, ``levels[1][i] = [0, 2]``, ``leaves[i] = levels[2][i] = [1, 1, 3, 0]``.
+
+Dimension glossary: ``n`` samples, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, ``K`` outcomes of one
+categorical table, level ``m`` has ``2**m`` nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .grammar import Grammar, check_int
+
+BLOCK_DRAWS = 1 << 16  # about this many uniforms per random stream; fixed forever: it is part of what a seed means
+_TREE_STREAM, _UNIFORM_STREAM = 0x7EE, 0x0F0  # stream tags: trees and uniform sequences never share draws
+_MAX_TABLE_ENTRIES = 1 << 27
+_TARGET_CHUNK_DRAWS = 1 << 17  # uniforms per internal chunk: keeps the working set in cache
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """Trees drawn by :func:`sample_trees`.
+
+    Attributes:
+        roots: (n,) the root symbols x0.
+        leaves: (n, 2**depth) the sequences, left to right.
+        levels: ``levels[m]`` is (n, 2**m), the symbols of level m (``levels[0]`` the roots, ``levels[depth]`` the
+            leaves); the levels 1 .. k-1 that the filtered model never draws are ``None``.
+        depth: ℓ.
+        filter_level: k.
+    """
+
+    roots: np.ndarray
+    leaves: np.ndarray
+    levels: list
+    depth: int
+    filter_level: int
+
+    def __len__(self) -> int:
+        return self.roots.shape[0]
+
+
+class AliasTables:
+    """Walker/Vose alias tables for T categorical distributions, each drawn from one uniform.
+
+    Tables are stored over each distribution's support only (padded to the largest support), so that the
+    paper's sparse grammars (q allowed child pairs out of q**2) build and draw from tables of q entries.
+    """
+
+    def __init__(self, probs: np.ndarray):
+        probs = np.asarray(probs, dtype=np.float64)  # (T, K)
+        T = probs.shape[0]
+        if probs.size > _MAX_TABLE_ENTRIES:
+            raise ValueError(f"sampling tables of {probs.shape} entries exceed the limit of {_MAX_TABLE_ENTRIES}")
+        support = probs > 0
+        K = max(1, int(support.sum(1).max()))
+        # outcome[t, s]: the s-th outcome of table t's support (padding slots have probability 0)
+        order = np.argsort(~support, axis=1, kind="stable")[:, :K]  # (T, K)
+        outcome = order
+        scaled = np.take_along_axis(probs, order, 1)  # (T, K)
+        scaled = scaled / scaled.sum(1, keepdims=True) * K  # mean 1 per table
+        prob = np.ones((T, K))
+        alias = np.tile(np.arange(K), (T, 1))
+        done = np.zeros((T, K), dtype=bool)
+        rows = np.arange(T)
+        for _ in range(K - 1):
+            # Each round settles, in every table, its smallest open entry `low` (< 1) against its largest `high`.
+            masked = np.where(done, np.inf, scaled)
+            low = masked.argmin(1)
+            open_low = masked[rows, low] < 1.0
+            masked_high = np.where(done, -np.inf, scaled)
+            masked_high[rows, low] = -np.inf
+            high = masked_high.argmax(1)
+            active = open_low & np.isfinite(masked_high[rows, high])
+            if not active.any():
+                break
+            r, lo, hi = rows[active], low[active], high[active]
+            prob[r, lo] = scaled[r, lo]
+            alias[r, lo] = hi
+            done[r, lo] = True
+            scaled[r, hi] -= 1.0 - scaled[r, lo]
+        self.num_slots = K
+        self.prob = prob.reshape(-1)  # (T * K,)
+        self.keep = outcome.reshape(-1)  # (T * K,): the outcome of slot s when the coin keeps it
+        self.alias = np.take_along_axis(outcome, alias, 1).reshape(-1)  # (T * K,): the outcome otherwise
+
+    def draw(self, table: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """Outcomes (same shape as ``table``) of the tables ``table`` for uniforms in [0, 1)."""
+        K = self.num_slots
+        scaled = uniform * K
+        slot = np.minimum(scaled.astype(np.int64), K - 1)  # uniform bucket; the fraction is the alias coin
+        flat = table * K + slot
+        return np.where(scaled - slot < self.prob[flat], self.keep[flat], self.alias[flat])
+
+
+class _TreeSampler:
+    """Alias tables for one (grammar, depth, filter level); cached so repeated calls pay the set-up once."""
+
+    def __init__(self, grammar: Grammar, depth: int, filter_level: int):
+        q = grammar.vocab_size
+        self.q, self.depth, self.filter_level = q, depth, filter_level
+        self.root = AliasTables(grammar.root_prior[None, :])  # 1 table over q
+        paths = grammar.path_matrices(filter_level)  # (q, q, 2**k): [root, node, j]
+        self.level = AliasTables(paths.transpose(0, 2, 1).reshape(-1, q))  # table root * 2**k + j, over q
+        self.branch = AliasTables(grammar.M.reshape(q, q * q))  # table parent, over q * q child pairs
+
+    def sample(self, uniforms: np.ndarray) -> list:
+        """Levels (list of (c, 2**m) int64 or None) from uniforms (c, 1 + 2**depth)."""
+        c = uniforms.shape[0]
+        l, k, q = self.depth, self.filter_level, self.q
+        levels = [None] * (l + 1)
+        roots = self.root.draw(np.zeros(c, dtype=np.int64), uniforms[:, 0])  # (c,)
+        levels[0] = roots[:, None]
+        if k > 0:
+            table = roots[:, None] * (1 << k) + np.arange(1 << k)  # (c, 2**k)
+            levels[k] = self.level.draw(table, uniforms[:, 1 : 1 + (1 << k)])
+        for m in range(k, l):
+            pair = self.branch.draw(levels[m], uniforms[:, 1 + (1 << m) : 1 + (2 << m)])  # (c, 2**m)
+            children = np.empty((c, 2 << m), dtype=np.int64)  # (c, 2**(m+1))
+            children[:, 0::2], children[:, 1::2] = np.divmod(pair, q)
+            levels[m + 1] = children
+        return levels
+
+
+_SAMPLER_CACHE: dict = {}
+
+
+def _tree_sampler(grammar: Grammar, depth: int, filter_level: int) -> _TreeSampler:
+    key = (hash(grammar), depth, filter_level)
+    if key not in _SAMPLER_CACHE:
+        if len(_SAMPLER_CACHE) > 32:
+            _SAMPLER_CACHE.clear()
+        _SAMPLER_CACHE[key] = _TreeSampler(grammar, depth, filter_level)
+    return _SAMPLER_CACHE[key]
+
+
+def block_rows(depth: int) -> int:
+    """Samples that share one random stream at this depth (about BLOCK_DRAWS uniforms per stream)."""
+    return max(1, BLOCK_DRAWS >> depth)
+
+
+def _uniforms(seed: int, stream: int, depth: int, width: int, lo: int, hi: int) -> np.ndarray:
+    """The (hi - lo, width) uniforms of samples lo .. hi-1.
+
+    Sample i reads row ``i % B`` of the Philox stream keyed by (seed, stream tag, i // B), ``B = block_rows(depth)``;
+    rows are drawn in order, so only the rows up to the last one needed are generated.
+    """
+    rows = block_rows(depth)
+    parts = []
+    for block in range(lo // rows, (hi - 1) // rows + 1):
+        first, last = max(lo, block * rows) - block * rows, min(hi, (block + 1) * rows) - block * rows
+        generator = np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, stream, block])))
+        parts.append(generator.random((last, width))[first:])
+    return np.concatenate(parts)
+
+
+def _chunks(start: int, n: int, chunk_size: int):
+    """Yield (lo, hi) sample ranges of at most chunk_size samples covering [start, start + n)."""
+    for lo in range(start, start + n, chunk_size):
+        yield lo, min(start + n, lo + chunk_size)
+
+
+def _check_common(n, depth, seed, start, chunk_size):
+    n = check_int("n", n, 0)
+    depth = check_int("depth", depth, 1, 24)
+    seed = check_int("seed", seed, 0, 2**63 - 1)
+    start = check_int("start", start, 0)
+    if chunk_size is None:
+        chunk_size = max(block_rows(depth), _TARGET_CHUNK_DRAWS >> depth)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    return n, depth, seed, start, chunk_size
+
+
+def sample_trees(
+    grammar: Grammar,
+    n: int,
+    depth: int,
+    filter_level: int = 0,
+    seed: int = 0,
+    *,
+    start: int = 0,
+    chunk_size: int | None = None,
+) -> TreeSample:
+    """Draw ``n`` trees of the filtered hierarchical model.
+
+    Args:
+        grammar: the grammar M and root prior p0.
+        n: the number of trees (>= 0).
+        depth: ℓ, the tree depth; sequences have 2**depth leaves (1 <= depth <= 24).
+        filter_level: k in [0, depth]; 0 is the full hierarchy, ``depth`` independent leaves given the root.
+        seed: the sampling seed (>= 0); independent of the grammar's seed.
+        start: index of the first tree: ``sample_trees(..., n=a+b)`` equals ``sample_trees(..., n=a)`` followed by
+            ``sample_trees(..., n=b, start=a)``, which is how shards are generated in parallel.
+        chunk_size: trees per internal batch (memory only: it never changes the result).
+
+    Returns:
+        A :class:`TreeSample` with ``roots`` (n,), ``leaves`` (n, 2**depth) and ``levels`` (int64).
+    """
+    if not isinstance(grammar, Grammar):
+        raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
+    n, depth, seed, start, chunk_size = _check_common(n, depth, seed, start, chunk_size)
+    k = check_int("filter_level", filter_level, 0, depth)
+    sampler = _tree_sampler(grammar, depth, k)
+    width = 1 + (1 << depth)
+    levels = [None if 0 < m < k else np.empty((n, 1 << m), dtype=np.int64) for m in range(depth + 1)]
+    for lo, hi in _chunks(start, n, chunk_size):
+        uniforms = _uniforms(seed, _TREE_STREAM, depth, width, lo, hi)  # (hi - lo, 1 + 2**l)
+        for out, level in zip(levels, sampler.sample(uniforms)):
+            if out is not None:
+                out[lo - start : hi - start] = level
+    return TreeSample(roots=levels[0][:, 0], leaves=levels[depth], levels=levels, depth=depth, filter_level=k)
+
+
+def uniform_sequences(
+    vocab_size: int, n: int, depth: int, seed: int = 0, *, start: int = 0, chunk_size: int | None = None
+) -> np.ndarray:
+    """``n`` sequences of 2**depth i.i.d. uniform symbols in [0, vocab_size): the out-of-sample inputs of Fig. 1b.
+
+    Returns an int64 array (n, 2**depth); deterministic in (vocab_size, depth, seed, index) like :func:`sample_trees`.
+    """
+    q = check_int("vocab_size", vocab_size, 2)
+    n, depth, seed, start, chunk_size = _check_common(n, depth, seed, start, chunk_size)
+    width = 1 << depth
+    out = np.empty((n, width), dtype=np.int64)
+    for lo, hi in _chunks(start, n, chunk_size):
+        uniforms = _uniforms(seed, _UNIFORM_STREAM, depth, width, lo, hi)  # (hi - lo, 2**l)
+        out[lo - start : hi - start] = np.minimum((uniforms * q).astype(np.int64), q - 1)
+    return out

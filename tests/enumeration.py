@@ -1,0 +1,66 @@
+"""Brute-force reference for the filtered tree model: enumerate every assignment of every node of the tree.
+
+Used as the judge of the sampler and of BP on tiny trees (q**nodes assignments, kept below ~1e5).
+"""
+
+import itertools
+
+import numpy as np
+
+
+class EnumeratedModel:
+    """All assignments of the filtered model of level k, with their exact probabilities.
+
+    Node order: the root, then the nodes of level k (if k > 0), then levels k+1 .. ℓ; ``levels[m]`` gives the
+    columns of level m in ``assignments``.
+    """
+
+    def __init__(self, grammar, depth, filter_level):
+        q, l, k = grammar.vocab_size, depth, filter_level
+        self.q, self.depth, self.filter_level = q, l, k
+        present = [0] + list(range(max(k, 1), l + 1))
+        self.levels, column = {}, 0
+        for m in present:
+            self.levels[m] = list(range(column, column + 2**m))
+            column += 2**m
+        num_nodes = column
+        assert q**num_nodes <= 2_000_000, "enumeration too large"
+        self.assignments = np.array(list(itertools.product(range(q), repeat=num_nodes)), dtype=np.int64)
+        x = self.assignments
+        prob = grammar.root_prior[x[:, 0]].copy()
+        paths = grammar.path_matrices(k)
+        if k > 0:
+            for j, col in enumerate(self.levels[k]):
+                prob *= paths[x[:, 0], x[:, col], j]
+        for m in range(k, l):
+            for i, col in enumerate(self.levels[m]):
+                prob *= grammar.M[x[:, col], x[:, self.levels[m + 1][2 * i]], x[:, self.levels[m + 1][2 * i + 1]]]
+        self.prob = prob
+
+    @property
+    def leaves(self):
+        return self.assignments[:, self.levels[self.depth]]
+
+    def posterior(self, sequence, mask_id):
+        """(likelihood P(observed leaves), {m: (2**m, q) marginals of level m}) for one sequence."""
+        sequence = np.asarray(sequence)
+        observed = sequence != mask_id
+        consistent = np.all(self.leaves[:, observed] == sequence[observed], axis=1)
+        weights = self.prob * consistent
+        likelihood = weights.sum()
+        marginals = {}
+        for m, cols in self.levels.items():
+            table = np.zeros((len(cols), self.q))
+            for i, col in enumerate(cols):
+                table[i] = np.bincount(self.assignments[:, col], weights=weights, minlength=self.q)
+            marginals[m] = table / likelihood
+        return likelihood, marginals
+
+    def sequence_probabilities(self):
+        """Exact P(root, leaves) as a dict {(root, leaves tuple): probability} over the support."""
+        out = {}
+        for row, p in zip(np.column_stack([self.assignments[:, 0], self.leaves]), self.prob):
+            if p > 0:
+                key = tuple(row.tolist())
+                out[key] = out.get(key, 0.0) + p
+        return out

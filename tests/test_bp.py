@@ -1,0 +1,183 @@
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from enumeration import EnumeratedModel
+from hf_treelang import BeliefPropagation, Grammar, sample_trees
+
+PAPER = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+TOLERANCE = 1e-12
+
+
+def dense_grammar(q, seed):
+    rng = np.random.default_rng(seed)
+    M = rng.gamma(0.7, size=(q, q, q))
+    return Grammar(M / M.sum((1, 2), keepdims=True), root_prior=rng.dirichlet(np.ones(q)))
+
+
+# (grammar, depth): q**nodes stays small enough to enumerate every tree.
+CASES = [("paper-q4", PAPER, 2), ("dense-q3", dense_grammar(3, 0), 2), ("dense-q2", dense_grammar(2, 1), 3)]
+
+
+def evidence(grammar, depth, data_level, seed, num=6):
+    """Sequences drawn at ``data_level`` (so mismatched when BP assumes another k), with masks in all patterns:
+    none, one, several, and every leaf masked."""
+    q, length = grammar.vocab_size, 2**depth
+    leaves = sample_trees(grammar, n=num, depth=depth, filter_level=data_level, seed=seed).leaves.copy()
+    rng = np.random.default_rng(seed)
+    for row in range(1, num - 1):
+        leaves[row, rng.choice(length, size=row % length or 1, replace=False)] = q
+    leaves[num - 1] = q
+    return leaves
+
+
+@pytest.mark.parametrize("name,grammar,depth", CASES, ids=[c[0] for c in CASES])
+def test_marginals_and_likelihood_match_enumeration(name, grammar, depth):
+    q = grammar.vocab_size
+    for k, data_level in itertools.product(range(depth + 1), repeat=2):  # matched and mismatched
+        exact = EnumeratedModel(grammar, depth, k)
+        leaves = evidence(grammar, depth, data_level, seed=10 * k + data_level)
+        result = BeliefPropagation(grammar, depth, k).infer(leaves)
+        for row, sequence in enumerate(leaves):
+            likelihood, marginals = exact.posterior(sequence, mask_id=q)
+            assert result.log_likelihood[row].item() == pytest.approx(np.log(likelihood), abs=TOLERANCE)
+            np.testing.assert_allclose(result.root[row].numpy(), marginals[0][0], atol=TOLERANCE)
+            for m, table in marginals.items():
+                np.testing.assert_allclose(result.levels[m][row].numpy(), table, atol=TOLERANCE, err_msg=f"k={k} m={m}")
+            np.testing.assert_allclose(result.leaves[row].numpy(), marginals[depth], atol=TOLERANCE)
+        assert all(result.levels[m] is None for m in range(1, k))
+        assert not result.impossible.any()
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_likelihoods_of_all_sequences_sum_to_one(k):
+    grammar, depth = dense_grammar(2, 3), 3
+    q = grammar.vocab_size
+    every_sequence = np.array(list(itertools.product(range(q), repeat=2**depth)))
+    log_likelihood = BeliefPropagation(grammar, depth, k).log_likelihood(every_sequence)
+    assert torch.logsumexp(log_likelihood, 0).item() == pytest.approx(0.0, abs=TOLERANCE)
+
+
+def test_masked_leaf_posterior_is_the_ratio_of_likelihoods():
+    # P(x_i = s | rest) = P(rest, x_i = s) / P(rest): an identity between two independent BP outputs.
+    depth, k = 4, 1
+    bp = BeliefPropagation(PAPER, depth, k)
+    leaves = sample_trees(PAPER, n=50, depth=depth, filter_level=0, seed=1).leaves.copy()
+    leaves[:, 5] = 4
+    posterior = bp.leaf_marginals(leaves)[:, 5]  # (n, q)
+    filled = np.repeat(leaves[:, None, :], 4, 1)
+    filled[:, :, 5] = np.arange(4)
+    joint = bp.log_likelihood(filled.reshape(-1, 16)).reshape(50, 4)
+    expected = torch.exp(joint - bp.log_likelihood(leaves)[:, None])
+    torch.testing.assert_close(posterior, expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("k", [0, 8, 16])
+def test_depth_16_is_finite_and_exact(k):
+    depth = 16
+    sample = sample_trees(PAPER, n=3, depth=depth, filter_level=k, seed=0)
+    leaves = sample.leaves.copy()
+    leaves[:, 1000] = 4
+    bp = BeliefPropagation(PAPER, depth, k)
+    result = bp.infer(leaves)
+    assert torch.isfinite(result.log_likelihood).all() and result.log_likelihood.max() < -1000
+    assert all(torch.isfinite(lv).all() for lv in result.levels if lv is not None)
+    if k == 0:
+        np.testing.assert_array_equal(result.root.argmax(1).numpy(), sample.roots)
+    filled = np.repeat(leaves[:1], 4, 0)
+    filled[:, 1000] = np.arange(4)
+    expected = torch.softmax(bp.log_likelihood(filled), 0)
+    torch.testing.assert_close(result.leaves[0, 1000], expected, atol=1e-9, rtol=0)
+
+
+def test_root_is_certain_on_unfiltered_data():
+    sample = sample_trees(PAPER, n=2000, depth=4, filter_level=0, seed=4)
+    root = BeliefPropagation(PAPER, 4, 0).root_marginals(sample.leaves)
+    np.testing.assert_allclose(root.max(1).values.numpy(), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(root.argmax(1).numpy(), sample.roots)
+
+
+def test_batched_equals_one_by_one_and_torch_equals_numpy():
+    leaves = evidence(PAPER, 3, 0, seed=2, num=8)
+    bp = BeliefPropagation(PAPER, 3, 1)
+    batched = bp.infer(torch.from_numpy(leaves))
+    for row in range(8):
+        single = bp.infer(leaves[row : row + 1])
+        assert torch.equal(single.root[0], batched.root[row])
+        assert torch.equal(single.leaves[0], batched.leaves[row])
+
+
+def test_float32_is_close_to_float64():
+    leaves = evidence(PAPER, 4, 2, seed=3, num=20)
+    exact = BeliefPropagation(PAPER, 4, 2).infer(leaves)
+    single = BeliefPropagation(PAPER, 4, 2, dtype=torch.float32).infer(leaves)
+    assert single.leaves.dtype == torch.float32
+    torch.testing.assert_close(single.leaves.double(), exact.leaves, atol=1e-5, rtol=0)
+
+
+def test_custom_mask_id():
+    leaves = evidence(PAPER, 3, 0, seed=5)
+    custom = np.where(leaves == 4, -1, leaves)
+    a = BeliefPropagation(PAPER, 3, 0).infer(leaves)
+    b = BeliefPropagation(PAPER, 3, 0, mask_id=-1).infer(custom)
+    assert torch.equal(a.leaves, b.leaves)
+
+
+def sparse_grammar():
+    M = np.zeros((2, 2, 2))
+    M[0, 0, 0] = 1.0  # 0 -> (0, 0)
+    M[1, 1, 1] = 1.0  # 1 -> (1, 1)
+    return Grammar(M)
+
+
+def test_impossible_evidence_raises_by_default():
+    bp = BeliefPropagation(sparse_grammar(), 2, 0)
+    with pytest.raises(ValueError, match="probability zero"):
+        bp.root_marginals(np.array([[0, 0, 0, 0], [0, 1, 0, 0]]))
+
+
+def test_impossible_evidence_is_flagged_without_nan():
+    bp = BeliefPropagation(sparse_grammar(), 2, 0, on_impossible="flag")
+    result = bp.infer(np.array([[0, 0, 0, 0], [0, 1, 0, 0], [2, 2, 2, 2]]), downward=True)
+    assert result.impossible.tolist() == [False, True, False]
+    assert result.log_likelihood[1] == -np.inf and torch.isfinite(result.log_likelihood[[0, 2]]).all()
+    for tensor in [result.root, result.leaves] + [lv for lv in result.levels if lv is not None]:
+        assert torch.isfinite(tensor).all()
+    torch.testing.assert_close(result.root[1], torch.full((2,), 0.5, dtype=torch.float64))
+    torch.testing.assert_close(result.root[0], torch.tensor([1.0, 0.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "leaves,error,match",
+    [
+        (np.zeros((2, 8), dtype=np.int64), ValueError, "shape"),
+        (np.zeros(16, dtype=np.int64), ValueError, "shape"),
+        (np.zeros((2, 2, 16), dtype=np.int64), ValueError, "shape"),
+        (np.zeros((2, 16), dtype=np.float32), TypeError, "integers"),
+        (np.full((2, 16), 5), ValueError, r"\[0, 3\]"),
+        (np.full((2, 16), -1), ValueError, r"\[0, 3\]"),
+        ([[0] * 16], TypeError, "numpy array or a torch tensor"),
+    ],
+)
+def test_bad_leaves_are_rejected(leaves, error, match):
+    with pytest.raises(error, match=match):
+        BeliefPropagation(PAPER, 4, 0).infer(leaves)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"depth": 0}, "depth"),
+        ({"filter_level": 5}, "filter_level"),
+        ({"filter_level": -1}, "filter_level"),
+        ({"mask_id": 2}, "mask_id"),
+        ({"dtype": torch.int64}, "dtype"),
+        ({"on_impossible": "ignore"}, "on_impossible"),
+    ],
+)
+def test_bad_parameters_are_rejected(kwargs, match):
+    params = {"depth": 4, "filter_level": 0} | kwargs
+    with pytest.raises((ValueError, TypeError), match=match):
+        BeliefPropagation(PAPER, **params)

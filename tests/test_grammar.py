@@ -1,0 +1,141 @@
+import json
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+from hf_treelang import Grammar
+
+
+def paper_reference_grammar(q, sigma, seed):
+    """The procedure of the paper's data-generation script: numpy's legacy global generator, a shuffled list of
+    child pairs, one standard normal per allowed rule in order, and scipy's softmax over each parent's q x q table."""
+    state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        pairs = np.array([(b, c) for b in range(q) for c in range(q)])
+        np.random.shuffle(pairs)
+        logits = np.full((q, q, q), -np.inf)
+        for a in range(q):
+            for b, c in pairs[a * q : (a + 1) * q]:
+                logits[a, b, c] = sigma * np.random.randn()
+    finally:
+        np.random.set_state(state)
+    return np.stack([softmax(logits[a]) for a in range(q)])
+
+
+@pytest.mark.parametrize("q,sigma,seed", [(4, 1.0, 0), (4, 1.0, 1), (4, 1.0, 15), (4, 1.0, 31), (8, 0.5, 7), (3, 2.0, 42)])
+def test_random_grammar_matches_paper_code(q, sigma, seed):
+    grammar = Grammar.random(vocab_size=q, sigma=sigma, seed=seed)
+    np.testing.assert_array_equal(grammar.M, paper_reference_grammar(q, sigma, seed))  # bit for bit
+    assert grammar.params == {"vocab_size": q, "sigma": sigma, "seed": seed}
+
+
+def test_random_grammar_does_not_touch_global_numpy_state():
+    np.random.seed(123)
+    expected = np.random.rand()
+    np.random.seed(123)
+    Grammar.random(4, 1.0, 0)
+    assert np.random.rand() == expected
+
+
+def test_random_grammar_is_non_overlapping_and_normalised():
+    grammar = Grammar.random(vocab_size=6, sigma=1.0, seed=3)
+    parents_per_pair = (grammar.M > 0).sum(0)  # (q, q): how many parents emit each child pair
+    assert np.all(parents_per_pair == 1)
+    assert np.all((grammar.M > 0).reshape(6, -1).sum(1) == 6)
+    np.testing.assert_allclose(grammar.M.reshape(6, -1).sum(1), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(grammar.root_prior, np.full(6, 1 / 6))
+
+
+def test_sigma_zero_gives_uniform_rules():
+    grammar = Grammar.random(vocab_size=4, sigma=0.0, seed=0)
+    assert set(np.unique(grammar.M)) == {0.0, 0.25}
+
+
+def test_path_matrices_are_products_along_the_path():
+    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    ML, MR = grammar.M.sum(2), grammar.M.sum(1)
+    np.testing.assert_array_equal(grammar.path_matrices(0)[:, :, 0], np.eye(4))
+    paths = grammar.path_matrices(3)
+    assert paths.shape == (4, 4, 8)
+    for j in range(8):
+        bits = [(j >> (2 - t)) & 1 for t in range(3)]  # most significant first
+        expected = np.eye(4)
+        for bit in bits:
+            expected = expected @ (MR if bit else ML)
+        np.testing.assert_allclose(paths[:, :, j], expected, atol=1e-15)
+    np.testing.assert_allclose(paths.sum(1), 1.0, atol=1e-12)
+
+
+def test_save_load_round_trip_is_bit_exact(tmp_path):
+    grammar = Grammar.random(vocab_size=5, sigma=1.3, seed=11)
+    path = tmp_path / "grammar.json"
+    grammar.save(path)
+    loaded = Grammar.load(path)
+    assert loaded.M.tobytes() == grammar.M.tobytes()
+    assert loaded.root_prior.tobytes() == grammar.root_prior.tobytes()
+    assert loaded.params == grammar.params
+    assert loaded == grammar
+    assert json.loads(path.read_text())["vocab_size"] == 5  # human-readable JSON
+
+
+def test_user_tensor_and_prior_are_accepted():
+    M = np.zeros((2, 2, 2))
+    M[0, 0, 0] = M[1, 1, 1] = 1.0
+    grammar = Grammar(M, root_prior=[0.25, 0.75])
+    assert grammar.vocab_size == 2
+    np.testing.assert_array_equal(grammar.root_prior, [0.25, 0.75])
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"vocab_size": 1}, "vocab_size"),
+        ({"vocab_size": 2.5}, "vocab_size"),
+        ({"sigma": -0.1}, "sigma"),
+        ({"sigma": float("nan")}, "sigma"),
+        ({"sigma": float("inf")}, "sigma"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_random_rejects_bad_parameters(kwargs, match):
+    params = {"vocab_size": 4, "sigma": 1.0, "seed": 0} | kwargs
+    with pytest.raises((ValueError, TypeError), match=match):
+        Grammar.random(**params)
+
+
+def test_rows_not_summing_to_one_are_rejected():
+    M = np.full((3, 3, 3), 1 / 9)
+    M[1, 0, 0] += 1e-6
+    with pytest.raises(ValueError, match=r"M\[1\]"):
+        Grammar(M)
+
+
+@pytest.mark.parametrize(
+    "M,match",
+    [
+        (np.full((3, 3), 1 / 3), "shape"),
+        (np.full((3, 3, 2), 1 / 6), "shape"),
+        (np.full((1, 1, 1), 1.0), "vocab_size"),
+        (np.where(np.eye(9).reshape(3, 3, 3, 3)[..., 0] > 2, 0, np.nan), "finite"),
+    ],
+)
+def test_malformed_tensors_are_rejected(M, match):
+    with pytest.raises(ValueError, match=match):
+        Grammar(M)
+
+
+def test_negative_entries_are_rejected():
+    M = np.full((2, 2, 2), 0.25)
+    M[0, 0, 0], M[0, 0, 1] = -0.25, 0.75
+    with pytest.raises(ValueError, match="non-negative"):
+        Grammar(M)
+
+
+def test_bad_root_prior_is_rejected():
+    M = np.full((2, 2, 2), 0.25)
+    with pytest.raises(ValueError, match="root_prior"):
+        Grammar(M, root_prior=[0.5, 0.6])
+    with pytest.raises(ValueError, match="root_prior"):
+        Grammar(M, root_prior=[1.0])
