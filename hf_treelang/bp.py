@@ -181,7 +181,8 @@ class BeliefPropagation:
 
         # Upward pass through the full part of the tree, levels ℓ-1 .. k.
         upward = [None] * (l + 1)
-        upward[l] = tables.evidence[ids]  # (n, 2**l, q)
+        if downward or k == l:
+            upward[l] = tables.evidence[ids]  # (n, 2**l, q)
         if k < l:
             # The level above the leaves is a lookup: upward[a] ∝ M[a, left, right], a masked child summed out.
             pair = ids[:, 0::2] * (q + 1) + ids[:, 1::2]  # (n, 2**(l-1))

@@ -1,0 +1,142 @@
+"""Glue between the treelang ``datasets`` builder and the rest of the package.
+
+* :func:`register_dataset_builder` (run on ``import hf_treelang``) makes ``datasets.load_dataset("treelang", "k2")``
+  resolve to :class:`hf_treelang.dataset_builder.TreeLang`, offline and from any working directory.
+* :func:`grammar_from_dataset` / :func:`dataset_params` read the grammar and the generating parameters back from a
+  loaded dataset, so a dataset alone is enough to run :class:`hf_treelang.bp.BeliefPropagation`.
+* :func:`ancestor_labels` expands the per-node ancestor columns into per-leaf probe labels.
+
+How the name is resolved: datasets 5 has no loading scripts; ``load_dataset`` / ``load_dataset_builder`` (and
+``get_dataset_config_names``) call the module-level ``dataset_module_factory(path, ...)``, which maps a name to a
+``DatasetModule(module_path, hash, builder_kwargs)`` and then imports the builder class from ``module_path``. We wrap
+that function so that the exact name ``"treelang"`` is answered first, before the packaged builders, the local
+directories and the Hub are looked at: a folder named ``treelang`` or stray data files in the working directory are
+never read (use ``"./treelang"`` to load such a folder). The wrapper checks the internals it relies on when it is
+installed and raises if they changed, rather than silently falling through to the Hub.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+
+import numpy as np
+
+from .grammar import Grammar, check_int
+
+DATASET_NAME = "treelang"
+BUILDER_MODULE = "hf_treelang.dataset_builder.treelang"
+_HOOK_FLAG = "_hf_treelang_hook"
+
+
+def _check_internals(load_module) -> None:
+    """Raise if the datasets internals that the hook patches are not the ones it was written for (datasets 5.2)."""
+    problems = []
+    factory = getattr(load_module, "dataset_module_factory", None)
+    if not callable(factory):
+        problems.append("datasets.load.dataset_module_factory is missing")
+    else:
+        params = list(inspect.signature(factory).parameters)
+        if not params or params[0] != "path":
+            problems.append(f"dataset_module_factory's first parameter is {params[:1]}, expected 'path'")
+    builder_fn = getattr(load_module, "load_dataset_builder", None)
+    if builder_fn is None or "dataset_module_factory" not in builder_fn.__code__.co_names:
+        problems.append("datasets.load.load_dataset_builder no longer calls dataset_module_factory")
+    module_cls = getattr(load_module, "DatasetModule", None)
+    fields = set(getattr(module_cls, "__dataclass_fields__", {}))
+    if not {"module_path", "hash", "builder_kwargs"} <= fields:
+        problems.append(f"datasets.load.DatasetModule fields are {sorted(fields)}")
+    if problems:
+        import datasets
+
+        raise RuntimeError(
+            f"hf_treelang cannot register load_dataset('{DATASET_NAME}') with datasets {datasets.__version__}: "
+            + "; ".join(problems)
+            + ". hf-treelang supports datasets>=5.2,<6."
+        )
+
+
+def _treelang_module(load_module, data_dir=None, data_files=None):
+    if data_dir is not None or data_files is not None:
+        raise ValueError(f"'{DATASET_NAME}' generates its data: data_dir and data_files must not be given")
+    from hf_treelang.dataset_builder.treelang import source_hash
+
+    return load_module.DatasetModule(
+        module_path=BUILDER_MODULE, hash=source_hash(), builder_kwargs={"dataset_name": DATASET_NAME}
+    )
+
+
+def register_dataset_builder() -> None:
+    """Make ``datasets.load_dataset("treelang", ...)`` build the treelang data (idempotent)."""
+    import datasets.inspect
+    import datasets.load
+
+    load_module = datasets.load
+    original = load_module.dataset_module_factory
+    if getattr(original, _HOOK_FLAG, False):
+        return
+    _check_internals(load_module)
+
+    @functools.wraps(original)
+    def dataset_module_factory(path, *args, **kwargs):
+        if path == DATASET_NAME:
+            return _treelang_module(load_module, kwargs.get("data_dir"), kwargs.get("data_files"))
+        return original(path, *args, **kwargs)
+
+    setattr(dataset_module_factory, _HOOK_FLAG, True)
+    load_module.dataset_module_factory = dataset_module_factory
+    if getattr(datasets.inspect, "dataset_module_factory", None) is original:
+        datasets.inspect.dataset_module_factory = dataset_module_factory
+
+
+def _first_split(dataset):
+    """A Dataset from a Dataset or a DatasetDict."""
+    if hasattr(dataset, "info"):
+        return dataset
+    if hasattr(dataset, "values"):
+        splits = list(dataset.values())
+        if splits:
+            return splits[0]
+    raise TypeError(f"expected a datasets.Dataset or DatasetDict, got {type(dataset).__name__}")
+
+
+def dataset_metadata(dataset) -> dict:
+    """The metadata the builder stored in ``dataset.info.description``: ``params``, ``split_seeds``, ``grammar``."""
+    from hf_treelang.dataset_builder.treelang import METADATA_MARKER
+
+    description = _first_split(dataset).info.description or ""
+    head, marker, tail = description.partition(METADATA_MARKER)
+    if not marker:
+        raise ValueError(
+            "this dataset carries no hf-treelang metadata (it was not built by load_dataset('treelang', ...)); "
+            "for a published copy read grammar.json and generation.json from its repository"
+        )
+    return json.loads(tail.strip().splitlines()[0])
+
+
+def dataset_params(dataset) -> dict:
+    """The generating parameters: filter_level (k), depth (ℓ), vocab_size (q), sigma (σ), seed, split sizes."""
+    return dataset_metadata(dataset)["params"]
+
+
+def grammar_from_dataset(dataset) -> Grammar:
+    """The grammar that generated ``dataset`` (bit-exact), e.g. for ``BeliefPropagation(grammar, depth, k)``."""
+    return Grammar.from_dict(dataset_metadata(dataset)["grammar"])
+
+
+def ancestor_labels(ancestors, depth: int) -> np.ndarray:
+    """Per-leaf probe labels from a level column: leaf i gets ``ancestors[:, i >> (depth - m)]``.
+
+    Args:
+        ancestors: (n, 2**m) the ``ancestors_level_m`` column (array or list of lists), 0 <= m <= depth.
+        depth: ℓ.
+
+    Returns:
+        (n, 2**depth) int64, the level-m ancestor of every leaf.
+    """
+    depth = check_int("depth", depth, 1)
+    values = np.asarray(ancestors, dtype=np.int64)
+    if values.ndim != 2 or values.shape[1] & (values.shape[1] - 1) or values.shape[1] > 2**depth:
+        raise ValueError(f"ancestors must have shape (n, 2**m) with 0 <= m <= depth={depth}, got {values.shape}")
+    return np.repeat(values, 2**depth // values.shape[1], axis=1)  # (n, 2**depth)
