@@ -7,6 +7,7 @@ import sys
 
 # sub-command -> (module, function taking the remaining argv, one-line help)
 COMMANDS = {
+    "convert": ("hf_treelang.convert", "main", "turn a state dict of the paper's code into a TreeLang checkpoint"),
     "publish-dataset": ("hf_treelang.publish", "main", "write a Hub-ready dataset repository (Parquet + card)"),
     "calibration": ("hf_treelang.analysis.calibration", "main", "model vs BP probabilities (Fig. 1b)"),
     "attention": ("hf_treelang.analysis.attention", "main", "average attention maps per layer (Fig. 4)"),

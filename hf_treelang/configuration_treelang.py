@@ -1,0 +1,148 @@
+"""Configuration of the TreeLang encoder (the transformer of Sec. 3.1 and App. C of the paper).
+
+Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves), `k` filter level, `d` hidden size,
+`d'` feed-forward size. The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q`.
+
+This file depends on `transformers` only: it is copied next to saved checkpoints so that they load with
+`trust_remote_code=True` where `hf_treelang` is not installed.
+"""
+
+from transformers import PreTrainedConfig
+
+ACTIVATIONS = ("relu", "gelu")
+POOLINGS = ("concat", "mean")
+
+
+class TreeLangConfig(PreTrainedConfig):
+    r"""Configuration of [`TreeLangModel`] and its heads. `TreeLangConfig()` is the paper's model (q=4, ℓ=4).
+
+    Sizes flow from the data into the model: prefer [`TreeLangConfig.from_data`], which takes the number of symbols
+    `q` and fills `vocab_size = q + 1`.
+
+    Args:
+        vocab_size (`int`, defaults to 5): number of token ids, `q + 1` (the last id `q` is the mask token); `q >= 2`.
+        depth (`int`, defaults to 4): depth ℓ of the trees; sequences have exactly `2**depth` tokens.
+        hidden_size (`int`, defaults to 128): token dimension `d`.
+        num_hidden_layers (`int`, defaults to 4): number of encoder blocks `n_L` (the paper takes `n_L = ℓ`).
+        num_attention_heads (`int`, defaults to 1): attention heads; must divide `hidden_size`.
+        intermediate_size (`int`, defaults to 2048): feed-forward size `d'`.
+        hidden_act (`str`, defaults to `"relu"`): feed-forward activation, `"relu"` or `"gelu"`.
+        hidden_dropout_prob (`float`, defaults to 0.1): dropout after the positional encoding, inside the
+            feed-forward block and on both residual branches (as in `torch.nn.TransformerEncoderLayer`).
+        attention_probs_dropout_prob (`float`, defaults to 0.1): dropout on the attention probabilities.
+        layer_norm_eps (`float`, defaults to 1e-5): epsilon of the post-residual layer norms.
+        classifier_pooling (`str`, defaults to `"concat"`): root readout input; `"concat"` flattens the final tokens
+            position-wise into a `d * 2**depth` vector (the paper), `"mean"` averages them into a `d` vector.
+        filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
+        sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
+        grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+    """
+
+    model_type = "treelang"
+
+    vocab_size: int = 5
+    depth: int = 4
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 1
+    intermediate_size: int = 2048
+    hidden_act: str = "relu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    layer_norm_eps: float = 1e-5
+    classifier_pooling: str = "concat"
+    filter_level: int = 0
+    sigma: float = 1.0
+    grammar_seed: int = 0
+
+    def __post_init__(self, **kwargs):
+        # A derived size saved by `to_dict` of older files or passed by callers must agree with `depth`.
+        max_positions = kwargs.pop("max_position_embeddings", None)
+        num_labels = kwargs.pop("num_labels", None)
+        super().__post_init__(**kwargs)
+        self._check()
+        if num_labels is not None and num_labels != self.num_symbols:
+            raise ValueError(f"num_labels must equal the number of symbols q = {self.num_symbols}, got {num_labels}")
+        if max_positions is not None and max_positions != 2**self.depth:
+            raise ValueError(
+                f"max_position_embeddings must equal 2**depth = {2**self.depth}, got {max_positions}"
+            )
+        if self.id2label is None or len(self.id2label) != self.num_symbols:
+            # The root classifier predicts one of the q symbols.
+            self.id2label = {i: f"symbol_{i}" for i in range(self.num_symbols)}
+            self.label2id = {label: i for i, label in self.id2label.items()}
+
+    def _check(self):
+        def positive_int(value):
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+        rules = [
+            ("vocab_size", positive_int(self.vocab_size) and self.vocab_size >= 3, "an int >= 3 (q + 1 with q >= 2)"),
+            ("depth", positive_int(self.depth) and self.depth <= 20, "an int in [1, 20]"),
+            ("hidden_size", positive_int(self.hidden_size), "an int >= 1"),
+            ("num_hidden_layers", positive_int(self.num_hidden_layers), "an int >= 1"),
+            ("num_attention_heads", positive_int(self.num_attention_heads), "an int >= 1"),
+            ("intermediate_size", positive_int(self.intermediate_size), "an int >= 1"),
+            ("hidden_act", self.hidden_act in ACTIVATIONS, f"one of {ACTIVATIONS}"),
+            ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
+            ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
+            ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
+            ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
+             f"an int in [0, depth={self.depth}]"),
+        ]
+        for name, ok, allowed in rules:
+            if not ok:
+                raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+
+    @classmethod
+    def from_data(
+        cls,
+        num_symbols: int = 4,
+        depth: int = 4,
+        filter_level: int = 0,
+        sigma: float = 1.0,
+        grammar_seed: int = 0,
+        **model_kwargs,
+    ) -> "TreeLangConfig":
+        """Config for data with `num_symbols` symbols (q) on trees of depth ℓ, filter level k, grammar (σ, seed).
+
+        `model_kwargs` set the architecture (e.g. `hidden_size=32, num_hidden_layers=2`).
+        """
+        if not isinstance(num_symbols, int) or num_symbols < 2:
+            raise ValueError(f"num_symbols (q) must be an int >= 2, got {num_symbols!r}")
+        return cls(
+            vocab_size=num_symbols + 1,
+            depth=depth,
+            filter_level=filter_level,
+            sigma=sigma,
+            grammar_seed=grammar_seed,
+            **model_kwargs,
+        )
+
+    @property
+    def num_symbols(self) -> int:
+        """Number of symbols q (the vocabulary without the mask token)."""
+        return self.vocab_size - 1
+
+    @property
+    def mask_token_id(self) -> int:
+        """Id of the mask token, q."""
+        return self.vocab_size - 1
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """Sequence length 2**ℓ."""
+        return 2**self.depth
+
+    @property
+    def sequence_length(self) -> int:
+        """Sequence length 2**ℓ (alias of `max_position_embeddings`)."""
+        return 2**self.depth
+
+
+__all__ = ["TreeLangConfig"]
