@@ -11,6 +11,7 @@ from transformers import PreTrainedConfig
 
 ACTIVATIONS = ("relu", "gelu")
 POOLINGS = ("concat", "mean")
+INITIALIZERS = ("torch", "xavier")
 
 
 class TreeLangConfig(PreTrainedConfig):
@@ -33,6 +34,10 @@ class TreeLangConfig(PreTrainedConfig):
         layer_norm_eps (`float`, defaults to 1e-5): epsilon of the post-residual layer norms.
         classifier_pooling (`str`, defaults to `"concat"`): root readout input; `"concat"` flattens the final tokens
             position-wise into a `d * 2**depth` vector (the paper), `"mean"` averages them into a `d` vector.
+        initializer (`str`, defaults to `"torch"`): weight initialisation. `"torch"` is what the paper's code gets from
+            PyTorch's defaults (`nn.Embedding` N(0, 1); attention in-projection Xavier uniform, zero attention biases;
+            other linear layers Kaiming uniform with a = √5 and uniform biases); `"xavier"` draws every matrix and
+            the embedding Xavier uniform with zero biases.
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
@@ -51,6 +56,7 @@ class TreeLangConfig(PreTrainedConfig):
     attention_probs_dropout_prob: float = 0.1
     layer_norm_eps: float = 1e-5
     classifier_pooling: str = "concat"
+    initializer: str = "torch"
     filter_level: int = 0
     sigma: float = 1.0
     grammar_seed: int = 0
@@ -87,6 +93,7 @@ class TreeLangConfig(PreTrainedConfig):
             ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
+            ("initializer", self.initializer in INITIALIZERS, f"one of {INITIALIZERS}"),
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
              f"an int in [0, depth={self.depth}]"),
         ]

@@ -59,6 +59,14 @@ class TreeLangEmbeddings(nn.Module):
         return self.dropout(x)
 
 
+class AttentionInProjection(nn.Linear):
+    """The fused `[W_Q; W_K; W_V]` projection; a type of its own so that it is initialised like `in_proj_weight`."""
+
+
+class AttentionOutProjection(nn.Linear):
+    """The attention output projection; a type of its own so that it is initialised like `out_proj`."""
+
+
 class TreeLangSelfAttention(nn.Module):
     """Multi-head self-attention with a fused query/key/value projection, as `torch.nn.MultiheadAttention`.
 
@@ -70,8 +78,8 @@ class TreeLangSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
         self.dropout = config.attention_probs_dropout_prob
-        self.in_proj = nn.Linear(config.hidden_size, 3 * config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.in_proj = AttentionInProjection(config.hidden_size, 3 * config.hidden_size)
+        self.out_proj = AttentionOutProjection(config.hidden_size, config.hidden_size)
 
     def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`need_weights=True` runs the eager path and returns the (B, nh, T, T) attention maps; otherwise SDPA."""
@@ -112,7 +120,7 @@ class TreeLangLayer(nn.Module):
 
 
 class TreeLangPreTrainedModel(PreTrainedModel):
-    """Weight initialisation (Xavier uniform, as the paper) and loading for the TreeLang models."""
+    """Weight initialisation (as the paper's code) and loading for the TreeLang models."""
 
     config_class = TreeLangConfig
     config: TreeLangConfig
@@ -126,13 +134,28 @@ class TreeLangPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """Xavier uniform matrices, zero biases, unit layer norms (the paper's "default settings")."""
-        if isinstance(module, nn.Linear):
+        """The initialisation of the paper's code (`initializer="torch"`, PyTorch's defaults) or Xavier uniform."""
+        xavier = self.config.initializer == "xavier"
+        if isinstance(module, AttentionInProjection):
+            # torch.nn.MultiheadAttention: Xavier uniform in-projection, zero bias.
             init.xavier_uniform_(module.weight)
-            if module.bias is not None:
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear):
+            if xavier:
+                init.xavier_uniform_(module.weight)
+            else:
+                # nn.Linear.reset_parameters: Kaiming uniform (a = √5), i.e. U(±1/√fan_in).
+                init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+            if xavier or isinstance(module, AttentionOutProjection):  # MultiheadAttention zeroes out_proj.bias
                 init.zeros_(module.bias)
+            else:
+                bound = 1 / math.sqrt(module.in_features)
+                init.uniform_(module.bias, -bound, bound)
         elif isinstance(module, nn.Embedding):
-            init.xavier_uniform_(module.weight)
+            if xavier:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)

@@ -409,3 +409,30 @@ def test_mask_token_as_a_target_raises():
     labels[0, 0] = Q
     with pytest.raises(ValueError, match="labels must lie in \\[0, q\\)"):
         tiny_model(TreeLangForMaskedLM)(tokens(), labels=labels)
+
+
+def test_default_initialisation_matches_the_paper_code_pytorch_defaults():
+    # The paper's model is nn.Embedding + nn.TransformerEncoderLayer + nn.Linear with PyTorch's default init.
+    torch.manual_seed(0)
+    config = TreeLangConfig()
+    model = TreeLangForSequenceClassification(config)
+    reference = torch.nn.TransformerEncoderLayer(128, 1, 2048, batch_first=True)
+    layer = model.treelang.layers[0]
+    pairs = [
+        (layer.attention.in_proj.weight, reference.self_attn.in_proj_weight),
+        (layer.attention.out_proj.weight, reference.self_attn.out_proj.weight),
+        (layer.linear1.weight, reference.linear1.weight),
+        (layer.linear1.bias, reference.linear1.bias),
+        (layer.linear2.weight, reference.linear2.weight),
+    ]
+    for ours, theirs in pairs:
+        bound = theirs.abs().max().item()
+        assert ours.abs().max().item() <= bound * 1.001
+        assert ours.std().item() == pytest.approx(theirs.std().item(), rel=0.05)
+    assert torch.count_nonzero(layer.attention.in_proj.bias) == 0
+    assert torch.count_nonzero(layer.attention.out_proj.bias) == 0
+    assert model.treelang.embeddings.token_embeddings.weight.std().item() == pytest.approx(1.0, rel=0.15)  # N(0, 1)
+    xavier = TreeLangForSequenceClassification(TreeLangConfig(initializer="xavier"))
+    assert torch.count_nonzero(xavier.treelang.layers[0].linear1.bias) == 0
+    with pytest.raises(ValueError, match="initializer"):
+        TreeLangConfig(initializer="orthogonal")

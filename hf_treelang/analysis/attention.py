@@ -1,0 +1,184 @@
+"""Average attention maps (paper Fig. 1e, Fig. 4, App. E.5): every layer's attention matrix averaged over inputs.
+
+The inputs are in-sample: fresh sequences of the checkpoint's own data distribution (grammar, depth ℓ, k_train),
+with one masked leaf per sequence at a random position for an MLM checkpoint (as in training) and none for a root
+classifier. Several checkpoints give a grid, one row per model (e.g. k_train = 0 … ℓ as in Fig. 4).
+
+Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``h`` heads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..sampling import sample_trees
+from ._common import (
+    as_checkpoint,
+    batches,
+    check_positive,
+    cli_error,
+    mask_one_position,
+    prepare_output,
+    pyplot,
+    save_figure,
+    write_json,
+)
+
+
+@dataclass
+class AttentionResult:
+    """Average attention of one checkpoint.
+
+    Attributes:
+        maps: (layers, heads, L, L) attention averaged over the inputs; ``maps[i, h, a, b]`` is how much position a
+            attends to position b in layer i (rows sum to 1).
+        checkpoint: the folder it came from.
+        task: ``"mlm"``, ``"root"`` or ``None``.
+        depth: ℓ.
+        filter_level: k_train.
+        num_samples: number of averaged inputs.
+        masked: whether one leaf per input was masked.
+    """
+
+    maps: np.ndarray
+    checkpoint: str
+    task: str | None
+    depth: int
+    filter_level: int
+    num_samples: int
+    masked: bool
+
+    @property
+    def label(self) -> str:
+        task = {"mlm": "MLM", "root": "root"}.get(self.task, "encoder")
+        return f"{task}, k_train={self.filter_level}"
+
+    def to_dict(self) -> dict:
+        return {
+            "checkpoint": self.checkpoint,
+            "task": self.task,
+            "depth": self.depth,
+            "filter_level": self.filter_level,
+            "num_samples": self.num_samples,
+            "masked": self.masked,
+            "maps": np.round(self.maps, 6),
+        }
+
+
+@torch.no_grad()
+def average_attention(
+    checkpoint,
+    *,
+    num_samples: int = 10_000,
+    seed: int = 20_240_602,
+    mask: bool | None = None,
+    batch_size: int = 512,
+    device="cpu",
+) -> AttentionResult:
+    """Every layer's attention matrix, averaged over ``num_samples`` in-sample inputs (10^4 in the paper).
+
+    Args:
+        checkpoint: a TreeLang checkpoint folder (any task) or a loaded checkpoint.
+        num_samples: inputs averaged over.
+        seed: seed of the inputs (and of the masked positions).
+        mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training.
+        batch_size: inference batch size.
+    """
+    ckpt = as_checkpoint(checkpoint, device=device)
+    num_samples = check_positive("num_samples", num_samples)
+    batch_size = check_positive("batch_size", batch_size)
+    masked = ckpt.task == "mlm" if mask is None else bool(mask)
+    leaves = sample_trees(ckpt.grammar, num_samples, ckpt.depth, ckpt.filter_level, seed=seed).leaves  # (n, L)
+    if masked:
+        leaves, _ = mask_one_position(leaves, ckpt.mask_token_id, seed + 1)
+    ids = torch.as_tensor(leaves, dtype=torch.long)
+    total = None
+    for part in batches(num_samples, batch_size):
+        out = ckpt.model(input_ids=ids[part].to(ckpt.device), output_attentions=True)
+        if not out.attentions or any(a is None for a in out.attentions):
+            raise ValueError(f"checkpoint {ckpt.describe()} returned no attention maps with output_attentions=True")
+        stacked = torch.stack([a.double().sum(0) for a in out.attentions]).cpu()  # (layers, h, L, L)
+        total = stacked if total is None else total + stacked
+    return AttentionResult(
+        maps=(total / num_samples).numpy(),
+        checkpoint=str(ckpt.path),
+        task=ckpt.task,
+        depth=ckpt.depth,
+        filter_level=ckpt.filter_level,
+        num_samples=num_samples,
+        masked=masked,
+    )
+
+
+def attention_grid(checkpoints, **kwargs) -> list:
+    """:func:`average_attention` of several checkpoints (rows of Fig. 4); all are validated before any runs."""
+    if not checkpoints:
+        raise ValueError("checkpoints must name at least one TreeLang checkpoint folder, got none")
+    loaded = [as_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
+    return [average_attention(c, **kwargs) for c in loaded]
+
+
+def plot_attention(results: list):
+    """One row per checkpoint, one panel per layer (heads averaged), as the paper's Fig. 4."""
+    plt = pyplot()
+    rows = len(results)
+    cols = max(r.maps.shape[0] for r in results)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols, 2.4 * rows + 0.3), squeeze=False)
+    for row, result in enumerate(results):
+        for layer in range(cols):
+            ax = axes[row][layer]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer >= result.maps.shape[0]:
+                ax.axis("off")
+                continue
+            ax.imshow(result.maps[layer].mean(0), cmap="viridis", vmin=0.0, interpolation="nearest")
+            if row == 0:
+                ax.set_title(f"layer {layer + 1}", fontsize=9)
+            if layer == 0:
+                ax.set_ylabel(result.label, fontsize=9)
+    fig.suptitle(f"Average attention over {results[0].num_samples} in-sample inputs", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(results: list, out_dir) -> dict:
+    """Write attention.png and attention.json (every map, per head) into ``out_dir``."""
+    out = prepare_output(out_dir)
+    paths = {"figure": save_figure(plot_attention(results), out / "attention.png")}
+    paths["json"] = write_json(out / "attention.json", {"models": [r.to_dict() for r in results]})
+    return paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-treelang attention",
+        description="Every layer's attention averaged over in-sample inputs (paper Fig. 4); several checkpoints "
+        "give a grid with one row per model. Writes attention.png and attention.json.",
+    )
+    parser.add_argument("checkpoints", nargs="+", help="one or more TreeLang checkpoint folders (rows of the grid)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--num-samples", type=int, default=10_000, help="inputs averaged over (default 10^4)")
+    parser.add_argument("--seed", type=int, default=20_240_602, help="seed of the inputs")
+    parser.add_argument("--mask", choices=["auto", "yes", "no"], default="auto",
+                        help="mask one leaf per input (auto: for MLM checkpoints only)")
+    parser.add_argument("--batch-size", type=int, default=512, help="inference batch size")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    mask = {"auto": None, "yes": True, "no": False}[args.mask]
+    try:
+        results = attention_grid(args.checkpoints, num_samples=args.num_samples, seed=args.seed, mask=mask,
+                                 batch_size=args.batch_size, device=args.device)
+    except (ValueError, TypeError) as error:
+        return cli_error("attention", error)
+    paths = write_outputs(results, args.out)
+    print(f"wrote {paths['figure']} and {paths['json']}")
+    return 0

@@ -1,0 +1,269 @@
+"""Calibration against the oracle (paper Fig. 1b, App. E.4): model probabilities vs exact BP marginals.
+
+For an MLM checkpoint the compared distribution is that of one masked leaf per sequence (at a random position, as
+in training); for a root-classification checkpoint it is the root. Two input sets are compared:
+
+* in-sample: fresh sequences drawn from the checkpoint's own data distribution (grammar, depth ℓ, k_train);
+* uniform: sequences of independent uniform symbols, far outside the training distribution.
+
+BP is BP_{k_train}, the oracle matched to the training data. Metrics per set: mean D_KL(BP ‖ model), argmax
+agreement, mean Spearman rank correlation of the q-vectors, and the accuracies of both against the true symbol.
+
+Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``q`` symbols.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..bp import BeliefPropagation
+from ..grammar import Grammar
+from ..sampling import sample_trees, uniform_sequences
+from ._common import (
+    as_checkpoint,
+    cli_error,
+    check_positive,
+    compare_distributions,
+    mask_one_position,
+    predict_probabilities,
+    prepare_output,
+    pyplot,
+    save_figure,
+    write_json,
+)
+
+INPUT_SETS = ("in_sample", "uniform")
+
+
+@dataclass
+class CalibrationSet:
+    """Model vs BP on one input set.
+
+    Attributes:
+        name: ``"in_sample"`` or ``"uniform"``.
+        model_probs: (n, q) model probabilities of the compared symbol.
+        bp_probs: (n, q) BP_{k_train} marginals of the same symbol.
+        targets: (n,) the true symbol (the masked leaf, or the root), -1 for uniform inputs (no accuracy there).
+        metrics: kl_mean, kl_median, argmax_match, spearman_mean, model_accuracy, bp_accuracy, num_sequences,
+            num_impossible (inputs of probability zero under BP_{k_train}, left out of every metric).
+    """
+
+    name: str
+    model_probs: np.ndarray
+    bp_probs: np.ndarray
+    targets: np.ndarray
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass
+class CalibrationResult:
+    """Output of :func:`calibrate`: the in-sample and uniform comparisons and the setting they were made in."""
+
+    task: str
+    depth: int
+    filter_level: int
+    num_symbols: int
+    sets: dict
+
+    @property
+    def in_sample(self) -> CalibrationSet:
+        return self.sets["in_sample"]
+
+    @property
+    def uniform(self) -> CalibrationSet:
+        return self.sets["uniform"]
+
+    def to_dict(self) -> dict:
+        return {
+            "task": self.task,
+            "depth": self.depth,
+            "filter_level": self.filter_level,
+            "num_symbols": self.num_symbols,
+            "sets": {name: s.metrics for name, s in self.sets.items()},
+        }
+
+
+def _accuracy(probs: np.ndarray, targets: np.ndarray) -> float | None:
+    known = targets >= 0
+    if not known.any():
+        return None
+    return float((probs[known].argmax(-1) == targets[known]).mean())
+
+
+def calibrate_predictor(
+    predict: Callable,
+    grammar: Grammar,
+    *,
+    task: str,
+    depth: int,
+    filter_level: int,
+    num_samples: int = 10_000,
+    seed: int = 20_240_601,
+) -> CalibrationResult:
+    """Compare any predictor with BP_{filter_level}; :func:`calibrate` wraps a checkpoint into ``predict``.
+
+    Args:
+        predict: ``predict(input_ids (n, L) int64, positions (n,) or None) -> (n, q)`` probabilities of the masked
+            leaf at ``positions`` (task ``"mlm"``, the mask id is q) or of the root (task ``"root"``, positions None).
+        grammar: the grammar of the data.
+        task: ``"mlm"`` or ``"root"``.
+        depth: ℓ.
+        filter_level: k_train, the data distribution of the in-sample set and the BP that is compared.
+        num_samples: sequences per input set (10^4 in the paper).
+        seed: seed of the inputs and mask positions (kept away from the training streams by default).
+    """
+    if task not in ("mlm", "root"):
+        raise ValueError(f"task must be 'mlm' or 'root', got {task!r}")
+    num_samples = check_positive("num_samples", num_samples)
+    q = grammar.vocab_size
+    bp = BeliefPropagation(grammar, depth, filter_level, on_impossible="flag")
+    trees = sample_trees(grammar, num_samples, depth, filter_level, seed=seed)
+    inputs = {"in_sample": trees.leaves, "uniform": uniform_sequences(q, num_samples, depth, seed=seed)}
+    sets = {}
+    for index, name in enumerate(INPUT_SETS):
+        leaves = inputs[name]  # (n, L)
+        rows = np.arange(num_samples)
+        if task == "mlm":
+            ids, positions = mask_one_position(leaves, q, seed + 1 + index)
+            result = bp.infer(ids)
+            bp_probs = result.leaves[torch.as_tensor(rows), torch.as_tensor(positions)].numpy()  # (n, q)
+            targets = leaves[rows, positions]
+        else:
+            ids, positions = leaves, None
+            result = bp.infer(ids, downward=False)
+            bp_probs = result.root.numpy()  # (n, q)
+            targets = trees.roots
+        if name == "uniform":
+            targets = np.full(num_samples, -1)  # a uniform input has no true root, and its leaves carry no signal
+        model_probs = np.asarray(predict(ids, positions), dtype=np.float64)
+        if model_probs.shape != (num_samples, q):
+            raise ValueError(f"predict must return shape ({num_samples}, {q}), got {model_probs.shape}")
+        possible = ~result.impossible.numpy()
+        comparison = compare_distributions(bp_probs[possible], model_probs[possible])
+        metrics = comparison.summary()
+        metrics.update(
+            model_accuracy=_accuracy(model_probs[possible], targets[possible]),
+            bp_accuracy=_accuracy(bp_probs[possible], targets[possible]),
+            num_sequences=int(num_samples),
+            num_impossible=int((~possible).sum()),
+        )
+        sets[name] = CalibrationSet(name, model_probs, bp_probs, np.asarray(targets), metrics)
+    return CalibrationResult(task=task, depth=depth, filter_level=filter_level, num_symbols=q, sets=sets)
+
+
+def calibrate(
+    checkpoint,
+    *,
+    task: str | None = None,
+    num_samples: int = 10_000,
+    seed: int = 20_240_601,
+    batch_size: int = 1024,
+    device="cpu",
+) -> CalibrationResult:
+    """Fig. 1b for a checkpoint: its probabilities vs BP marginals, in-sample and on uniform sequences.
+
+    Args:
+        checkpoint: a checkpoint folder (or a loaded :class:`~hf_treelang.analysis.Checkpoint`) of an MLM or a
+            root-classification model.
+        task: ``"mlm"`` (the masked symbol) or ``"root"``; ``None`` takes the checkpoint's own task. A task the
+            checkpoint was not trained for is an error.
+        num_samples: sequences per input set.
+        seed: seed of the inputs and mask positions.
+        batch_size: inference batch size.
+    """
+    ckpt = as_checkpoint(checkpoint, task=task, device=device)
+    if ckpt.task is None:
+        raise ValueError(
+            f"checkpoint {ckpt.describe()} has no task head; calibration needs an MLM (TreeLangForMaskedLM) or a "
+            "root-classification (TreeLangForSequenceClassification) checkpoint"
+        )
+    batch_size = check_positive("batch_size", batch_size)
+
+    def predict(ids, positions):
+        return predict_probabilities(ckpt, ids, positions, batch_size=batch_size)
+
+    return calibrate_predictor(
+        predict,
+        ckpt.grammar,
+        task=ckpt.task,
+        depth=ckpt.depth,
+        filter_level=ckpt.filter_level,
+        num_samples=num_samples,
+        seed=seed,
+    )
+
+
+_TITLES = {"in_sample": "in-sample inputs", "uniform": "uniform random inputs"}
+
+
+def plot_calibration(result: CalibrationResult):
+    """Scatter of model probability vs BP marginal, one panel per input set (Fig. 1b)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(result.sets), figsize=(4.2 * len(result.sets), 4.0), squeeze=False)
+    symbol = "masked leaf" if result.task == "mlm" else "root"
+    colors = plt.get_cmap("tab10")
+    for ax, (name, s) in zip(axes[0], result.sets.items()):
+        for a in range(result.num_symbols):
+            ax.scatter(s.bp_probs[:, a], s.model_probs[:, a], s=3, alpha=0.25, color=colors(a), label=f"symbol {a}",
+                       rasterized=True)
+        ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--")
+        m = s.metrics
+        ax.set_title(f"{_TITLES.get(name, name)}\nKL={m['kl_mean']:.3g}  match={m['argmax_match']:.3f}  "
+                     f"Spearman={m['spearman_mean']:.3f}", fontsize=9)
+        ax.set_xlabel(f"BP$_{{{result.filter_level}}}$ marginal of the {symbol}")
+        ax.set_ylabel("model probability")
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_aspect("equal")
+    axes[0][0].legend(fontsize=7, markerscale=3, loc="upper left")
+    fig.suptitle(f"Calibration ({'MLM' if result.task == 'mlm' else 'root classification'}, "
+                 f"ℓ={result.depth}, k={result.filter_level}, q={result.num_symbols})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(result: CalibrationResult, out_dir) -> dict:
+    """Write calibration.png and calibration.json into ``out_dir``; returns their paths."""
+    out = prepare_output(out_dir)
+    paths = {"figure": save_figure(plot_calibration(result), out / "calibration.png")}
+    paths["json"] = write_json(out / "calibration.json", result.to_dict())
+    return paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-treelang calibration",
+        description="Model probabilities vs exact BP marginals (paper Fig. 1b): masked leaf (MLM) or root, on "
+        "in-sample and uniform random sequences. Writes calibration.png and calibration.json.",
+    )
+    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (MLM or root classification)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--task", choices=["mlm", "root"], default=None,
+                        help="require this task (default: the checkpoint's own)")
+    parser.add_argument("--num-samples", type=int, default=10_000, help="sequences per input set (default 10^4)")
+    parser.add_argument("--seed", type=int, default=20_240_601, help="seed of the inputs and mask positions")
+    parser.add_argument("--batch-size", type=int, default=1024, help="inference batch size")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = calibrate(args.checkpoint, task=args.task, num_samples=args.num_samples, seed=args.seed,
+                             batch_size=args.batch_size, device=args.device)
+    except (ValueError, TypeError) as error:
+        return cli_error("calibration", error)
+    paths = write_outputs(result, args.out)
+    for name, s in result.sets.items():
+        m = s.metrics
+        print(f"{name:>9}: KL={m['kl_mean']:.4g}  argmax match={m['argmax_match']:.4f}  "
+              f"Spearman={m['spearman_mean']:.4f}  model acc={m['model_accuracy']}  BP acc={m['bp_accuracy']}")
+    print(f"wrote {paths['figure']} and {paths['json']}")
+    return 0
+

@@ -1,0 +1,267 @@
+"""Learning dynamics from a run's BP-KL history (paper Fig. 1c/d, Fig. 2b, Fig. 3a, App. E.4).
+
+The BP-KL training callback logs, at every evaluation, ``kl_bp_k{k}`` = mean D_KL(BP_k ‖ model) for every
+k = 0 … ℓ, ``acc_ktest{k}`` = the model's accuracy on test data of filter level k and ``bp_acc_ktest{k}`` = the
+accuracy of the matched oracle BP_{k_train} on the same data (keys may carry the Trainer's ``eval_`` prefix). This
+module turns that history into the KL-to-BP_k curves (the sequential alignment: BP_ℓ first, BP_0 last when
+k_train = 0) and the k_test accuracy "staircase" with the BP reference lines.
+
+A history is read from the callback's JSON file, from a ``trainer_state.json`` (its ``log_history``) or from a run
+folder holding either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ._common import cli_error, prepare_output, pyplot, save_figure, write_json
+
+_KL = re.compile(r"^(?:eval_)?kl_bp_k(\d+)$")
+_ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
+_BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
+_MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
+_SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
+_HISTORY_FILE_HINTS = ("bp_kl", "bpkl", "bp_history", "kl_history", "history")
+
+
+@dataclass
+class DynamicsResult:
+    """Curves of one run, evaluation by evaluation.
+
+    Attributes:
+        steps: (E,) optimisation step of each evaluation.
+        epochs: (E,) epoch of each evaluation (NaN where not logged).
+        kl: k_bp -> (E,) mean D_KL(BP_k ‖ model) on in-sample inputs.
+        accuracy: k_test -> (E,) the model's accuracy on test data of filter level k_test.
+        bp_accuracy: k_test -> the matched BP accuracy on the same data (the dashed reference lines).
+        match: k_bp -> (E,) argmax agreement with BP_k (App. E.4), when logged.
+        spearman: k_bp -> (E,) mean Spearman correlation with BP_k (App. E.4), when logged.
+        source: the file the history was read from.
+    """
+
+    steps: np.ndarray
+    epochs: np.ndarray
+    kl: dict
+    accuracy: dict
+    bp_accuracy: dict
+    match: dict = field(default_factory=dict)
+    spearman: dict = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def closest_bp(self) -> list:
+        """At each evaluation, the k whose BP_k the model is closest to (smallest KL); empty without KL curves."""
+        if not self.kl:
+            return []
+        ks = sorted(self.kl)
+        table = np.stack([self.kl[k] for k in ks])  # (K, E)
+        table = np.where(np.isfinite(table), table, np.inf)
+        return [ks[i] for i in table.argmin(0)]
+
+    @property
+    def alignment_sequence(self) -> list:
+        """The successive closest BP_k along training, repeats collapsed (e.g. [4, 3, 2, 1, 0] in Fig. 1c/d)."""
+        sequence = []
+        for k in self.closest_bp:
+            if not sequence or sequence[-1] != k:
+                sequence.append(k)
+        return sequence
+
+    def to_dict(self) -> dict:
+        def last(values):
+            finite = values[np.isfinite(values)]
+            return float(finite[-1]) if finite.size else None
+
+        return {
+            "source": self.source,
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "kl_bp": {f"k{k}": v for k, v in sorted(self.kl.items())},
+            "accuracy_ktest": {f"k{k}": v for k, v in sorted(self.accuracy.items())},
+            "bp_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.bp_accuracy.items())},
+            "match_bp": {f"k{k}": v for k, v in sorted(self.match.items())},
+            "spearman_bp": {f"k{k}": v for k, v in sorted(self.spearman.items())},
+            "final": {
+                "kl_bp": {f"k{k}": last(v) for k, v in sorted(self.kl.items())},
+                "accuracy_ktest": {f"k{k}": last(v) for k, v in sorted(self.accuracy.items())},
+            },
+            "closest_bp": self.closest_bp,
+            "alignment_sequence": self.alignment_sequence,
+        }
+
+
+def _entries(data) -> list | None:
+    """The list of logged dicts inside a history JSON document, or None if it holds none."""
+    if isinstance(data, list):
+        return [e for e in data if isinstance(e, dict)]
+    if isinstance(data, dict):
+        for key in ("log_history", "history", "evaluations", "entries", "records"):
+            if isinstance(data.get(key), list):
+                return [e for e in data[key] if isinstance(e, dict)]
+    return None
+
+
+def _has_curves(entry: dict) -> bool:
+    return any(_KL.match(key) or _ACC.match(key) for key in entry)
+
+
+def _read(path: Path) -> list | None:
+    try:
+        entries = _entries(json.loads(path.read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    if entries is None:
+        return None
+    entries = [e for e in entries if _has_curves(e)]
+    return entries or None
+
+
+def find_history(run) -> tuple[Path, list]:
+    """Locate and read the BP-KL history of a run folder (or a JSON file); errors name what was expected."""
+    expected = ("a BP-KL history: the JSON file written by the BP-KL callback, a trainer_state.json, or a run folder "
+                "holding one, with entries that log kl_bp_k<k> / acc_ktest<k>")
+    if run is None or str(run) == "":
+        raise ValueError(f"run must be {expected}, got {run!r}")
+    path = Path(run)
+    if not path.exists():
+        raise ValueError(f"run {str(path)!r} does not exist; expected {expected}")
+    if path.is_file():
+        entries = _read(path)
+        if entries is None:
+            raise ValueError(f"run {str(path)!r} holds no BP-KL curves; expected {expected}")
+        return path, entries
+    candidates = sorted(path.glob("*.json"))
+    candidates.sort(key=lambda p: (not any(h in p.name.lower() for h in _HISTORY_FILE_HINTS),
+                                   p.name != "trainer_state.json", p.name))
+    for candidate in candidates:
+        entries = _read(candidate)
+        if entries is not None:
+            return candidate, entries
+    contents = "it is empty" if not any(path.iterdir()) else f"none of its {len(candidates)} JSON files has them"
+    raise ValueError(f"run {str(path)!r}: {contents}; expected {expected}")
+
+
+def learning_dynamics(run) -> DynamicsResult:
+    """Read a run's BP-KL history into curves (see :class:`DynamicsResult`)."""
+    source, entries = find_history(run)
+    # Several log lines may share a step (the Trainer logs eval metrics and the callback logs its own): merge them.
+    merged: dict = {}
+    for index, entry in enumerate(entries):
+        step = entry.get("step", entry.get("global_step", index))
+        merged.setdefault(int(step), {}).update(entry)
+    steps = np.array(sorted(merged), dtype=np.int64)
+    rows = [merged[s] for s in steps]
+
+    def series(pattern) -> dict:
+        found = {}
+        for key in sorted({k for row in rows for k in row}):
+            match = pattern.match(key)
+            if match:
+                found[int(match.group(1))] = np.array([float(row[key]) if row.get(key) is not None else np.nan for row in rows])
+        return found
+
+    bp_accuracy = {}
+    for k, values in series(_BP_ACC).items():
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            bp_accuracy[k] = float(finite[-1])
+    epochs = np.array([float(row["epoch"]) if row.get("epoch") is not None else np.nan for row in rows])
+    return DynamicsResult(
+        steps=steps,
+        epochs=epochs,
+        kl=series(_KL),
+        accuracy=series(_ACC),
+        bp_accuracy=bp_accuracy,
+        match=series(_MATCH),
+        spearman=series(_SPEARMAN),
+        source=str(source),
+    )
+
+
+def _color(plt, k: int, k_max: int):
+    """BP_0 black, then light green (k=1) to purple (k=ℓ), as the paper's Fig. 1c/d."""
+    if k == 0:
+        return "black"
+    return plt.get_cmap("viridis_r")(0.15 + 0.85 * (k - 1) / max(1, k_max - 1))
+
+
+def plot_dynamics(result: DynamicsResult, title: str = ""):
+    """KL-to-BP_k curves and the k_test accuracy staircase (plus argmax agreement and Spearman when logged)."""
+    plt = pyplot()
+    panels = [p for p in ("kl", "accuracy", "match", "spearman") if getattr(result, p)]
+    if not panels:
+        raise ValueError(f"history {result.source!r} has no curves to plot")
+    cols = 2 if len(panels) == 4 else len(panels)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.8 * rows), squeeze=False)
+    x = np.where(result.steps > 0, result.steps, 0.5)  # step 0 (before training) drawn at 0.5 on the log axis
+    k_max = max([*result.kl, *result.accuracy, 1])
+    for ax, panel in zip(axes.flat, panels):
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (step 0 at 0.5)")
+        if panel == "kl":
+            for k, values in sorted(result.kl.items()):
+                ax.plot(x, values, marker=".", color=_color(plt, k, k_max), label=f"BP$_{{{k}}}$")
+            ax.set_yscale("log")
+            ax.set_ylabel("mean $D_{KL}$(BP$_k$ ‖ model)")
+            ax.set_title("alignment with BP$_k$ (Fig. 1c/d)", fontsize=9)
+        elif panel == "accuracy":
+            for k, values in sorted(result.accuracy.items()):
+                color = _color(plt, k, k_max)
+                ax.plot(x, values, marker=".", color=color, label=f"$k_{{test}}$={k}")
+                if k in result.bp_accuracy:
+                    ax.axhline(result.bp_accuracy[k], color=color, ls="--", lw=0.9)
+            ax.set_ylabel("test accuracy (dashed: BP)")
+            ax.set_title("accuracy per $k_{test}$ (Fig. 2b, 3a)", fontsize=9)
+        else:
+            for k, values in sorted(getattr(result, panel).items()):
+                ax.plot(x, values, marker=".", color=_color(plt, k, k_max), label=f"BP$_{{{k}}}$")
+            what = "argmax agreement" if panel == "match" else "mean Spearman correlation"
+            ax.set_ylabel(f"{what} with BP$_k$")
+            ax.set_title(f"{what} (App. E.4)", fontsize=9)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(result: DynamicsResult, out_dir, *, name: str = "dynamics", title: str = "") -> dict:
+    """Write <name>.png and <name>.json into ``out_dir``."""
+    fig = plot_dynamics(result, title)
+    out = prepare_output(out_dir)
+    paths = {"figure": save_figure(fig, out / f"{name}.png")}
+    paths["json"] = write_json(out / f"{name}.json", result.to_dict())
+    return paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-treelang dynamics",
+        description="KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines "
+        "(Fig. 2b, 3a) from a run's BP-KL history. Writes dynamics.png and dynamics.json.",
+    )
+    parser.add_argument("run", help="a training output folder, its trainer_state.json, or the BP-KL history JSON")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--name", default="dynamics", help="base name of the output files")
+    parser.add_argument("--title", default="", help="figure title")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = learning_dynamics(args.run)
+        paths = write_outputs(result, args.out, name=args.name, title=args.title)
+    except (ValueError, TypeError) as error:
+        return cli_error("dynamics", error)
+    print(f"read {result.source}: {len(result.steps)} evaluations; closest BP_k along training: "
+          f"{result.alignment_sequence}")
+    print(f"wrote {paths['figure']} and {paths['json']}")
+    return 0

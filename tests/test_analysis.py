@@ -1,0 +1,237 @@
+"""The paper's analyses (hf_treelang.analysis) on tiny randomly initialised checkpoints: numbers and files."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForMaskedLM, TreeLangForSequenceClassification
+from hf_treelang.analysis import attention, calibration, dynamics, probing, sample_complexity
+from hf_treelang.analysis._common import compare_distributions, load_checkpoint
+from hf_treelang.sampling import sample_trees
+
+DEPTH, Q = 3, 4
+
+
+def _save(folder, head, filter_level=0, seed=0):
+    torch.manual_seed(seed)
+    config = TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH, filter_level=filter_level, hidden_size=32,
+                                      num_hidden_layers=2, intermediate_size=64, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0)
+    head(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {
+        "mlm": _save(root / "mlm", TreeLangForMaskedLM),
+        "root": _save(root / "root", TreeLangForSequenceClassification),
+        "mlm_k2": _save(root / "mlm_k2", TreeLangForMaskedLM, filter_level=2, seed=1),
+    }
+
+
+def test_bp_compared_with_itself_has_zero_kl_and_perfect_agreement():
+    grammar = Grammar.random(Q, 1.0, 0)
+    leaves = sample_trees(grammar, 200, DEPTH, 0, seed=3).leaves.copy()
+    leaves[:, 2] = Q  # mask one leaf
+    marginals = BeliefPropagation(grammar, DEPTH, 0).leaf_marginals(leaves)[:, 2].numpy()
+    comparison = compare_distributions(marginals, marginals)
+    assert np.all(comparison.kl == 0.0)
+    assert comparison.argmax_match.all()
+    finite = np.isfinite(comparison.spearman)
+    assert finite.any() and np.allclose(comparison.spearman[finite], 1.0)
+
+
+@pytest.mark.parametrize("task, filter_level", [("mlm", 0), ("mlm", 2), ("root", 1)])
+def test_a_predictor_that_outputs_bp_is_perfectly_calibrated(task, filter_level):
+    grammar = Grammar.random(Q, 1.0, 0)
+    bp = BeliefPropagation(grammar, DEPTH, filter_level, on_impossible="flag")
+
+    def predict(ids, positions):
+        if task == "root":
+            return bp.root_marginals(ids).numpy()
+        return bp.leaf_marginals(ids)[torch.arange(len(ids)), torch.as_tensor(positions)].numpy()
+
+    result = calibration.calibrate_predictor(predict, grammar, task=task, depth=DEPTH, filter_level=filter_level,
+                                             num_samples=300, seed=5)
+    for name in ("in_sample", "uniform"):
+        metrics = result.sets[name].metrics
+        assert metrics["kl_mean"] < 1e-12
+        assert metrics["argmax_match"] == 1.0
+        assert metrics["model_accuracy"] == metrics["bp_accuracy"]
+    if task == "root" and filter_level == 0:
+        assert result.in_sample.metrics["bp_accuracy"] == 1.0  # the full hierarchy determines its root
+
+
+def test_calibration_command_writes_scatter_and_sane_metrics(checkpoints, tmp_path):
+    out = tmp_path / "calibration"
+    assert calibration.main([str(checkpoints["mlm"]), "--out", str(out), "--num-samples", "300"]) == 0
+    assert (out / "calibration.png").stat().st_size > 1000
+    report = json.loads((out / "calibration.json").read_text())
+    assert report["task"] == "mlm" and report["depth"] == DEPTH
+    for metrics in report["sets"].values():
+        assert metrics["kl_mean"] > 0  # a random model is not BP
+        assert 0.0 <= metrics["argmax_match"] <= 1.0
+        assert -1.0 <= metrics["spearman_mean"] <= 1.0
+        assert metrics["num_sequences"] == 300
+
+
+def test_calibration_is_deterministic(checkpoints):
+    first = calibration.calibrate(checkpoints["root"], num_samples=200, seed=9).to_dict()
+    second = calibration.calibrate(checkpoints["root"], num_samples=200, seed=9).to_dict()
+    assert first == second
+
+
+def test_masked_symbol_calibration_of_a_root_classifier_is_refused_before_writing(checkpoints, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert calibration.main([str(checkpoints["root"]), "--out", str(out), "--task", "mlm"]) == 2
+    error = capsys.readouterr().err
+    assert "root classification" in error and "TreeLangForMaskedLM" in error
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "not_treelang"])
+def test_every_analysis_names_what_it_expected_for_a_bad_folder(kind, tmp_path, capsys):
+    folder = tmp_path / "ckpt"
+    if kind != "missing":
+        folder.mkdir()
+    if kind == "not_treelang":
+        (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    out = tmp_path / "out"
+    for module in (calibration, attention, probing):
+        assert module.main([str(folder), "--out", str(out)]) == 2
+        error = capsys.readouterr().err
+        assert "TreeLang checkpoint folder" in error and str(folder) in error
+    assert not out.exists()
+    with pytest.raises(ValueError, match="config.json|does not exist|model_type"):
+        load_checkpoint(folder)
+
+
+def test_average_attention_rows_sum_to_one_with_one_row_per_model(checkpoints, tmp_path):
+    out = tmp_path / "attention"
+    code = attention.main([str(checkpoints["mlm"]), str(checkpoints["mlm_k2"]), "--out", str(out),
+                           "--num-samples", "200"])
+    assert code == 0
+    assert (out / "attention.png").stat().st_size > 1000
+    models = json.loads((out / "attention.json").read_text())["models"]
+    assert [m["filter_level"] for m in models] == [0, 2]
+    for model in models:
+        maps = np.array(model["maps"])
+        assert maps.shape == (2, 1, 2**DEPTH, 2**DEPTH)  # (layers, heads, L, L)
+        assert np.all(maps >= 0)
+        assert np.allclose(maps.sum(-1), 1.0, atol=1e-5)
+        assert model["masked"] is True  # MLM inputs carry one mask, as in training
+
+
+def test_probe_reads_the_leaf_symbol_off_the_embedding_and_reports_probabilities(checkpoints, tmp_path):
+    result = probing.probe(checkpoints["mlm"], levels=[0, 2, 3], num_train=256, num_test=128, epochs=8,
+                           batch_size=32, learning_rate=3e-3, seed=1, progress=False)
+    assert result.accuracy.shape == (3, 3)  # (embedding + 2 layers, levels)
+    assert np.all((result.accuracy >= 0) & (result.accuracy <= 1))
+    assert result.accuracy[0, 2] > 0.95  # level ℓ is the token itself: its embedding identifies it
+    assert np.allclose(result.bp_accuracy[2], 1.0)  # an observed leaf is known exactly
+    paths = probing.write_outputs(result, tmp_path)
+    saved = json.loads(paths["json"].read_text())
+    assert saved["levels"] == [0, 2, 3] and np.array(saved["accuracy"]).shape == (3, 3)
+    assert paths["figure"].stat().st_size > 1000
+
+
+def test_probe_on_first_and_last_positions_writes_its_own_files(checkpoints, tmp_path):
+    code = probing.main([str(checkpoints["mlm"]), "--out", str(tmp_path), "--positions", "ends", "--num-train",
+                         "64", "--num-test", "32", "--epochs", "1"])
+    assert code == 0
+    saved = json.loads((tmp_path / "probe_ends.json").read_text())
+    assert saved["positions"] == "ends" and saved["levels"] == [0, 1, 2]
+
+
+def test_probe_levels_the_data_do_not_have_are_refused(checkpoints, tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"level 4 is outside \[0, depth=3\]"):
+        probing.probe(checkpoints["mlm"], levels=[4], num_train=8, num_test=8, epochs=1)
+    # data of filter level 2 have no level 1; the model trained on them probes its own data by default
+    assert probing.main([str(checkpoints["mlm_k2"]), "--out", str(tmp_path / "x"), "--levels", "1"]) == 2
+    assert "no level 1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert probing.check_levels(None, DEPTH, 2) == [0, 2]
+
+
+def test_ancestor_labels_follow_the_tree():
+    trees = sample_trees(Grammar.random(Q, 1.0, 0), 50, DEPTH, 0, seed=2)
+    labels = probing.ancestor_labels(trees, [0, 1, DEPTH])  # (n, L, 3)
+    assert np.array_equal(labels[..., 0], np.repeat(trees.roots[:, None], 2**DEPTH, 1))
+    assert np.array_equal(labels[..., 1][:, : 2 ** (DEPTH - 1)], np.repeat(trees.levels[1][:, :1], 4, 1))
+    assert np.array_equal(labels[..., 2], trees.leaves)
+
+
+def _history(prefix=""):
+    """Synthetic BP-KL log: the model is closest to BP_2, then BP_1, then BP_0, as in Fig. 1c/d."""
+    centre = {2: 0, 1: 1, 0: 2}
+    entries = []
+    for t in range(3):
+        entry = {"step": 10**t, "epoch": float(t)}
+        for k in range(3):
+            entry[f"{prefix}kl_bp_k{k}"] = 0.1 + abs(centre[k] - t)
+            entry[f"{prefix}acc_ktest{k}"] = 0.3 + 0.2 * t
+            entry[f"{prefix}bp_acc_ktest{k}"] = 0.9
+            entry[f"{prefix}match_bp_k{k}"] = 1.0 / (1.0 + abs(centre[k] - t))
+        entries.append(entry)
+    return entries
+
+
+def test_dynamics_finds_the_sequential_alignment_and_writes_curves(tmp_path):
+    (tmp_path / "run").mkdir()
+    state = {"log_history": [{"step": 1, "loss": 2.0}, *_history("eval_")]}
+    (tmp_path / "run" / "trainer_state.json").write_text(json.dumps(state))
+    assert dynamics.main([str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "dynamics.json").read_text())
+    assert saved["alignment_sequence"] == [2, 1, 0]
+    assert saved["steps"] == [1, 10, 100]
+    assert saved["bp_accuracy_ktest"] == {"k0": 0.9, "k1": 0.9, "k2": 0.9}
+    assert (tmp_path / "out" / "dynamics.png").stat().st_size > 1000
+
+
+def test_dynamics_refuses_a_folder_without_history(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "other.json").write_text(json.dumps({"loss": 1}))
+    assert dynamics.main([str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
+    assert "kl_bp_k" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dynamics_reads_the_callback_history_file_of_a_run_folder(tmp_path):
+    (tmp_path / "eval_history.json").write_text(json.dumps({"history": _history("eval_")}))
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    result = dynamics.learning_dynamics(tmp_path)
+    assert result.source.endswith("eval_history.json")
+    assert sorted(result.kl) == sorted(result.match) == [0, 1, 2]
+    assert result.closest_bp == [2, 1, 0]
+    assert list(result.match[0]) == [1 / 3, 1 / 2, 1.0]
+
+
+def test_sample_complexity_runs_three_arms_per_size_from_the_mlm_checkpoint(checkpoints, tmp_path):
+    specs = []
+
+    def fake_train(spec):
+        specs.append(spec)
+        return {"accuracy": min(1.0, spec.num_train / 512), "bp_accuracy": 1.0}
+
+    result = sample_complexity.sample_complexity_sweep(checkpoints["mlm"], [64, 256], tmp_path / "runs",
+                                                       train=fake_train, progress=False)
+    assert [(s.num_train, s.init_from is not None, s.freeze_encoder) for s in specs] == [
+        (64, False, False), (64, True, True), (64, True, False), (256, False, False), (256, True, True),
+        (256, True, False)]
+    assert all(s.task == "root" and s.depth == DEPTH and s.k_tests == (0,) for s in specs)
+    assert result.accuracy == {"scratch": [0.125, 0.5], "frozen": [0.125, 0.5], "finetuned": [0.125, 0.5]}
+    paths = sample_complexity.write_outputs(result, tmp_path)
+    assert json.loads(paths["json"].read_text())["sizes"] == [64, 256]
+    assert paths["figure"].stat().st_size > 1000
+
+
+def test_sample_complexity_needs_an_mlm_checkpoint_and_sizes(checkpoints, tmp_path, capsys):
+    assert sample_complexity.main([str(checkpoints["root"]), "--out", str(tmp_path / "x")]) == 2
+    assert "TreeLangForMaskedLM" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="sizes"):
+        sample_complexity.sample_complexity_sweep(checkpoints["mlm"], [], tmp_path / "y", train=lambda s: {})
