@@ -1,0 +1,102 @@
+"""Every command and code block of the README runs, at a tiny size, so that the README cannot rot.
+
+The shell commands run in the README's order (training first, then the analyses of its outputs) in a temporary
+working directory, each with the extra arguments of ``TINY`` that shrink data, model and steps. A README command
+without an entry in ``TINY`` fails the test: a new command must come with its tiny variant.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+TRAIN = (
+    "--num_train 64 --num_eval 32 --num_test 32 --k_test 0 4 --hidden_size 16 --intermediate_size 32 "
+    "--max_steps 4 --num_evaluations 1 --num_checkpoints 1 --report_to none --disable_tqdm true"
+)
+TINY = {
+    "accelerate launch training/run_mlm.py": TRAIN,
+    "python training/run_root.py": TRAIN,
+    "python training/run_finetune.py --model_name_or_path outputs/run_mlm --freeze_encoder true": TRAIN,
+    "hf-treelang calibration outputs/run_mlm --out figures/calibration": "--num-samples 64",
+    "hf-treelang attention outputs/run_mlm --out figures/attention": "--num-samples 64",
+    "hf-treelang probe outputs/run_mlm --out figures/probe": "--num-train 64 --num-test 32 --epochs 1",
+    "hf-treelang dynamics outputs/run_mlm --out figures/dynamics": "",
+    "hf-treelang sample-complexity outputs/run_mlm --out figures/sample_complexity": (
+        "--sizes 32 --epochs 1 --num-test 32 --arms scratch frozen"
+    ),
+    "hf-treelang reproduce --preset quick outputs/reproduction": "--preset tiny --no-progress",
+}
+SET_UP = ("python -m pip install", "HF_HUB_OFFLINE=1")
+
+
+def code_blocks(language):
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def readme_commands():
+    commands = []
+    for block in code_blocks("bash"):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith(SET_UP):
+                commands.append(line)
+    return commands
+
+
+def test_set_up_is_the_two_commands_of_ci():
+    set_up = [line for block in code_blocks("bash") for line in block.splitlines() if line.startswith(SET_UP)]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith(("python", "HF_"))]
+    assert len(set_up) == 2
+    assert [line.split("python -m pytest")[0] + "python -m pytest" for line in set_up[1:]] == [
+        line.split("python -m pytest")[0] + "python -m pytest" for line in ci[1:]
+    ]
+    assert set_up[0] == ci[0]
+
+
+def test_every_readme_command_has_a_tiny_variant():
+    missing = [command for command in readme_commands() if command not in TINY]
+    assert not missing, f"README commands without a tiny variant in tests/test_readme.py: {missing}"
+
+
+def _run(command, cwd, env):
+    argv = shlex.split(command)
+    if argv[0] == "hf-treelang":
+        argv = [sys.executable, "-m", "hf_treelang.cli", *argv[1:]]
+    elif argv[:2] == ["accelerate", "launch"]:
+        argv = [sys.executable, "-m", "accelerate.commands.launch", *argv[2:]]
+    elif argv[0] == "python":
+        argv = [sys.executable, *argv[1:]]
+    argv = [str(ROOT / a) if a.startswith("training/") else a for a in argv]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_readme_commands_run_at_a_tiny_size(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    for command in readme_commands():
+        tiny = f"{command} {TINY[command]}".strip()
+        if "--preset quick" in tiny and "--preset tiny" in tiny:
+            tiny = tiny.replace("--preset quick ", "")
+        done = _run(tiny, tmp_path, env)
+        assert done.returncode == 0, f"{tiny}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    outputs = tmp_path / "outputs"
+    assert (outputs / "run_mlm" / "config.json").is_file() and (outputs / "run_root" / "config.json").is_file()
+    assert (outputs / "run_finetune" / "model.safetensors").is_file()
+    for name in ("calibration", "attention", "probe", "dynamics", "sample_complexity"):
+        assert list((tmp_path / "figures" / name).glob("*.png")), name
+    assert (outputs / "reproduction" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("index", range(len(code_blocks("python"))))
+def test_readme_python_blocks_run(index, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    exec(compile(code_blocks("python")[index], f"README.md python block {index}", "exec"), {})
