@@ -52,10 +52,16 @@ class BPResult:
     levels: list | None = None
 
 
-def _normalise(message: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _normalise_with_log(message: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (message / Σ message, log Σ message) over the last axis; a zero message stays zero (log -inf)."""
     total = message.sum(-1, keepdim=True)
     return message / torch.where(total > 0, total, 1.0), torch.log(total.squeeze(-1))
+
+
+def _normalise(message: torch.Tensor) -> torch.Tensor:
+    """message / Σ message over the last axis; a zero message stays zero."""
+    total = message.sum(-1, keepdim=True)
+    return message / torch.where(total > 0, total, 1.0)
 
 
 class BeliefPropagation:
@@ -194,13 +200,13 @@ class BeliefPropagation:
             left, right = upward[m + 1][:, 0::2], upward[m + 1][:, 1::2]  # (n, 2**m, q)
             # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]
             outer = (left[..., :, None] * right[..., None, :]).reshape(n, 1 << m, q * q)  # (n, 2**m, q*q)
-            message, log_norm = _normalise(outer @ tables.M_flat_t)  # (n, 2**m, q)
+            message, log_norm = _normalise_with_log(outer @ tables.M_flat_t)  # (n, 2**m, q)
             upward[m] = message
             log_scale = log_scale[:, 0::2] + log_scale[:, 1::2] + log_norm
 
         # Filtered part: every level-k node talks to the root through its path factor P_k.
         # to_root[j, a] ∝ Σ_b P_k[a,b,j] upward_k[j, b]
-        to_root, log_norm = _normalise(torch.einsum("jab,njb->nja", tables.paths, upward[k]))  # (n, 2**k, q)
+        to_root, log_norm = _normalise_with_log(torch.einsum("jab,njb->nja", tables.paths, upward[k]))  # (n, 2**k, q)
         log_scale = log_scale + log_norm
         log_to_root = torch.log(to_root)  # (n, 2**k, q), entries <= 0
         log_root = tables.log_prior + log_to_root.sum(1)  # (n, q)
@@ -219,21 +225,33 @@ class BeliefPropagation:
         # (exact even when some to_root entries are zero).
         from_root = torch.softmax(tables.log_prior + _exclusive_sum(log_to_root), -1)  # (n, 2**k, q)
         # downward_k[j, b] ∝ Σ_a P_k[a,b,j] from_root[j, a]
-        downward = _normalise(torch.einsum("jab,nja->njb", tables.paths, from_root))[0]  # (n, 2**k, q)
+        downward = _normalise(torch.einsum("jab,nja->njb", tables.paths, from_root))  # (n, 2**k, q)
 
         levels = [None] * (l + 1)
         levels[0] = root[:, None, :]
         if k > 0:
-            levels[k] = _normalise(downward * upward[k])[0]
+            levels[k] = _normalise(downward * upward[k])
         for m in range(k, l):
-            left, right = upward[m + 1][:, 0::2], upward[m + 1][:, 1::2]  # (n, 2**m, q)
             # joint[b, c] = Σ_a downward[a] M[a,b,c], shared by both children:
             # downward_left[b] ∝ Σ_c joint[b,c] right[c];  downward_right[c] ∝ Σ_b joint[b,c] left[b]
             joint = (downward @ tables.M_flat).reshape(n, 1 << m, q, q)  # (n, 2**m, q, q)
-            down_left = _normalise((joint * right[..., None, :]).sum(-1))[0]  # (n, 2**m, q)
-            down_right = _normalise((joint * left[..., :, None]).sum(-2))[0]  # (n, 2**m, q)
-            downward = torch.stack([down_left, down_right], 2).reshape(n, 2 << m, q)  # (n, 2**(m+1), q)
-            levels[m + 1] = _normalise(downward * upward[m + 1])[0]
+            downward = torch.empty(n, 2 << m, q, dtype=self.dtype, device=ids.device)  # (n, 2**(m+1), q)
+            if m + 1 < l:
+                left, right = upward[m + 1][:, 0::2], upward[m + 1][:, 1::2]  # (n, 2**m, q)
+                downward[:, 0::2] = _normalise((joint * right[..., None, :]).sum(-1))
+                downward[:, 1::2] = _normalise((joint * left[..., :, None]).sum(-2))
+                levels[m + 1] = _normalise(downward * upward[m + 1])
+            else:
+                # Children are leaves, whose evidence is one-hot (a lookup in joint) or, if masked, all ones (a sum).
+                left_ids, right_ids = ids[:, 0::2], ids[:, 1::2]  # (n, 2**m)
+                picked = torch.gather(joint, 3, right_ids.clamp(max=q - 1)[..., None, None].expand(-1, -1, q, 1))
+                summed = joint.sum(-1)  # (n, 2**m, q)
+                downward[:, 0::2] = _normalise(torch.where((right_ids == q)[..., None], summed, picked[..., 0]))
+                picked = torch.gather(joint, 2, left_ids.clamp(max=q - 1)[..., None, None].expand(-1, -1, 1, q))
+                summed = joint.sum(-2)  # (n, 2**m, q)
+                downward[:, 1::2] = _normalise(torch.where((left_ids == q)[..., None], summed, picked[..., 0, :]))
+                # An observed leaf's posterior is its one-hot evidence, a masked leaf's its downward message.
+                levels[l] = torch.where((ids == q)[..., None], downward, upward[l])
         if any_impossible:
             uniform = torch.full_like(root[0], 1.0 / q)
             levels = [None if lv is None else torch.where(impossible[:, None, None], uniform, lv) for lv in levels]
@@ -281,4 +299,4 @@ class _GrammarTensors:
         with_masks = np.concatenate([grammar.M, grammar.M.sum(1, keepdims=True)], 1)  # (q, q+1, q)
         with_masks = np.concatenate([with_masks, with_masks.sum(2, keepdims=True)], 2)  # (q, q+1, q+1)
         pair = as_tensor(with_masks.transpose(1, 2, 0).reshape((q + 1) ** 2, q))  # ((q+1)**2, q)
-        self.pair_message, self.pair_log_norm = _normalise(pair)
+        self.pair_message, self.pair_log_norm = _normalise_with_log(pair)
