@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,5 +99,5 @@ def test_readme_commands_run_at_a_tiny_size(tmp_path):
 @pytest.mark.parametrize("index", range(len(code_blocks("python"))))
 def test_readme_python_blocks_run(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # read at call time
     exec(compile(code_blocks("python")[index], f"README.md python block {index}", "exec"), {})

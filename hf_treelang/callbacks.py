@@ -1,0 +1,285 @@
+"""Trainer callbacks: the network against the exact BP oracle during training (paper Fig. 1c/1d, 2b, 3a, App. E.4).
+
+* :class:`BPKLCallback` — at every evaluation, on fixed held-out inputs whose BP targets are computed once in
+  ``on_train_begin``: mean D_KL(BP_k || model) for every k in 0..ℓ on in-sample inputs (``eval_kl_bp_k{k}``), argmax
+  agreement and Spearman correlation with every BP_k (``eval_match_bp_k{k}``, ``eval_spearman_bp_k{k}``, and the
+  matched BP_{k_train} as ``eval_match_bp`` / ``eval_spearman_bp``), and for every k_test set the network's accuracy
+  and the matched BP_{k_train} accuracy on the same inputs (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``).
+* :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
+* :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
+
+Why ``trainer.log``: in transformers 5, ``Trainer.evaluate`` appends its metrics to ``state.log_history`` and calls
+``on_log`` (TensorBoard, JSON) *before* ``on_evaluate``, so keys a callback adds to ``metrics`` in ``on_evaluate``
+reach neither. :class:`BPKLCallback` therefore logs its keys itself through ``Trainer.log`` (bound with
+:meth:`BPKLCallback.attach`), which appends them to ``state.log_history`` (hence ``trainer_state.json`` and resumed
+runs) and dispatches them to every ``on_log`` (hence TensorBoard); it also adds them to the ``metrics`` dict that
+``Trainer.evaluate`` returns.
+
+Glossary: ``n`` inputs, ``l`` depth (ℓ), ``q`` symbols, ``k`` filter level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from .bp import BeliefPropagation
+from .collator import mask_single_leaf
+from .grammar import Grammar, check_int
+from .metrics import accuracy, compare_with_bp, log_probabilities
+
+TASKS = ("root", "mlm")
+
+
+@dataclass
+class BPTargets:
+    """Fixed held-out inputs of :class:`BPKLCallback` and their BP targets (computed once).
+
+    Attributes:
+        in_sample_inputs: (n, 2**ℓ) int64 model inputs of the training distribution (one masked leaf for MLM).
+        in_sample_positions: (n,) masked position per input (MLM) or ``None`` (root classification).
+        marginals: ``marginals[k]`` (n, q) float64, BP_k's distribution of the predicted variable, k = 0..ℓ.
+        test_inputs: ``test_inputs[k_test]`` (n_k, 2**ℓ) int64 inputs of the k_test set.
+        test_positions: ``test_positions[k_test]`` (n_k,) masked positions (MLM) or ``None``.
+        test_labels: ``test_labels[k_test]`` (n_k,) the true symbol (root or masked leaf).
+        bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test set.
+    """
+
+    in_sample_inputs: torch.Tensor
+    in_sample_positions: torch.Tensor | None
+    marginals: dict
+    test_inputs: dict = field(default_factory=dict)
+    test_positions: dict = field(default_factory=dict)
+    test_labels: dict = field(default_factory=dict)
+    bp_accuracy: dict = field(default_factory=dict)
+
+
+def _mask_positions(n: int, n_leaves: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, n_leaves, (n,), generator=torch.Generator().manual_seed(seed))  # (n,)
+
+
+def _predicted_marginals(bp: BeliefPropagation, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+    """BP distribution of the predicted variable: the root, or the masked leaf at ``positions``. (n, q)."""
+    if positions is None:
+        return bp.root_marginals(inputs)
+    leaves = bp.leaf_marginals(inputs)  # (n, 2**l, q)
+    return leaves[torch.arange(inputs.shape[0]), positions]
+
+
+class BPKLCallback(TrainerCallback):
+    """Compare the network with the exact BP_k oracles at every evaluation.
+
+    Args:
+        grammar: the grammar of the data.
+        depth: ℓ.
+        k_train: the filter level of the training data (the matched BP).
+        task: ``"root"`` (root classification: the prediction is the root) or ``"mlm"`` (one masked leaf).
+        in_sample_leaves: (n, 2**ℓ) held-out sequences drawn like the training data (k = k_train); the KL curves
+            are computed on them.
+        test_sets: ``{k_test: (leaves (n_k, 2**ℓ), roots (n_k,))}`` held-out sets of other filter levels; the roots
+            are only used by the root task (the MLM label is the masked leaf).
+        seed: seed of the fixed masked positions (MLM).
+        batch_size: inputs per forward pass of the network.
+
+    Use :meth:`attach` to add the callback to a ``Trainer`` (it needs ``Trainer.log``, see the module docstring).
+    """
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        depth: int,
+        k_train: int,
+        task: str,
+        in_sample_leaves,
+        test_sets: dict | None = None,
+        *,
+        seed: int = 0,
+        batch_size: int = 1024,
+    ):
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        self.grammar = grammar
+        self.depth = check_int("depth", depth, 1)
+        self.k_train = check_int("k_train", k_train, 0, self.depth)
+        self.task = task
+        self.in_sample_leaves = torch.as_tensor(np.asarray(in_sample_leaves), dtype=torch.int64)  # (n, 2**l)
+        self.test_sets = {}
+        for k_test, (leaves, roots) in (test_sets or {}).items():
+            check_int("k_test", k_test, 0, self.depth)
+            self.test_sets[int(k_test)] = (
+                torch.as_tensor(np.asarray(leaves), dtype=torch.int64),
+                torch.as_tensor(np.asarray(roots), dtype=torch.int64),
+            )
+        self.seed = check_int("seed", seed, 0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.targets: BPTargets | None = None
+        self.trainer = None
+
+    def attach(self, trainer) -> "BPKLCallback":
+        """Add this callback to ``trainer`` and log through ``trainer.log``; returns self."""
+        self.trainer = trainer
+        trainer.add_callback(self)
+        return self
+
+    def prepare(self) -> BPTargets:
+        """Fix the masked positions (MLM) and compute every BP target once; idempotent."""
+        if self.targets is not None:
+            return self.targets
+        mlm = self.task == "mlm"
+        bps = {k: BeliefPropagation(self.grammar, self.depth, k) for k in range(self.depth + 1)}
+        inputs, positions = self._inputs(self.in_sample_leaves, self.seed) if mlm else (self.in_sample_leaves, None)
+        marginals = {k: _predicted_marginals(bp, inputs, positions) for k, bp in bps.items()}  # each (n, q)
+        targets = BPTargets(in_sample_inputs=inputs, in_sample_positions=positions, marginals=marginals)
+        for k_test, (leaves, roots) in self.test_sets.items():
+            if mlm:
+                test_inputs, test_positions = self._inputs(leaves, self.seed + 1 + k_test)
+                labels = leaves[torch.arange(leaves.shape[0]), test_positions]  # (n_k,)
+            else:
+                test_inputs, test_positions, labels = leaves, None, roots
+            bp_marginals = _predicted_marginals(bps[self.k_train], test_inputs, test_positions)  # (n_k, q)
+            targets.test_inputs[k_test] = test_inputs
+            targets.test_positions[k_test] = test_positions
+            targets.test_labels[k_test] = labels
+            targets.bp_accuracy[k_test] = accuracy(bp_marginals, labels)
+        self.targets = targets
+        return targets
+
+    def _inputs(self, leaves: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = _mask_positions(leaves.shape[0], leaves.shape[1], seed)  # (n,)
+        masked, _ = mask_single_leaf(leaves, self.grammar.vocab_size, positions)
+        return masked, positions
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        config = getattr(model, "config", None)
+        if config is not None:
+            if getattr(config, "depth", self.depth) != self.depth:
+                raise ValueError(f"model depth ({config.depth}) must equal the data depth ℓ={self.depth}")
+            if getattr(config, "num_symbols", self.grammar.vocab_size) != self.grammar.vocab_size:
+                raise ValueError(
+                    f"model num_symbols ({config.num_symbols}) must equal the data vocab_size q={self.grammar.vocab_size}"
+                )
+        self.prepare()
+
+    @torch.no_grad()
+    def model_log_probabilities(self, model, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """(n, q) float64 log-probabilities of the network for the predicted variable (eval mode, batched)."""
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        chunks = []
+        try:
+            for start in range(0, inputs.shape[0], self.batch_size):
+                batch = inputs[start : start + self.batch_size].to(device)  # (b, 2**l)
+                logits = model(input_ids=batch).logits  # (b, q) or (b, 2**l, q)
+                if positions is not None:
+                    rows = torch.arange(batch.shape[0], device=device)
+                    logits = logits[rows, positions[start : start + self.batch_size].to(device)]  # (b, q)
+                chunks.append(logits.detach().to("cpu", torch.float64))
+        finally:
+            model.train(was_training)
+        return log_probabilities(torch.cat(chunks), from_logits=True)
+
+    def compute(self, model, prefix: str = "eval_") -> dict:
+        """Every comparison with BP for the current ``model``: a flat dict of floats (keys in the module docstring)."""
+        targets = self.prepare()
+        out = {}
+        log_model = self.model_log_probabilities(model, targets.in_sample_inputs, targets.in_sample_positions)
+        for k, marginals in targets.marginals.items():
+            result = compare_with_bp(log_model, marginals)
+            out[f"{prefix}kl_bp_k{k}"] = result["kl"]
+            out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
+            out[f"{prefix}spearman_bp_k{k}"] = result["spearman"]
+            if k == self.k_train:
+                out[f"{prefix}match_bp"] = result["argmax_agreement"]
+                out[f"{prefix}spearman_bp"] = result["spearman"]
+        for k_test, inputs in targets.test_inputs.items():
+            log_test = self.model_log_probabilities(model, inputs, targets.test_positions[k_test])
+            out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test, targets.test_labels[k_test])
+            out[f"{prefix}bp_acc_ktest{k_test}"] = targets.bp_accuracy[k_test]
+        return out
+
+    def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
+        if model is None:
+            return
+        values = self.compute(model)
+        if metrics is not None:
+            metrics.update(values)
+        if self.trainer is not None:
+            self.trainer.log(dict(values))
+        else:
+            state.log_history.append({**values, "step": state.global_step})
+
+
+def log_spaced_steps(max_steps: int, count: int) -> list:
+    """``count`` (or fewer, after rounding) distinct steps spaced evenly in log between 1 and ``max_steps``."""
+    max_steps = check_int("max_steps", max_steps, 1)
+    count = check_int("count", count, 1)
+    steps = np.unique(np.round(np.logspace(0.0, math.log10(max_steps), count)).astype(np.int64))
+    return sorted({int(s) for s in steps if 1 <= s <= max_steps} | {max_steps})
+
+
+class LogSpacedScheduleCallback(TrainerCallback):
+    """Evaluate at ``num_evaluations`` and checkpoint at ``num_checkpoints`` log-spaced steps up to ``max_steps``.
+
+    The steps are fixed from ``state.max_steps`` in ``on_train_begin``, so a resumed run keeps the same schedule.
+    The last step is always evaluated and checkpointed; 0 disables either.
+    """
+
+    def __init__(self, num_evaluations: int = 25, num_checkpoints: int = 6):
+        self.num_evaluations = check_int("num_evaluations", num_evaluations, 0)
+        self.num_checkpoints = check_int("num_checkpoints", num_checkpoints, 0)
+        self.eval_steps: set = set()
+        self.save_steps: set = set()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        max_steps = max(int(state.max_steps), 1)
+        self.eval_steps = set(log_spaced_steps(max_steps, self.num_evaluations)) if self.num_evaluations else set()
+        self.save_steps = set(log_spaced_steps(max_steps, self.num_checkpoints)) if self.num_checkpoints else set()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.eval_steps:
+            control.should_evaluate = True
+            control.should_log = True
+        if state.global_step in self.save_steps:
+            control.should_save = True
+        return control
+
+
+def evaluation_history(log_history: list) -> list:
+    """The evaluation entries of ``log_history`` merged per step: one dict per evaluated step, sorted by step."""
+    merged: dict = {}
+    for entry in log_history:
+        if any(key.startswith("eval_") for key in entry):
+            merged.setdefault(int(entry.get("step", 0)), {}).update(entry)
+    return [merged[step] for step in sorted(merged)]
+
+
+class MetricsHistoryCallback(TrainerCallback):
+    """Rewrite ``path`` (JSON: ``{"history": [...]}``, one entry per evaluated step) after every evaluation log."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+
+    def write(self, state) -> None:
+        if not state.is_world_process_zero:
+            return
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"history": evaluation_history(state.log_history)}, handle, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and any(key.startswith("eval_") for key in logs):
+            self.write(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.write(state)

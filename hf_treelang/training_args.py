@@ -1,0 +1,268 @@
+"""Arguments of the training scripts (``training/run_root.py``, ``run_mlm.py``, ``run_finetune.py``).
+
+Three ``HfArgumentParser`` dataclasses: :class:`DataArguments` (the data: grammar seed, σ, q, ℓ, k_train, sizes, k_test
+sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to start from) and
+:class:`TreeLangTrainingArguments` (``transformers.TrainingArguments`` with the paper's optimiser as defaults: Adam
+β = (0.9, 0.999), ε = 1e-8, no weight decay, learning rate 1e-4 constant without warm-up, batch 32).
+
+:func:`parse_arguments` reads the command line or one JSON file, then applies ``--preset`` (``"default"``: the small
+CPU run each script does with no arguments; ``"paper"``: the paper's sizes) to every field the user did not set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser, TrainingArguments
+
+TASKS = ("root", "mlm", "finetune")
+
+# Sizes per task and preset. "default" finishes on a 2-core CPU in <= 15 minutes with the paper's model
+# (d = 128, d' = 2048, n_L = ℓ = 4); "paper" is Sec. 3 / App. D (P = 2**17 root, 2**18 MLM, 10**4 test inputs).
+PRESETS = {
+    "root": {
+        "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
+                    "num_evaluations": 10},
+        "paper": {"num_train": 2**17, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 10.0,
+                  "num_evaluations": 20},
+    },
+    "mlm": {
+        "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
+                    "num_evaluations": 10},
+        "paper": {"num_train": 2**18, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 1000.0,
+                  "num_evaluations": 30},
+    },
+    "finetune": {
+        "default": {"num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
+                    "num_evaluations": 8},
+        "paper": {"num_train": 2**12, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 100.0,
+                  "num_evaluations": 20},
+    },
+}
+DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune"}
+
+
+@dataclass
+class DataArguments:
+    """The data: grammar (seed, σ, q), tree (ℓ), training filter level and the held-out sets."""
+
+    grammar_seed: int = field(
+        default=0,
+        metadata={"help": "Data seed: the grammar M is drawn from (grammar_seed, vocab_size, sigma) and the data "
+                  "splits are seeded from it (load_dataset('treelang', ..., seed=grammar_seed)). The model's seed "
+                  "is --seed."},
+    )
+    sigma: float = field(default=1.0, metadata={"help": "σ > 0, the grammar's spread parameter (paper App. A)."})
+    vocab_size: int = field(default=4, metadata={"help": "q >= 2, the number of symbols (the mask id is q)."})
+    depth: int = field(default=4, metadata={"help": "ℓ >= 1, the tree depth; sequences have 2**depth leaves."})
+    k_train: int = field(default=0, metadata={"help": "Filter level k in [0, depth] of the training data."})
+    num_train: int | None = field(
+        default=None, metadata={"help": "P, the number of training sequences (default: from --preset)."}
+    )
+    num_eval: int | None = field(
+        default=None,
+        metadata={"help": "Held-out k_train sequences for the Trainer's evaluation and the in-sample BP-KL curves "
+                  "(default: from --preset)."},
+    )
+    num_test: int | None = field(
+        default=None, metadata={"help": "Test sequences per k_test set (default: from --preset)."}
+    )
+    k_test: list[int] | None = field(
+        default=None,
+        metadata={"help": "Filter levels of the out-of-sample test sets, each in [0, depth] (default: 0..depth)."},
+    )
+    mask_rate: float | None = field(
+        default=None,
+        metadata={"help": "MLM only: None (default, the paper) masks one leaf per sequence at a random position; a "
+                  "rate in (0, 1] masks each leaf independently with that probability."},
+    )
+    use_dataset_builder: bool = field(
+        default=True,
+        metadata={"help": "Build the data with load_dataset('treelang', 'k<k>') (True) or directly with "
+                  "hf_treelang.sample_trees (False)."},
+    )
+
+    def test_levels(self) -> list:
+        """The k_test sets to evaluate on (all of 0..ℓ when not given)."""
+        return list(range(self.depth + 1)) if self.k_test is None else [int(k) for k in self.k_test]
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field if any value is out of range."""
+        def bad(name, value, allowed):
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 2:
+            bad("vocab_size (q)", self.vocab_size, "an int >= 2")
+        if not isinstance(self.depth, int) or not 1 <= self.depth <= 20:
+            bad("depth (ℓ)", self.depth, "an int in [1, 20]")
+        if not (isinstance(self.sigma, (int, float)) and self.sigma > 0):
+            bad("sigma (σ)", self.sigma, "a float > 0")
+        if not isinstance(self.grammar_seed, int) or self.grammar_seed < 0:
+            bad("grammar_seed", self.grammar_seed, "an int >= 0")
+        if not isinstance(self.k_train, int) or not 0 <= self.k_train <= self.depth:
+            bad("k_train", self.k_train, f"an int in [0, depth={self.depth}]")
+        for k in self.test_levels():
+            if not 0 <= k <= self.depth:
+                bad("k_test", k, f"a list of ints in [0, depth={self.depth}]")
+        if len(set(self.test_levels())) != len(self.test_levels()):
+            bad("k_test", self.k_test, "a list without repeated levels")
+        for name in ("num_train", "num_eval", "num_test"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                bad(name, value, "an int >= 1")
+        if self.mask_rate is not None and not 0.0 < self.mask_rate <= 1.0:
+            bad("mask_rate", self.mask_rate, "None or a float in (0, 1]")
+
+
+@dataclass
+class ModelArguments:
+    """The transformer (paper Sec. 3.1 / App. C) or the checkpoint to start from."""
+
+    hidden_size: int = field(default=128, metadata={"help": "Token dimension d (paper: 128)."})
+    num_hidden_layers: int | None = field(
+        default=None, metadata={"help": "Number of encoder blocks n_L (default: the depth ℓ, as the paper)."}
+    )
+    num_attention_heads: int = field(default=1, metadata={"help": "Attention heads per layer (paper: 1)."})
+    intermediate_size: int = field(default=2048, metadata={"help": "Feed-forward size d' (paper: 2048)."})
+    hidden_dropout_prob: float = field(
+        default=0.1, metadata={"help": "Dropout in the blocks (torch.nn.TransformerEncoderLayer's default)."}
+    )
+    attention_probs_dropout_prob: float = field(default=0.1, metadata={"help": "Dropout on attention weights."})
+    classifier_pooling: str = field(
+        default="concat",
+        metadata={"help": "Root readout input: 'concat' (the paper: all final tokens) or 'mean'."},
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Finetuning: the MLM checkpoint to start from (default for run_finetune.py: "
+                  "outputs/run_mlm, the output of run_mlm.py with no arguments)."},
+    )
+    freeze_encoder: bool = field(
+        default=False, metadata={"help": "Finetuning: train only the root readout, the encoder frozen (Fig. 1f)."}
+    )
+
+    def model_kwargs(self, depth: int) -> dict:
+        """Architecture keyword arguments for ``TreeLangConfig.from_data``."""
+        return {
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": depth if self.num_hidden_layers is None else self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_dropout_prob": self.hidden_dropout_prob,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "classifier_pooling": self.classifier_pooling,
+        }
+
+
+@dataclass
+class TreeLangTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with the paper's defaults, plus the preset and the log-spaced schedule."""
+
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Output folder (default: outputs/run_<task>)."}
+    )
+    preset: str = field(
+        default="default",
+        metadata={"help": "Sizes for every field left unset: 'default' (a <= 15 min CPU run) or 'paper' (P = 2**17 "
+                  "root / 2**18 MLM, 10**4 test sequences, the paper's epochs)."},
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size (paper: 32)."})
+    per_device_eval_batch_size: int = field(default=512, metadata={"help": "Batch size of evaluation passes."})
+    num_train_epochs: float = field(default=None, metadata={"help": "Epochs (default: from --preset)."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate (paper: 1e-4, constant)."})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "Schedule (paper: constant, no warm-up)."})
+    optim: str = field(default="adamw_torch", metadata={"help": "Optimiser; AdamW with weight_decay=0 is Adam."})
+    weight_decay: float = field(default=0.0, metadata={"help": "Weight decay (paper: none)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam β1 (paper: PyTorch default 0.9)."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "Adam β2 (paper: PyTorch default 0.999)."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "Adam ε (paper: PyTorch default 1e-8)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the model initialisation, data order and masks."})
+    report_to: None | str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers: 'tensorboard' (default) or 'none'."}
+    )
+    logging_steps: float = field(default=100, metadata={"help": "Log the training loss every this many steps."})
+    save_strategy: str = field(
+        default="no", metadata={"help": "Checkpoints are log-spaced (num_checkpoints); set 'steps' for regular ones."}
+    )
+    num_evaluations: int | None = field(
+        default=None,
+        metadata={"help": "Evaluations (with the BP-KL callback) at log-spaced steps, plus step 0 (default: from "
+                  "--preset; 0 disables evaluation)."},
+    )
+    num_checkpoints: int = field(default=6, metadata={"help": "Checkpoints at log-spaced steps (last included)."})
+    cpu_threads: int | None = field(
+        default=None, metadata={"help": "torch.set_num_threads for this process (default: torch's choice)."}
+    )
+    dataloader_drop_last: bool = field(default=False, metadata={"help": "Drop the last incomplete batch."})
+    dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin memory (only useful on GPUs)."})
+
+    def __post_init__(self):
+        # placeholders until apply_preset fills the sizes the user left unset
+        if self.num_train_epochs is None:
+            self.num_train_epochs = 1.0
+        if self.num_evaluations is None:
+            self.num_evaluations = 0
+        super().__post_init__()
+
+
+def _explicit_keys(argv: list) -> set:
+    keys = set()
+    for token in argv:
+        if token.startswith("--"):
+            keys.add(token[2:].split("=", 1)[0].replace("-", "_"))
+    return keys
+
+
+def apply_preset(task: str, data_args: DataArguments, training_args: TreeLangTrainingArguments, explicit: set):
+    """Fill every size the user did not set from ``PRESETS[task][training_args.preset]``."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if training_args.preset not in PRESETS[task]:
+        raise ValueError(f"preset must be one of {sorted(PRESETS[task])}, got {training_args.preset!r}")
+    for key, value in PRESETS[task][training_args.preset].items():
+        if key in explicit:
+            continue
+        if hasattr(data_args, key):
+            if getattr(data_args, key) is None:
+                setattr(data_args, key, value)
+        else:
+            setattr(training_args, key, value)
+
+
+def parse_arguments(task: str, argv: list | None = None):
+    """Parse ``argv`` (default ``sys.argv[1:]``): flags, or one ``.json`` file; then apply the preset and validate.
+
+    Returns:
+        ``(data_args, model_args, training_args)``.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments))
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        if not os.path.isfile(argv[0]):
+            raise ValueError(f"argument file {argv[0]!r} does not exist")
+        with open(argv[0]) as handle:
+            explicit = set(json.load(handle))
+        data_args, model_args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))
+    else:
+        explicit = _explicit_keys(argv)
+        data_args, model_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if "output_dir" not in explicit:
+        training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
+    apply_preset(task, data_args, training_args, explicit)
+    if task == "finetune" and model_args.model_name_or_path is None:
+        model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
+    data_args.validate()
+    return data_args, model_args, training_args
+
+
+__all__ = [
+    "DataArguments",
+    "ModelArguments",
+    "TreeLangTrainingArguments",
+    "PRESETS",
+    "apply_preset",
+    "parse_arguments",
+]

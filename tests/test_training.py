@@ -1,0 +1,198 @@
+"""Training with Trainer: collator, arguments, output folder, finetuning, resuming, bad input, 2-process accelerate."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForSequenceClassification
+
+import hf_treelang  # noqa: F401  (registers the Auto classes)
+from hf_treelang.collator import MaskedLeafCollator, RootClassificationCollator
+from hf_treelang.training import main, train
+from hf_treelang.training_args import PRESETS, parse_arguments
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--depth", "2", "--vocab_size", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
+        "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
+        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "3",
+        "--num_checkpoints", "3", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",
+        "--use_dataset_builder", "false"]
+
+
+def _run(task, output_dir, *extra):
+    data_args, model_args, training_args = parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra])
+    return train(task, data_args, model_args, training_args)
+
+
+# ---------------------------------------------------------------- collator
+
+
+def test_collator_masks_exactly_one_leaf_and_ignores_the_others():
+    features = [{"input_ids": list(np.arange(8) % 3)} for _ in range(50)]
+    batch = MaskedLeafCollator(mask_token_id=3, seed=0)(features)
+    masked = batch["input_ids"] == 3
+    assert masked.sum(-1).eq(1).all()
+    assert torch.equal(batch["labels"] != -100, masked)
+    original = torch.tensor([f["input_ids"] for f in features])
+    assert torch.equal(batch["labels"][masked], original[masked])
+    assert torch.equal(batch["input_ids"][~masked], original[~masked])
+    assert len(set(masked.float().argmax(-1).tolist())) > 4  # positions vary
+
+
+def test_collator_is_deterministic_per_seed():
+    features = [{"input_ids": [0, 1, 2, 0, 1, 2, 0, 1]} for _ in range(32)]
+    first = MaskedLeafCollator(3, seed=7)(features)["input_ids"]
+    assert torch.equal(first, MaskedLeafCollator(3, seed=7)(features)["input_ids"])
+    assert not torch.equal(first, MaskedLeafCollator(3, seed=8)(features)["input_ids"])
+
+
+def test_collator_mask_rate_masks_that_fraction_and_at_least_one_leaf():
+    features = [{"input_ids": [1] * 16} for _ in range(400)]
+    batch = MaskedLeafCollator(3, mask_rate=0.25, seed=0)(features)
+    masked = batch["input_ids"] == 3
+    assert masked.sum(-1).min() >= 1
+    assert abs(masked.float().mean().item() - 0.25) < 0.03
+    assert torch.equal(batch["labels"] != -100, masked)
+    with pytest.raises(ValueError, match="mask_rate"):
+        MaskedLeafCollator(3, mask_rate=1.5)
+
+
+def test_root_collator_and_premasked_examples():
+    batch = RootClassificationCollator()([{"input_ids": [0, 1], "labels": 1}, {"input_ids": [1, 1], "labels": 0}])
+    assert batch["labels"].tolist() == [1, 0] and batch["input_ids"].shape == (2, 2)
+    premasked = MaskedLeafCollator(3)([{"input_ids": [3, 1], "labels": [2, -100]}])
+    assert premasked["input_ids"].tolist() == [[3, 1]] and premasked["labels"].tolist() == [[2, -100]]
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def test_default_arguments_are_the_papers_optimiser():
+    data_args, model_args, args = parse_arguments("root", [])
+    assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (1e-4, 0.0, 0)
+    assert str(args.lr_scheduler_type.value) == "constant"
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.999, 1e-8)
+    assert args.per_device_train_batch_size == 32
+    assert (model_args.hidden_size, model_args.intermediate_size, model_args.num_attention_heads) == (128, 2048, 1)
+    assert data_args.num_train == PRESETS["root"]["default"]["num_train"]
+    assert data_args.test_levels() == [0, 1, 2, 3, 4]
+
+
+def test_paper_preset_sizes_and_explicit_flags_win():
+    data_args, _, args = parse_arguments("root", ["--preset", "paper"])
+    assert (data_args.num_train, data_args.num_test) == (2**17, 10**4)
+    data_args, _, args = parse_arguments("mlm", ["--preset", "paper", "--num_test", "5", "--num_train_epochs", "2"])
+    assert (data_args.num_train, data_args.num_test, args.num_train_epochs) == (2**18, 5, 2.0)
+
+
+def test_a_json_file_gives_the_same_arguments_as_flags(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"depth": 3, "k_train": 2, "k_test": [0, 3], "output_dir": str(tmp_path / "o"),
+                                "num_train": 64}))
+    from_json = parse_arguments("root", [str(path)])
+    from_flags = parse_arguments("root", ["--depth", "3", "--k_train", "2", "--k_test", "0", "3", "--output_dir",
+                                          str(tmp_path / "o"), "--num_train", "64"])
+    assert from_json[0] == from_flags[0] and from_json[1] == from_flags[1]
+    assert from_json[2].output_dir == from_flags[2].output_dir
+
+
+# ---------------------------------------------------------------- runs
+
+
+def test_root_run_writes_a_complete_loadable_output_folder(tmp_path, capsys):
+    out = tmp_path / "root"
+    assert main("root", TINY[:-2] + ["--output_dir", str(out), "--report_to", "tensorboard"]) == 0
+    assert "k_test=0: accuracy" in capsys.readouterr().out
+    for name in ("config.json", "model.safetensors", "trainer_state.json", "metrics.json", "eval_history.json",
+                 "curves.png", "kl_curves.png", "README.md", "run_config.json", "grammar.json"):
+        assert (out / name).is_file(), name
+    assert any((out / "tensorboard").iterdir())
+    assert sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) == [1, 3, 12]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {f"eval_kl_bp_k{k}" for k in range(3)} | {"eval_acc_ktest2", "eval_bp_acc_ktest2"} <= set(metrics["final"])
+    assert [e["step"] for e in metrics["history"]] == [0, 1, 3, 12]
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification\n")
+    assert "| 2 |" in card and "kl_curves.png" in card and "${" not in card
+    encoder = AutoModel.from_pretrained(out)
+    classifier = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert type(encoder).__name__ == "TreeLangModel"
+    logits = classifier(input_ids=torch.zeros(2, 4, dtype=torch.long)).logits
+    assert logits.shape == (2, 3)
+
+
+def test_dataset_builder_data_trains_mlm_and_finetune_keeps_a_frozen_encoder(tmp_path):
+    mlm = _run("mlm", tmp_path / "mlm", "--use_dataset_builder", "true")
+    assert {f"eval_acc_ktest{k}" for k in range(3)} <= set(mlm.final_metrics)
+    state = json.loads((tmp_path / "mlm" / "trainer_state.json").read_text())
+    assert state["global_step"] == 12
+    card = (tmp_path / "mlm" / "README.md").read_text()
+    assert "pipeline_tag: fill-mask" in card
+    _run("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--freeze_encoder", "true")
+    before = load_file(tmp_path / "mlm" / "model.safetensors")
+    after = load_file(tmp_path / "ft" / "model.safetensors")
+    encoder_keys = [key for key in before if key.startswith("treelang.")]
+    assert encoder_keys and all(torch.equal(before[key], after[key]) for key in encoder_keys)
+    assert "classifier.weight" in after
+
+
+def test_resuming_from_a_checkpoint_continues_the_run(tmp_path):
+    full = _run("root", tmp_path / "full")
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = _run("root", resumed_dir, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert resumed.global_step == full.global_step == 12
+    assert [e["step"] for e in resumed.history] == [0, 1, 3, 12]
+    first = load_file(tmp_path / "full" / "model.safetensors")
+    second = load_file(resumed_dir / "model.safetensors")
+    assert all(torch.allclose(first[key], second[key], atol=1e-6) for key in first)
+
+
+@pytest.mark.parametrize(
+    "task, extra, message",
+    [
+        ("root", ["--k_test", "0", "3"], "k_test"),
+        ("root", ["--k_train", "5"], "k_train"),
+        ("mlm", ["--resume_from_checkpoint", "/nonexistent/checkpoint-7"], "resume_from_checkpoint"),
+        ("finetune", ["--model_name_or_path", "/nonexistent/mlm"], "model_name_or_path"),
+    ],
+)
+def test_bad_input_fails_before_writing_anything(tmp_path, task, extra, message):
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match=message):
+        main(task, TINY + ["--output_dir", str(out), *extra])
+    assert not out.exists()
+
+
+def test_finetune_rejects_a_checkpoint_of_another_depth(tmp_path):
+    config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=3, hidden_size=8, num_hidden_layers=1,
+                                                  intermediate_size=8)
+    hf_treelang.TreeLangForMaskedLM(config).save_pretrained(tmp_path / "mlm_depth3")
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match="depth"):
+        main("finetune", TINY + ["--output_dir", str(out), "--model_name_or_path", str(tmp_path / "mlm_depth3")])
+    assert not out.exists()
+
+
+def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_once(tmp_path):
+    out = tmp_path / "ddp"
+    args = [a if a != "20" else "23" for a in TINY]  # 23 validation examples: not a multiple of 2 x batch
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
+               os.path.join(REPO, "training", "run_mlm.py"), *args, "--output_dir", str(out),
+               "--per_device_eval_batch_size", "4"]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 6  # 96 sequences / (2 processes x 8)
+    evaluations = [e for e in state["log_history"] if "eval_num_examples" in e]
+    assert [e["step"] for e in evaluations] == [0, 1, 2, 6]
+    assert all(e["eval_num_examples"] == 23 for e in evaluations)
+    assert state["log_history"][-1]["train_loss"] > 0
