@@ -11,6 +11,7 @@ during the call (Linux VmHWM, reset before each measurement); BP's should grow l
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import time
 
 import numpy as np
@@ -27,57 +28,75 @@ def _rss_kib(field: str) -> int:
     return 0
 
 
-def measure(fn, repeats: int):
-    """(best seconds per call, peak resident growth in MiB) of fn()."""
+def _case(what: str, depth: int, k: int, n: int, repeats: int, batch_size: int | None, threads: int):
+    """(best seconds per call, peak resident growth in MiB) of one measurement; runs in a fresh process."""
+    torch.set_num_threads(threads)
+    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    if what == "sampler":
+        fn = lambda: sample_trees(grammar, n, depth, k, seed=1)  # noqa: E731
+    else:
+        leaves = sample_trees(grammar, n, depth, k, seed=2).leaves
+        if what == "bp_all":
+            leaves[np.arange(n), np.random.default_rng(0).integers(0, 2**depth, n)] = grammar.vocab_size
+        ids = torch.from_numpy(leaves)
+        bp = BeliefPropagation(grammar, depth, k)
+        fn = lambda: bp.infer(ids, downward=what == "bp_all", batch_size=batch_size)  # noqa: E731
     fn()  # warm-up: caches, allocator
-    best = float("inf")
     try:
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak resident set size
+            f.write("5")  # reset the peak resident set size to the current one
     except OSError:
         pass
     base = _rss_kib("VmRSS:")
+    best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        result = fn()
         best = min(best, time.perf_counter() - start)
+        del result
     return best, (_rss_kib("VmHWM:") - base) / 1024
+
+
+def _child(conn, *args):
+    conn.send(_case(*args))
+    conn.close()
+
+
+def measure(what: str, depth: int, k: int, n: int, repeats: int, threads: int, batch_size: int | None = None):
+    """Run one case in a fresh process, so that one case's freed memory does not hide the next one's peak."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_child, args=(child, what, depth, k, n, repeats, batch_size, threads))
+    process.start()
+    result = parent.recv()
+    process.join()
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller batches and fewer repeats")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
     args = parser.parse_args()
-    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
     scale = 16 if args.quick else 1
     cases = [(4, 0, 1 << 20), (4, 2, 1 << 20), (8, 0, 1 << 16), (12, 0, 1 << 12)]
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, numpy {np.__version__}")
+    print(f"torch {torch.__version__}, threads {args.threads}, numpy {np.__version__}; q=4, sigma=1, grammar seed 0")
     header = f"{'what':<26}{'depth':>6}{'k':>4}{'batch':>10}{'per second':>14}{'peak MiB':>10}"
     print(header)
     print("-" * len(header))
+    names = {"sampler": "sampler (trees)", "bp_root": "BP root marginals", "bp_all": "BP all marginals, 1 mask"}
     for depth, k, n in cases:
         n = max(256, n // scale)
-        seconds, mib = measure(lambda: sample_trees(grammar, n, depth, k, seed=1), args.repeats)
-        print(f"{'sampler (trees)':<26}{depth:>6}{k:>4}{n:>10}{n / seconds:>14,.0f}{mib:>10.1f}")
-        leaves = sample_trees(grammar, n, depth, k, seed=2).leaves
-        masked = leaves.copy()
-        masked[np.arange(n), np.random.default_rng(0).integers(0, 2**depth, n)] = grammar.vocab_size
-        bp = BeliefPropagation(grammar, depth, k)
-        ids = torch.from_numpy(leaves)
-        seconds, mib = measure(lambda: bp.infer(ids, downward=False), args.repeats)
-        print(f"{'BP root marginals':<26}{depth:>6}{k:>4}{n:>10}{n / seconds:>14,.0f}{mib:>10.1f}")
-        ids = torch.from_numpy(masked)
-        seconds, mib = measure(lambda: bp.infer(ids), args.repeats)
-        print(f"{'BP all marginals, 1 mask':<26}{depth:>6}{k:>4}{n:>10}{n / seconds:>14,.0f}{mib:>10.1f}")
+        for what, name in names.items():
+            seconds, mib = measure(what, depth, k, n, args.repeats, args.threads)
+            print(f"{name:<26}{depth:>6}{k:>4}{n:>10}{n / seconds:>14,.0f}{mib:>10.1f}", flush=True)
     print()
-    print("BP memory vs n (depth 8, k 0, all marginals): MiB per 1e6 leaf-symbols")
+    print("BP memory vs n (depth 8, k 0, all marginals, one pass: batch_size = n)")
     for n in (1 << 12, 1 << 14, 1 << 16):
         n = max(256, n // scale)
-        ids = torch.from_numpy(sample_trees(grammar, n, 8, 0, seed=3).leaves)
-        bp = BeliefPropagation(grammar, 8, 0)
-        _, mib = measure(lambda: bp.infer(ids, batch_size=n), 1)
-        print(f"  n={n:>7}: peak {mib:8.1f} MiB = {mib / (n * 256 * 4 / 1e6):6.2f} MiB per 1e6 (n * 2**l * q)")
+        _, mib = measure("bp_all", 8, 0, n, 1, args.threads, batch_size=n)
+        print(f"  n={n:>7}: peak {mib:8.1f} MiB = {mib / (n * 256 * 4 / 1e6):6.2f} MiB per 1e6 leaf-symbols (n * 2**l * q)")
 
 
 if __name__ == "__main__":
