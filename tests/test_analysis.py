@@ -159,7 +159,7 @@ def test_probe_levels_the_data_do_not_have_are_refused(checkpoints, tmp_path, ca
 
 def test_ancestor_labels_follow_the_tree():
     trees = sample_trees(Grammar.random(Q, 1.0, 0), 50, DEPTH, 0, seed=2)
-    labels = probing.ancestor_labels(trees, [0, 1, DEPTH])  # (n, L, 3)
+    labels = probing.probe_targets(trees, [0, 1, DEPTH])  # (n, L, 3)
     assert np.array_equal(labels[..., 0], np.repeat(trees.roots[:, None], 2**DEPTH, 1))
     assert np.array_equal(labels[..., 1][:, : 2 ** (DEPTH - 1)], np.repeat(trees.levels[1][:, :1], 4, 1))
     assert np.array_equal(labels[..., 2], trees.leaves)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..collator import mask_single_leaf
 from ..grammar import Grammar
 
 # task name -> the head class a checkpoint of that task is saved with
@@ -183,9 +184,8 @@ def mask_one_position(input_ids: np.ndarray, mask_id: int, seed: int) -> tuple[n
     """
     n, length = input_ids.shape
     positions = np.random.default_rng(seed).integers(0, length, size=n)  # (n,)
-    masked = input_ids.copy()
-    masked[np.arange(n), positions] = mask_id
-    return masked, positions
+    masked, _ = mask_single_leaf(torch.as_tensor(input_ids), mask_id, torch.as_tensor(positions))
+    return masked.numpy(), positions
 
 
 @torch.no_grad()

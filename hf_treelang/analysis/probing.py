@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..bp import BeliefPropagation
+from ..data import ancestor_labels
 from ..sampling import sample_trees
 from ._common import (
     as_checkpoint,
@@ -113,11 +114,9 @@ def check_levels(levels, depth: int, data_filter_level: int) -> list:
     return levels
 
 
-def ancestor_labels(trees, levels: list) -> np.ndarray:
-    """(n, L, V) ancestor symbols: leaf i's ancestor at level m is ``levels[m][:, i >> (ℓ - m)]``."""
-    depth = trees.depth
-    index = np.arange(2**depth)
-    return np.stack([trees.levels[m][:, index >> (depth - m)] for m in levels], -1)
+def probe_targets(trees, levels: list) -> np.ndarray:
+    """(n, L, V) ancestor symbols of every leaf for each probed level (``hf_treelang.data.ancestor_labels``)."""
+    return np.stack([ancestor_labels(trees.levels[m], trees.depth) for m in levels], -1)
 
 
 @torch.no_grad()
@@ -225,7 +224,7 @@ def probe(
         raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
 
     trees = sample_trees(ckpt.grammar, num_train + num_test, depth, k_data, seed=seed)
-    labels = torch.as_tensor(ancestor_labels(trees, levels))  # (n, L, V)
+    labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
     states = hidden_states(ckpt, trees.leaves)  # (n, P, L, d)
     num_layers, length = states.shape[1], states.shape[2]
     train = slice(0, num_train)
@@ -258,7 +257,7 @@ def probe(
     train_accuracy = _accuracy(probes, train_states, train_labels, train_positions, eval_batch, device)
 
     bp_levels = BeliefPropagation(ckpt.grammar, depth, k_data).level_marginals(trees.leaves[test])
-    test_trees_levels = ancestor_labels(trees, levels)[test]  # (n_test, L, V)
+    test_trees_levels = probe_targets(trees, levels)[test]  # (n_test, L, V)
     index = np.arange(length)
     bp_accuracy = np.array([
         float((bp_levels[m].argmax(-1).numpy()[:, index >> (depth - m)] == test_trees_levels[..., v]).mean())
