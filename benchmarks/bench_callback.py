@@ -17,15 +17,15 @@ import time
 
 import torch
 
-from hf_treelang.callbacks import BPKLCallback, log_spaced_steps
-from hf_treelang.collator import MaskedLeafCollator, RootClassificationCollator
-from hf_treelang.training import build_data, build_model
-from hf_treelang.training_args import parse_arguments
+from hf_treelang.train.callbacks import BPKLCallback, log_spaced_steps
+from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
+from hf_treelang.train.loop import build_data, build_model
+from hf_treelang.train.arguments import parse_arguments
 
 
 def time_training_step(task, data, model, steps: int) -> float:
     """Median seconds per optimiser step (batch 32, Adam) over blocks of ``steps // 4`` steps."""
-    collate = MaskedLeafCollator(data.grammar.vocab_size, seed=0) if task == "mlm" else RootClassificationCollator()
+    collate = MaskedLeafCollator(data.grammar.num_symbols, seed=0) if task == "mlm" else RootClassificationCollator()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     model.train()
     rows = data.train.select(range(32 * steps))

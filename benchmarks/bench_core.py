@@ -31,13 +31,13 @@ def _rss_kib(field: str) -> int:
 def _case(what: str, depth: int, k: int, n: int, repeats: int, batch_size: int | None, threads: int):
     """(best seconds per call, peak resident growth in MiB) of one measurement; runs in a fresh process."""
     torch.set_num_threads(threads)
-    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
     if what == "sampler":
-        fn = lambda: sample_trees(grammar, n, depth, k, seed=1)  # noqa: E731
+        fn = lambda: sample_trees(grammar, n, depth, k, sampling_seed=1)  # noqa: E731
     else:
-        leaves = sample_trees(grammar, n, depth, k, seed=2).leaves
+        leaves = sample_trees(grammar, n, depth, k, sampling_seed=2).leaves
         if what == "bp_all":
-            leaves[np.arange(n), np.random.default_rng(0).integers(0, 2**depth, n)] = grammar.vocab_size
+            leaves[np.arange(n), np.random.default_rng(0).integers(0, 2**depth, n)] = grammar.num_symbols
         ids = torch.from_numpy(leaves)
         bp = BeliefPropagation(grammar, depth, k)
         fn = lambda: bp.infer(ids, downward=what == "bp_all", batch_size=batch_size)  # noqa: E731

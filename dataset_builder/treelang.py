@@ -1,9 +1,11 @@
 """The filtered hierarchical tree data as a ``datasets`` builder: ``load_dataset("treelang", "k2")``.
 
-One :class:`TreeLangBuilderConfig` per (filter level k, depth ℓ, vocab_size q, sigma σ, grammar seed, split sizes).
+One :class:`TreeLangBuilderConfig` per (filter level k, depth ℓ, num_symbols q, sigma σ, seed, split sizes); here
+``seed`` is the grammar seed (``grammar_seed`` everywhere else in hf-treelang), because the user's card asks for
+"a config per (seed, k, σ)".
 The named configs ``k0`` .. ``k4`` are the paper's defaults (grammar seed 0, σ = 1, q = 4, ℓ = 4); every other
 combination is reached with keyword overrides, e.g.
-``load_dataset("treelang", "k2", seed=15, sigma=0.5, vocab_size=8, depth=6, num_train=2**14)``.
+``load_dataset("treelang", "k2", seed=15, sigma=0.5, num_symbols=8, depth=6, num_train=2**14)``.
 
 Randomness:
 
@@ -38,40 +40,30 @@ import dataclasses
 import hashlib
 import json
 import re
-import struct
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pyarrow as pa
 
-from hf_treelang.grammar import Grammar, check_int, check_sigma
-from hf_treelang.sampling import sample_trees
+from hf_treelang.citation import BIBTEX
+from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.params import check_int, check_param, check_sigma, warn_renamed
+from hf_treelang.core.sampling import SPLITS, sample_trees
+from hf_treelang.core.sampling import split_seed as core_split_seed
 
 DATASET_NAME = "treelang"
 DATASET_FORMAT = "hf-treelang-dataset/1"
 METADATA_MARKER = "hf-treelang metadata (JSON):"
-SPLITS = ("train", "validation", "test")
 NAMED_FILTER_LEVELS = range(0, 5)  # the configs k0 .. k4 of the paper's ℓ = 4
-MAX_VOCAB_SIZE = 256  # symbols are stored as uint8
-MAX_DEPTH = 16
-_SPLIT_TAGS = {"train": 1, "validation": 2, "test": 3}
-_DATA_STREAM_TAG = 0x7E11A6  # separates the split seeds from any other use of the grammar seed
 _LEAVES_PER_CHUNK = 1 << 20  # bounded memory: ~2**20 leaves (~40 MiB of int64 levels) per generated table
 _CONFIG_NAME = re.compile(r"k(\d+)")
 
-CITATION = """\
-@article{garnier2025hierarchical,
-  title   = {How transformers learn structured data: insights from hierarchical filtering},
-  author  = {Garnier-Brun, J{\\'e}r{\\^o}me and M{\\'e}zard, Marc and Moscato, Emanuele and Saglietti, Luca},
-  journal = {arXiv preprint arXiv:2408.15138},
-  year    = {2025}
-}
-"""
+CITATION = BIBTEX
 
 
 def _check_size(name: str, value) -> int:
-    return check_int(name, value, 0, 2**31 - 1)
+    return check_param("num_sequences", value, as_name=name)
 
 
 @dataclasses.dataclass
@@ -82,7 +74,8 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         name: ``"k<filter_level>"``; set from ``filter_level`` when left empty.
         filter_level: k in [0, depth]; 0 the full hierarchy, ``depth`` leaves independent given the root.
         depth: ℓ in [1, 16]; sequences have 2**depth symbols.
-        vocab_size: q in [2, 256], the number of symbols.
+        num_symbols: q in [2, 256], the number of symbols (``vocab_size``, its former name, still works for one
+            release with a FutureWarning).
         sigma: σ >= 0, the log-normal width of the grammar's rule weights.
         seed: the grammar seed in [0, 2**32 - 1] (``Grammar.random``); the split streams are derived from it.
         num_train / num_validation / num_test: split sizes (>= 0; a split of size 0 is left out). The default
@@ -93,17 +86,21 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     version: datasets.Version | str | None = datasets.Version("1.0.0")
     filter_level: int | None = None
     depth: int = 4
-    vocab_size: int = 4
+    num_symbols: int = 4
     sigma: float = 1.0
     seed: int = 0
     num_train: int = 2**18
     num_validation: int = 10**4
     num_test: int = 10**4
+    vocab_size: int | None = None  # renamed num_symbols in 0.2
 
     def __post_init__(self):
+        if self.vocab_size is not None:
+            warn_renamed("vocab_size", "num_symbols", "TreeLangBuilderConfig")
+            self.num_symbols, self.vocab_size = self.vocab_size, None
         if self.data_dir is not None or self.data_files is not None:
             raise ValueError("treelang generates its data: data_dir and data_files must not be given")
-        self.depth = check_int("depth", self.depth, 1, MAX_DEPTH)
+        self.depth = check_param("depth", self.depth)
         from_name = _filter_level_from_name(self.name) if self.name else None
         if self.filter_level is None and from_name is None:
             raise ValueError("filter_level (k) is missing: name a config 'k0' .. 'k4' or pass filter_level=")
@@ -117,9 +114,9 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
             )
         self.filter_level = check_int("filter_level", k, 0, self.depth)
         self.name = f"k{self.filter_level}"
-        self.vocab_size = check_int("vocab_size", self.vocab_size, 2, MAX_VOCAB_SIZE)
+        self.num_symbols = check_param("num_symbols", self.num_symbols)
         self.sigma = check_sigma(self.sigma)
-        self.seed = check_int("seed", self.seed, 0, 2**32 - 1)
+        self.seed = check_param("grammar_seed", self.seed, as_name="seed")
         for split in SPLITS:
             setattr(self, f"num_{split}", _check_size(f"num_{split}", getattr(self, f"num_{split}")))
         super().__post_init__()
@@ -130,7 +127,7 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         return {
             "filter_level": self.filter_level,
             "depth": self.depth,
-            "vocab_size": self.vocab_size,
+            "num_symbols": self.num_symbols,
             "sigma": self.sigma,
             "seed": self.seed,
             "num_train": self.num_train,
@@ -142,7 +139,7 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     def config_id(self) -> str:
         """The cache key: every parameter, readable (so different configs never share a cache entry)."""
         return (
-            f"{self.name}-depth{self.depth}-q{self.vocab_size}-sigma{self.sigma!r}-seed{self.seed}"
+            f"{self.name}-depth{self.depth}-q{self.num_symbols}-sigma{self.sigma!r}-seed{self.seed}"
             f"-n{self.num_train}.{self.num_validation}.{self.num_test}"
         )
 
@@ -150,8 +147,8 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         return getattr(self, f"num_{split}")
 
     def grammar(self) -> Grammar:
-        """The grammar of this config: a function of (seed, vocab_size, sigma) only."""
-        return Grammar.random(vocab_size=self.vocab_size, sigma=self.sigma, seed=self.seed)
+        """The grammar of this config: a function of (seed, num_symbols, sigma) only."""
+        return Grammar.random(num_symbols=self.num_symbols, sigma=self.sigma, grammar_seed=self.seed)
 
     def levels(self) -> list:
         """The ancestor levels m (0 < m < ℓ) that the filtered model draws, i.e. max(1, k) <= m < ℓ."""
@@ -161,7 +158,7 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         symbol = datasets.Value("uint8")
         features = {
             "input_ids": datasets.List(symbol, length=2**self.depth),
-            "root": datasets.ClassLabel(names=[str(a) for a in range(self.vocab_size)]),
+            "root": datasets.ClassLabel(names=[str(a) for a in range(self.num_symbols)]),
             "filter_level": datasets.Value("int8"),
         }
         for m in self.levels():
@@ -181,7 +178,7 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         p = self.params
         return (
             f"Filtered hierarchical tree language (Garnier-Brun et al.), filtering level k={p['filter_level']}, "
-            f"depth ℓ={p['depth']}, q={p['vocab_size']} symbols, σ={p['sigma']}, grammar seed {p['seed']}. "
+            f"depth ℓ={p['depth']}, q={p['num_symbols']} symbols, σ={p['sigma']}, grammar seed {p['seed']}. "
             "input_ids are the 2**ℓ leaves, root the root symbol, ancestors_level_m the 2**m nodes of level m.\n\n"
             f"{METADATA_MARKER}\n{json.dumps(self.metadata(), separators=(',', ':'))}\n"
         )
@@ -195,16 +192,8 @@ def _filter_level_from_name(name: str) -> int:
 
 
 def split_seed(config: TreeLangBuilderConfig, split: str) -> int:
-    """The sampling seed of one split: SeedSequence over (seed, q, σ bits, ℓ, k, split), 63 bits.
-
-    Independent of the split sizes, so enlarging the training set never changes the test set.
-    """
-    if split not in _SPLIT_TAGS:
-        raise ValueError(f"split must be one of {list(_SPLIT_TAGS)}, got {split!r}")
-    sigma_bits = struct.unpack("<Q", struct.pack("<d", config.sigma))[0]
-    entropy = [_DATA_STREAM_TAG, config.seed, config.vocab_size, sigma_bits, config.depth, config.filter_level]
-    state = np.random.SeedSequence(entropy + [_SPLIT_TAGS[split]]).generate_state(1, np.uint64)
-    return int(state[0]) >> 1
+    """The sampling seed of one split (:func:`hf_treelang.core.sampling.split_seed` of the config's parameters)."""
+    return core_split_seed(config.seed, config.num_symbols, config.sigma, config.depth, config.filter_level, split)
 
 
 def chunk_ranges(num_examples: int, depth: int) -> list:
@@ -234,16 +223,18 @@ def generate_table(config: TreeLangBuilderConfig, grammar: Grammar, split: str, 
 
 
 def source_hash() -> str:
-    """Hash of the code that determines the bytes (this builder, the grammar, the sampler).
+    """Hash of the code that determines the bytes (this builder, the limits, the grammar, the sampler).
 
     Part of the cache directory and of the fingerprint: it is the same on every machine running the same code, and
     changes, so that stale caches are never reused, whenever that code changes.
     """
-    import hf_treelang.grammar
-    import hf_treelang.sampling
+    import hf_treelang.core.grammar
+    import hf_treelang.core.params
+    import hf_treelang.core.sampling
 
     digest = hashlib.sha256()
-    for path in (__file__, hf_treelang.grammar.__file__, hf_treelang.sampling.__file__):
+    modules = (hf_treelang.core.params, hf_treelang.core.grammar, hf_treelang.core.sampling)
+    for path in (__file__, *(module.__file__ for module in modules)):
         digest.update(Path(path).read_bytes().replace(b"\r\n", b"\n"))
     return digest.hexdigest()[:16]
 

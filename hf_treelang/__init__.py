@@ -1,66 +1,114 @@
 """hf-treelang: filtered hierarchical tree languages, their exact BP oracle, and transformers that learn them.
 
-Importing the package registers the TreeLang model with the ``transformers`` Auto classes and the ``"treelang"``
-builder with ``datasets.load_dataset``.
+Layers (imports point down only; ``tests/test_layers.py`` enforces it):
+
+* :mod:`hf_treelang.core` — numpy and torch only: grammar, sampling, BP_k, masking, the oracle, metrics, limits;
+* :mod:`hf_treelang.models` — transformers only: the config, the encoder and its heads, the converter;
+* :mod:`hf_treelang.data` — the ``load_dataset("treelang", ...)`` registration, dataset metadata, publishing;
+* :mod:`hf_treelang.train` — arguments, collators, callbacks, the Trainer loop and its outputs;
+* :mod:`hf_treelang.analysis` and :mod:`hf_treelang.reproduce` — the paper's figures from trained runs;
+* :mod:`hf_treelang.cli` — the ``hf-treelang`` command.
+
+Importing the package runs :func:`register`: the TreeLang model joins the ``transformers`` Auto classes and the
+``"treelang"`` builder joins ``datasets.load_dataset``. Every public name (``Grammar``, ``TreeLangConfig``, ...) is
+imported on first use, so the import costs no more than that registration — except in the ``hf-treelang`` console
+script, which registers only once it runs a sub-command (see :func:`_in_console_script`).
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+from __future__ import annotations
 
-from .analysis import attention_grid, average_attention, calibrate, learning_dynamics, probe, sample_complexity_sweep
-from .bp import BeliefPropagation, BPResult
-from .callbacks import BPKLCallback, LogSpacedScheduleCallback, MetricsHistoryCallback
-from .collator import MaskedLeafCollator, RootClassificationCollator
-from .configuration_treelang import TreeLangConfig
-from .convert import convert
-from .data import ancestor_labels, dataset_params, grammar_from_dataset, register_dataset_builder
-from .grammar import Grammar
-from .metrics import TreeLangBPMetric
-from .modeling_treelang import (
-    TreeLangForMaskedLM,
-    TreeLangForSequenceClassification,
-    TreeLangModel,
-    TreeLangPreTrainedModel,
-)
-from .sampling import TreeSample, sample_trees, uniform_sequences
-from .training_args import DataArguments, ModelArguments, TreeLangTrainingArguments
+import importlib
+import os
+import sys
 
-__version__ = "0.1.0"
+from .version import __version__
 
-__all__ = [
-    "BPKLCallback",
-    "BPResult",
-    "BeliefPropagation",
-    "DataArguments",
-    "Grammar",
-    "LogSpacedScheduleCallback",
-    "MaskedLeafCollator",
-    "MetricsHistoryCallback",
-    "ModelArguments",
-    "RootClassificationCollator",
-    "TreeLangBPMetric",
-    "TreeLangConfig",
-    "TreeLangForMaskedLM",
-    "TreeLangForSequenceClassification",
-    "TreeLangModel",
-    "TreeLangPreTrainedModel",
-    "TreeLangTrainingArguments",
-    "TreeSample",
-    "ancestor_labels",
-    "attention_grid",
-    "average_attention",
-    "calibrate",
-    "convert",
-    "dataset_params",
-    "grammar_from_dataset",
-    "learning_dynamics",
-    "probe",
-    "sample_complexity_sweep",
-    "sample_trees",
-    "uniform_sequences",
-]
+# public name -> the module that defines it, imported on first access (module __getattr__, PEP 562)
+_LAZY = {
+    "BPResult": "hf_treelang.core.bp",
+    "BeliefPropagation": "hf_treelang.core.bp",
+    "Grammar": "hf_treelang.core.grammar",
+    "TreeSample": "hf_treelang.core.sampling",
+    "sample_trees": "hf_treelang.core.sampling",
+    "uniform_sequences": "hf_treelang.core.sampling",
+    "TreeLangConfig": "hf_treelang.models.configuration_treelang",
+    "TreeLangForMaskedLM": "hf_treelang.models.modeling_treelang",
+    "TreeLangForSequenceClassification": "hf_treelang.models.modeling_treelang",
+    "TreeLangModel": "hf_treelang.models.modeling_treelang",
+    "TreeLangPreTrainedModel": "hf_treelang.models.modeling_treelang",
+    "convert": "hf_treelang.models.convert",
+    "ancestor_labels": "hf_treelang.data.metadata",
+    "dataset_params": "hf_treelang.data.metadata",
+    "grammar_from_dataset": "hf_treelang.data.metadata",
+    "register_dataset_builder": "hf_treelang.data.registration",
+    "TreeLangBPMetric": "hf_treelang.evaluation",
+    "BPKLCallback": "hf_treelang.train.callbacks",
+    "LogSpacedScheduleCallback": "hf_treelang.train.callbacks",
+    "MetricsHistoryCallback": "hf_treelang.train.callbacks",
+    "MaskedLeafCollator": "hf_treelang.train.collators",
+    "RootClassificationCollator": "hf_treelang.train.collators",
+    "DataArguments": "hf_treelang.train.arguments",
+    "ModelArguments": "hf_treelang.train.arguments",
+    "TreeLangTrainingArguments": "hf_treelang.train.arguments",
+    "attention_grid": "hf_treelang.analysis",
+    "average_attention": "hf_treelang.analysis",
+    "calibrate": "hf_treelang.analysis",
+    "learning_dynamics": "hf_treelang.analysis",
+    "probe": "hf_treelang.analysis",
+    "sample_complexity_sweep": "hf_treelang.analysis",
+}
 
-register_dataset_builder()  # datasets.load_dataset("treelang", "k2") now builds our data
-AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
-AutoModel.register(TreeLangConfig, TreeLangModel, exist_ok=True)
-AutoModelForMaskedLM.register(TreeLangConfig, TreeLangForMaskedLM, exist_ok=True)
-AutoModelForSequenceClassification.register(TreeLangConfig, TreeLangForSequenceClassification, exist_ok=True)
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hf_treelang' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted([*_LAZY, "register"])
+
+
+def register() -> None:
+    """Register TreeLang with the ``transformers`` Auto classes and ``datasets.load_dataset("treelang")``.
+
+    Idempotent. ``import hf_treelang`` runs it, so that ``AutoModel.from_pretrained`` and ``load_dataset`` know the
+    names without further ado; the ``hf-treelang`` command runs it just before a sub-command.
+    """
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from .data.registration import register_dataset_builder
+    from .models.configuration_treelang import TreeLangConfig
+    from .models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification, TreeLangModel
+
+    AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
+    AutoModel.register(TreeLangConfig, TreeLangModel, exist_ok=True)
+    AutoModelForMaskedLM.register(TreeLangConfig, TreeLangForMaskedLM, exist_ok=True)
+    AutoModelForSequenceClassification.register(TreeLangConfig, TreeLangForSequenceClassification, exist_ok=True)
+    register_dataset_builder()  # datasets.load_dataset("treelang", "k2") now builds our data
+
+
+_CONSOLE_SCRIPT_NAMES = ("hf-treelang", "hf-treelang.exe", "hf-treelang-script.py", "hf-treelang-script.pyw")
+
+
+def _in_console_script() -> bool:
+    """Whether this process is the ``hf-treelang`` console script, which defers :func:`register` to the sub-command.
+
+    The script's launcher runs ``from hf_treelang.cli import main``, and Python imports this package before
+    ``hf_treelang.cli``: registering here would import torch, transformers and datasets (seconds) before the command
+    line is even parsed, for ``--help`` and usage errors too. :func:`hf_treelang.cli.main` registers instead, right
+    before it runs a sub-command. A ``multiprocessing`` spawn (or forkserver) child re-imports the script as
+    ``__mp_main__`` without running its ``main``: it registers here as any other process.
+    """
+    argv = getattr(sys, "argv", None) or [""]
+    return os.path.basename(argv[0]) in _CONSOLE_SCRIPT_NAMES and "__mp_main__" not in sys.modules
+
+
+if not _in_console_script():
+    register()

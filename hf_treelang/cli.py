@@ -1,40 +1,277 @@
-"""The ``hf-treelang`` command: one sub-command per task, each implemented in the package module named below."""
+"""The ``hf-treelang`` command: the argparse front end of every sub-command.
+
+A sub-command's arguments are parsed here before anything heavy is imported, so that ``hf-treelang --help``,
+``hf-treelang --version``, ``hf-treelang COMMAND --help`` and usage errors answer at once, without torch,
+transformers or datasets. Only then is the command's module imported and its ``run(args)`` called with the parsed
+namespace. Each of those modules keeps a ``main(argv)`` (``python -m hf_treelang.analysis.calibration ...``, the
+tests) that goes through :func:`run_command`: both entry points parse with the same parser.
+
+Imports at module level stay within the standard library and the package's light modules (``version``;
+``reproduce.presets`` when the ``reproduce`` parser is built); ``tests/test_imports.py`` checks that none of the
+above imports torch.
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
-# sub-command -> (module, function taking the remaining argv, one-line help)
+from hf_treelang import register
+from hf_treelang.version import __version__
+
+PROG = "hf-treelang"
+
+# The choices of the library functions, repeated here so that --help can list them without importing the modules
+# that define them (which import torch); tests/test_imports.py checks that they stay equal.
+CONVERT_TASKS = ("root", "mlm")  # hf_treelang.models.convert.TASKS
+CALIBRATION_TASKS = ("mlm", "root")  # hf_treelang.core.oracle.TASKS
+PROBE_POSITIONS = ("all", "ends")  # hf_treelang.analysis.probing.POSITION_MODES
+SAMPLE_COMPLEXITY_ARMS = ("scratch", "frozen", "finetuned")  # hf_treelang.analysis.sample_complexity.ARMS
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default: argparse's ``(default: X)``, or the text's own ``(default: ...)``.
+
+    A default of ``None`` means "decided at run time", which only words can say: such options (and list defaults,
+    which argparse would print as a Python list) write their ``(default: ...)`` by hand, and nothing is appended to
+    a help text that already has one. Positionals, required options and flags have no default to show.
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "(default" in text or not action.option_strings or action.required or action.nargs == 0:
+            return text
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("state_dict", help="state dict file saved by the paper's code")
+    parser.add_argument("output_dir", help="checkpoint folder to write")
+    parser.add_argument("--task", choices=CONVERT_TASKS, required=True, help="root classification or masked LM")
+    parser.add_argument("--depth", type=int, required=True, help="tree depth ℓ (sequences of 2**depth tokens)")
+    parser.add_argument("--heads", type=int, default=1, help="attention heads of the original model")
+
+
+def _publish_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", help="output directory (written atomically; must not exist unless --overwrite)")
+    parser.add_argument("--configs", nargs="+", required=True, help="config names k0 .. kℓ, e.g. --configs k0 k2")
+    parser.add_argument("--seed", type=int, default=0, help="grammar seed (default: 0, the paper's)")
+    parser.add_argument("--sigma", type=float, default=1.0, help="σ, log-normal width of the rule weights")
+    parser.add_argument("--num-symbols", "--vocab-size", dest="num_symbols", type=int, default=4,
+                        help="q, the number of symbols; --vocab-size is its former name")
+    parser.add_argument("--depth", type=int, default=4, help="ℓ, the tree depth")
+    parser.add_argument("--num-train", type=int, default=2**18, help="training examples (default: 2**18)")
+    parser.add_argument("--num-validation", type=int, default=10**4, help="validation examples (default: 10**4)")
+    parser.add_argument("--num-test", type=int, default=10**4, help="test examples (default: 10**4)")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+
+
+def _calibration_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (MLM or root classification)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--task", choices=CALIBRATION_TASKS, default=None,
+                        help="require this task (default: the checkpoint's own)")
+    parser.add_argument("--num-samples", type=int, default=10_000, help="sequences per input set (default: 10^4)")
+    parser.add_argument("--seed", type=int, default=20_240_601, help="seed of the inputs and mask positions")
+    parser.add_argument("--batch-size", type=int, default=1024, help="inference batch size")
+    parser.add_argument("--device", default="cpu", help="torch device")
+
+
+def _attention_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoints", nargs="+", help="one or more TreeLang checkpoint folders (rows of the grid)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--num-samples", type=int, default=10_000, help="inputs averaged over (default: 10^4)")
+    parser.add_argument("--seed", type=int, default=20_240_602, help="seed of the inputs")
+    parser.add_argument("--mask", choices=["auto", "yes", "no"], default="auto",
+                        help="mask one leaf per input (auto: for MLM checkpoints only)")
+    parser.add_argument("--batch-size", type=int, default=512, help="inference batch size")
+    parser.add_argument("--device", default="cpu", help="torch device")
+
+
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (an MLM model in the paper)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--levels", type=int, nargs="+", default=None,
+                        help="ancestor levels to probe, 0 = root (default: every level < depth the data have)")
+    parser.add_argument("--data-filter-level", type=int, default=None,
+                        help="filter level k of the probing data (default: the checkpoint's k_train)")
+    parser.add_argument("--positions", choices=PROBE_POSITIONS, default="all",
+                        help="train on all positions, or on the first and last only (App. E.7)")
+    parser.add_argument("--num-train", type=int, default=2**14, help="labelled training sequences (default: 2^14)")
+    parser.add_argument("--num-test", type=int, default=2**12, help="held-out sequences (default: 2^12)")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs (the paper used 100)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sequences per step")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
+    parser.add_argument("--probe-hidden", type=int, default=64, help="hidden units of each readout (paper: 64)")
+    parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
+    parser.add_argument("--device", default="cpu", help="torch device")
+
+
+def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="a training output folder, its trainer_state.json, or the BP-KL history JSON")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--name", default="dynamics", help="base name of the output files")
+    parser.add_argument("--title", default="", help="figure title (default: none)")
+
+
+def _parse_sizes(text: str) -> list:
+    """``"256,1024"`` or ``"2^8,2^10"`` as a list of ints (argparse reports a ValueError as an invalid value)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        value = 2 ** int(part[2:]) if part.startswith("2^") else int(part)
+        sizes.append(value)
+    return sizes
+
+
+def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="an MLM-pre-trained TreeLang checkpoint folder")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--sizes", type=_parse_sizes, default=[2**8, 2**10, 2**12],
+                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default: 2^8,2^10,2^12)")
+    parser.add_argument("--arms", nargs="+", choices=SAMPLE_COMPLEXITY_ARMS, default=list(SAMPLE_COMPLEXITY_ARMS),
+                        help=f"which arms to run (default: {' '.join(SAMPLE_COMPLEXITY_ARMS)})")
+    parser.add_argument("--epochs", type=float, default=20.0, help="training epochs per run")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap on the steps of one run (default: none)")
+    parser.add_argument("--num-test", type=int, default=10_000, help="test sequences")
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size (paper: 32)")
+    parser.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate (paper: 1e-4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the runs")
+
+
+def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    # the presets module imports only dataclasses: it names the presets and the steps of each
+    from hf_treelang.reproduce.presets import PRESETS, PUBLIC_PRESETS, step_names
+
+    extra = "; ".join(
+        f"preset {name}: k = {', '.join(map(str, PRESETS[name].attention_filter_levels))}"
+        for name in PUBLIC_PRESETS
+        if PRESETS[name].attention_filter_levels
+    )
+    steps = [f"{step} ({extra})" if step.endswith("<k>") and extra else step
+             for step in step_names(attention_filter_levels=("<k>",))]
+    parser.add_argument("out", help="output folder")
+    parser.add_argument("--preset", default="quick", metavar="{" + ",".join(PUBLIC_PRESETS) + "}",
+                        help="quick: about 20 min on a 2-core CPU; paper: the paper's sizes (GPU advisable)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
+                        help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+# sub-command -> (module whose run(args) implements it, one-line summary, description, argument builder)
 COMMANDS = {
-    "convert": ("hf_treelang.convert", "main", "turn a state dict of the paper's code into a TreeLang checkpoint"),
-    "publish-dataset": ("hf_treelang.publish", "main", "write a Hub-ready dataset repository (Parquet + card)"),
-    "calibration": ("hf_treelang.analysis.calibration", "main", "model vs BP probabilities (Fig. 1b)"),
-    "attention": ("hf_treelang.analysis.attention", "main", "average attention maps per layer (Fig. 4)"),
-    "probe": ("hf_treelang.analysis.probing", "main", "ancestor probes per (layer, level) (Fig. 3b)"),
-    "dynamics": ("hf_treelang.analysis.dynamics", "main", "KL-to-BP_k and k_test curves of a run (Fig. 1c/d, 2b, 3a)"),
-    "sample-complexity": ("hf_treelang.analysis.sample_complexity", "main", "accuracy vs P, three arms (Fig. 1f)"),
-    "reproduce": ("hf_treelang.reproduce", "main", "data, BP, training and every analysis, with report.md"),
+    "convert": (
+        "hf_treelang.models.convert",
+        "turn a state dict of the paper's code into a TreeLang checkpoint",
+        "Convert a state dict saved by the paper's code into a TreeLang checkpoint folder.",
+        _convert_arguments,
+    ),
+    "publish-dataset": (
+        "hf_treelang.data.publish",
+        "write a Hub-ready dataset repository (Parquet + card)",
+        "Write a Hub-ready dataset repository: Parquet per config and split, README.md card, grammar.json.",
+        _publish_arguments,
+    ),
+    "calibration": (
+        "hf_treelang.analysis.calibration",
+        "model vs BP probabilities (Fig. 1b)",
+        "Model probabilities vs exact BP marginals (paper Fig. 1b): masked leaf (MLM) or root, on in-sample and "
+        "uniform random sequences. Writes calibration.png and calibration.json.",
+        _calibration_arguments,
+    ),
+    "attention": (
+        "hf_treelang.analysis.attention",
+        "average attention maps per layer (Fig. 4)",
+        "Every layer's attention averaged over in-sample inputs (paper Fig. 4); several checkpoints give a grid "
+        "with one row per model. Writes attention.png and attention.json.",
+        _attention_arguments,
+    ),
+    "probe": (
+        "hf_treelang.analysis.probing",
+        "ancestor probes per (layer, level) (Fig. 3b)",
+        "Ancestor probes per (encoder layer, ancestor level) on frozen hidden states (paper Fig. 3b, App. "
+        "E.6-E.7). Writes probe.png and probe.json (probe_ends.* with --positions ends).",
+        _probe_arguments,
+    ),
+    "dynamics": (
+        "hf_treelang.analysis.dynamics",
+        "KL-to-BP_k and k_test curves of a run (Fig. 1c/d, 2b, 3a)",
+        "KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines (Fig. 2b, 3a) "
+        "from a run's BP-KL history. Writes dynamics.png and dynamics.json.",
+        _dynamics_arguments,
+    ),
+    "sample-complexity": (
+        "hf_treelang.analysis.sample_complexity",
+        "accuracy vs P, three arms (Fig. 1f)",
+        "Root accuracy vs labelled P without pre-training, and from an MLM checkpoint frozen or fine-tuned (paper "
+        "Fig. 1f). Writes sample_complexity.png and sample_complexity.json; each run keeps its folder under "
+        "OUT/runs and is reused when the command is rerun.",
+        _sample_complexity_arguments,
+    ),
+    "reproduce": (
+        "hf_treelang.reproduce",
+        "data, BP, training and every analysis, with report.md",
+        "Data, BP baselines, training and every analysis of the paper, with OUT/report.md. Resumable: finished "
+        "steps (OUT/.done/<step>.json) are skipped when the command is rerun.",
+        _reproduce_arguments,
+    ),
 }
 
 
-def _usage() -> str:
-    lines = ["usage: hf-treelang COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<18} {help_}" for name, (_, _, help_) in COMMANDS.items()]
-    return "\n".join(lines)
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of the sub-command ``name`` on its own (prog ``hf-treelang NAME``), as :func:`run_command` uses."""
+    if name not in COMMANDS:
+        raise ValueError(f"name must be one of {list(COMMANDS)}, got {name!r}")
+    _, _, description, add_arguments = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=description, formatter_class=HelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-treelang`` parser: ``--version`` and one sub-parser per command (the same as :func:`command_parser`)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Filtered hierarchical tree languages, their exact BP oracle, and transformers that learn them.",
+        epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for name, (_, summary, description, add_arguments) in COMMANDS.items():
+        add_arguments(commands.add_parser(name, prog=f"{PROG} {name}", help=summary, description=description,
+                                          formatter_class=HelpFormatter))
+    return parser
+
+
+def _run(name: str, args: argparse.Namespace) -> int:
+    """Register TreeLang (deferred to here in the console script), import the command's module, run it."""
+    register()
+    module = importlib.import_module(COMMANDS[name][0])
+    return module.run(args) or 0
+
+
+def run_command(name: str, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) as the arguments of the sub-command ``name`` and run it.
+
+    What each module's ``main(argv)`` calls. Returns the exit status: 0, or 2 after a one-line
+    ``hf-treelang NAME: error: ...`` on stderr for bad input; usage errors exit through argparse (status 2).
+    """
+    args = command_parser(name).parse_args(argv)
+    return _run(name, args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(_usage() + "\n")
+    """The ``hf-treelang`` console script: ``hf-treelang COMMAND [ARGS...]``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command is None:
+        parser.print_help()
         return 0
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        sys.stderr.write(f"hf-treelang: unknown command {name!r}\n\n{_usage()}\n")
-        return 2
-    module, function, _ = COMMANDS[name]
-    return getattr(importlib.import_module(module), function)(rest) or 0
+    return _run(args.command, args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ class EnumeratedModel:
     """
 
     def __init__(self, grammar, depth, filter_level):
-        q, l, k = grammar.vocab_size, depth, filter_level
+        q, l, k = grammar.num_symbols, depth, filter_level
         self.q, self.depth, self.filter_level = q, l, k
         present = [0] + list(range(max(k, 1), l + 1))
         self.levels, column = {}, 0

@@ -8,8 +8,8 @@ import torch
 
 from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForMaskedLM, TreeLangForSequenceClassification
 from hf_treelang.analysis import attention, calibration, dynamics, probing, sample_complexity
-from hf_treelang.analysis._common import compare_distributions, load_checkpoint
-from hf_treelang.sampling import sample_trees
+from hf_treelang.analysis import compare_distributions, load_checkpoint
+from hf_treelang.core.sampling import sample_trees
 
 DEPTH, Q = 3, 4
 
@@ -35,7 +35,7 @@ def checkpoints(tmp_path_factory):
 
 def test_bp_compared_with_itself_has_zero_kl_and_perfect_agreement():
     grammar = Grammar.random(Q, 1.0, 0)
-    leaves = sample_trees(grammar, 200, DEPTH, 0, seed=3).leaves.copy()
+    leaves = sample_trees(grammar, 200, DEPTH, 0, sampling_seed=3).leaves.copy()
     leaves[:, 2] = Q  # mask one leaf
     marginals = BeliefPropagation(grammar, DEPTH, 0).leaf_marginals(leaves)[:, 2].numpy()
     comparison = compare_distributions(marginals, marginals)
@@ -158,7 +158,7 @@ def test_probe_levels_the_data_do_not_have_are_refused(checkpoints, tmp_path, ca
 
 
 def test_ancestor_labels_follow_the_tree():
-    trees = sample_trees(Grammar.random(Q, 1.0, 0), 50, DEPTH, 0, seed=2)
+    trees = sample_trees(Grammar.random(Q, 1.0, 0), 50, DEPTH, 0, sampling_seed=2)
     labels = probing.probe_targets(trees, [0, 1, DEPTH])  # (n, L, 3)
     assert np.array_equal(labels[..., 0], np.repeat(trees.roots[:, None], 2**DEPTH, 1))
     assert np.array_equal(labels[..., 1][:, : 2 ** (DEPTH - 1)], np.repeat(trees.levels[1][:, :1], 4, 1))

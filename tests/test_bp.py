@@ -7,7 +7,7 @@ import torch
 from enumeration import EnumeratedModel
 from hf_treelang import BeliefPropagation, Grammar, sample_trees
 
-PAPER = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+PAPER = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
 TOLERANCE = 1e-12
 
 
@@ -24,8 +24,8 @@ CASES = [("paper-q4", PAPER, 2), ("dense-q3", dense_grammar(3, 0), 2), ("dense-q
 def evidence(grammar, depth, data_level, seed, num=6):
     """Sequences drawn at ``data_level`` (so mismatched when BP assumes another k), with masks in all patterns:
     none, one, several, and every leaf masked."""
-    q, length = grammar.vocab_size, 2**depth
-    leaves = sample_trees(grammar, n=num, depth=depth, filter_level=data_level, seed=seed).leaves.copy()
+    q, length = grammar.num_symbols, 2**depth
+    leaves = sample_trees(grammar, n=num, depth=depth, filter_level=data_level, sampling_seed=seed).leaves.copy()
     rng = np.random.default_rng(seed)
     for row in range(1, num - 1):
         leaves[row, rng.choice(length, size=row % length or 1, replace=False)] = q
@@ -35,7 +35,7 @@ def evidence(grammar, depth, data_level, seed, num=6):
 
 @pytest.mark.parametrize("name,grammar,depth", CASES, ids=[c[0] for c in CASES])
 def test_marginals_and_likelihood_match_enumeration(name, grammar, depth):
-    q = grammar.vocab_size
+    q = grammar.num_symbols
     for k, data_level in itertools.product(range(depth + 1), repeat=2):  # matched and mismatched
         exact = EnumeratedModel(grammar, depth, k)
         leaves = evidence(grammar, depth, data_level, seed=10 * k + data_level)
@@ -54,7 +54,7 @@ def test_marginals_and_likelihood_match_enumeration(name, grammar, depth):
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_likelihoods_of_all_sequences_sum_to_one(k):
     grammar, depth = dense_grammar(2, 3), 3
-    q = grammar.vocab_size
+    q = grammar.num_symbols
     every_sequence = np.array(list(itertools.product(range(q), repeat=2**depth)))
     log_likelihood = BeliefPropagation(grammar, depth, k).log_likelihood(every_sequence)
     assert torch.logsumexp(log_likelihood, 0).item() == pytest.approx(0.0, abs=TOLERANCE)
@@ -64,7 +64,7 @@ def test_masked_leaf_posterior_is_the_ratio_of_likelihoods():
     # P(x_i = s | rest) = P(rest, x_i = s) / P(rest): an identity between two independent BP outputs.
     depth, k = 4, 1
     bp = BeliefPropagation(PAPER, depth, k)
-    leaves = sample_trees(PAPER, n=50, depth=depth, filter_level=0, seed=1).leaves.copy()
+    leaves = sample_trees(PAPER, n=50, depth=depth, filter_level=0, sampling_seed=1).leaves.copy()
     leaves[:, 5] = 4
     posterior = bp.leaf_marginals(leaves)[:, 5]  # (n, q)
     filled = np.repeat(leaves[:, None, :], 4, 1)
@@ -77,7 +77,7 @@ def test_masked_leaf_posterior_is_the_ratio_of_likelihoods():
 @pytest.mark.parametrize("k", [0, 8, 16])
 def test_depth_16_is_finite_and_exact(k):
     depth = 16
-    sample = sample_trees(PAPER, n=3, depth=depth, filter_level=k, seed=0)
+    sample = sample_trees(PAPER, n=3, depth=depth, filter_level=k, sampling_seed=0)
     leaves = sample.leaves.copy()
     leaves[:, 1000] = 4
     bp = BeliefPropagation(PAPER, depth, k)
@@ -93,7 +93,7 @@ def test_depth_16_is_finite_and_exact(k):
 
 
 def test_root_is_certain_on_unfiltered_data():
-    sample = sample_trees(PAPER, n=2000, depth=4, filter_level=0, seed=4)
+    sample = sample_trees(PAPER, n=2000, depth=4, filter_level=0, sampling_seed=4)
     root = BeliefPropagation(PAPER, 4, 0).root_marginals(sample.leaves)
     np.testing.assert_allclose(root.max(1).values.numpy(), 1.0, atol=1e-12)
     np.testing.assert_array_equal(root.argmax(1).numpy(), sample.roots)

@@ -11,15 +11,15 @@ import torch
 from transformers import Trainer
 
 from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForSequenceClassification, sample_trees
-from hf_treelang.callbacks import (
+from hf_treelang.train.callbacks import (
     BPKLCallback,
     LogSpacedScheduleCallback,
     MetricsHistoryCallback,
     evaluation_history,
     log_spaced_steps,
 )
-from hf_treelang.collator import RootClassificationCollator
-from hf_treelang.training_args import TreeLangTrainingArguments
+from hf_treelang.train.collators import RootClassificationCollator
+from hf_treelang.train.arguments import TreeLangTrainingArguments
 
 DEPTH, Q = 3, 3
 
@@ -39,8 +39,8 @@ class OracleModel(torch.nn.Module):
 
 
 def _callback(task, k_train, grammar):
-    in_sample = sample_trees(grammar, 64, DEPTH, k_train, seed=1)
-    tests = {k: (lambda s: (s.leaves, s.roots))(sample_trees(grammar, 48, DEPTH, k, seed=2)) for k in (0, 2, 3)}
+    in_sample = sample_trees(grammar, 64, DEPTH, k_train, sampling_seed=1)
+    tests = {k: (lambda s: (s.leaves, s.roots))(sample_trees(grammar, 48, DEPTH, k, sampling_seed=2)) for k in (0, 2, 3)}
     return BPKLCallback(grammar, DEPTH, k_train, task, in_sample.leaves, tests, seed=0, batch_size=20)
 
 
@@ -63,9 +63,9 @@ def test_bp_targets_are_computed_once_and_reused():
     targets = callback.prepare()
     assert callback.prepare() is targets
     assert set(targets.marginals) == set(range(DEPTH + 1))
-    masked = targets.in_sample_inputs == Q
+    masked = targets.in_sample.inputs == Q
     assert masked.sum(-1).eq(1).all()
-    assert torch.equal(masked.float().argmax(-1), targets.in_sample_positions)
+    assert torch.equal(masked.float().argmax(-1), targets.in_sample.positions)
 
 
 def test_callback_rejects_out_of_range_levels():
@@ -97,8 +97,8 @@ def test_callback_keys_reach_log_history_json_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     grammar = Grammar.random(Q, 1.0, 0)
-    train = sample_trees(grammar, 64, DEPTH, 0, seed=3)
-    validation = sample_trees(grammar, 24, DEPTH, 0, seed=4)
+    train = sample_trees(grammar, 64, DEPTH, 0, sampling_seed=3)
+    validation = sample_trees(grammar, 24, DEPTH, 0, sampling_seed=4)
     to_rows = lambda s: [{"input_ids": x.tolist(), "labels": int(r)} for x, r in zip(s.leaves, s.roots)]
     config = TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH, hidden_size=16, num_hidden_layers=1,
                                       intermediate_size=16)

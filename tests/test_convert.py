@@ -10,7 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 
 import hf_treelang
 from hf_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
-from hf_treelang.convert import main
+from hf_treelang.models.convert import main
 
 Q, DEPTH, D, LAYERS, D_FF = 4, 3, 32, 2, 64
 

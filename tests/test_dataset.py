@@ -52,7 +52,7 @@ def test_load_works_in_a_fresh_interpreter_offline(tmp_path):
 def test_rows_equal_sample_trees_of_the_split_seed(cache):
     ds = load(cache, "k2")
     config = TreeLangBuilderConfig(name="k2", **SMALL)
-    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
     for split in ("train", "test"):
         trees = sample_trees(grammar, len(ds[split]), 4, 2, split_seed(config, split))
         table = ds[split].with_format("numpy")[:]
@@ -83,9 +83,9 @@ def test_features_and_metadata_suffice_to_run_bp(cache):
     features = ds["test"].features
     assert features["root"].num_classes == 4 and features["input_ids"].length == 16
     grammar = grammar_from_dataset(ds)
-    assert grammar == Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    assert grammar == Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
     params = hf_treelang.dataset_params(ds["test"])
-    assert params == {**SMALL, "filter_level": 2, "depth": 4, "vocab_size": 4, "sigma": 1.0, "seed": 0}
+    assert params == {**SMALL, "filter_level": 2, "depth": 4, "num_symbols": 4, "sigma": 1.0, "seed": 0}
     test = ds["test"].with_format("numpy")[:]
     root = BeliefPropagation(grammar, params["depth"], params["filter_level"]).root_marginals(test["input_ids"])
     assert (root.argmax(-1).numpy() == test["root"]).mean() > 0.5  # BP_2 root accuracy is ~0.73 for this grammar
@@ -98,10 +98,10 @@ def test_grammar_depends_only_on_seed_q_sigma(cache):
 
 
 def test_overrides_reach_any_combination(cache):
-    ds = load(cache, "k2", seed=15, sigma=0.5, vocab_size=8, depth=6)
+    ds = load(cache, "k2", seed=15, sigma=0.5, num_symbols=8, depth=6)
     assert ds["train"].features["input_ids"].length == 64 and ds["train"].features["root"].num_classes == 8
     assert np.max(ds["train"].with_format("numpy")["input_ids"]) < 8
-    assert grammar_from_dataset(ds) == Grammar.random(vocab_size=8, sigma=0.5, seed=15)
+    assert grammar_from_dataset(ds) == Grammar.random(num_symbols=8, sigma=0.5, grammar_seed=15)
     assert load(cache, "k6", depth=6, num_validation=0)["train"][0]["filter_level"] == 6
 
 
@@ -123,7 +123,7 @@ def test_same_config_same_bytes_and_fingerprint_for_any_num_proc(tmp_path):
 
 def test_different_configs_never_share_a_cache_entry(cache):
     names = set()
-    for kwargs in [{}, {"seed": 1}, {"sigma": 2.0}, {"vocab_size": 5}, {"depth": 5}, {"num_train": 301},
+    for kwargs in [{}, {"seed": 1}, {"sigma": 2.0}, {"num_symbols": 5}, {"depth": 5}, {"num_train": 301},
                    {"num_validation": 51}, {"num_test": 61}]:
         builder = datasets.load_dataset_builder("treelang", "k2", cache_dir=cache, **{**SMALL, **kwargs})
         names.add(builder.cache_dir)
@@ -142,7 +142,8 @@ def test_different_configs_never_share_a_cache_entry(cache):
         ("x2", {}, "config name"),
         ("k2", {"colour": "red"}, "unknown treelang keyword"),
         ("k2", {"num_train": -1}, "num_train"),
-        ("k2", {"vocab_size": 1}, "vocab_size"),
+        ("k2", {"num_symbols": 1}, r"`num_symbols` must be an integer in \[2, 256\], got 1"),
+        ("k2", {"depth": 17}, r"`depth` must be an integer in \[1, 16\], got 17"),
         ("k2", {"sigma": -0.5}, "sigma"),
         ("k2", {"filter_level": 3}, "contradicts"),
         (None, {}, "config name is missing"),
@@ -178,8 +179,15 @@ def test_data_files_are_refused():
 def test_hook_fails_loudly_when_datasets_internals_change():
     import types
 
-    from hf_treelang.data import _check_internals
+    from hf_treelang.data.registration import _check_internals
 
     with pytest.raises(RuntimeError, match="dataset_module_factory"):
         _check_internals(types.SimpleNamespace(load_dataset_builder=datasets.load.load_dataset_builder))
     _check_internals(datasets.load)  # the installed version passes
+
+
+def test_vocab_size_keyword_still_works_with_a_future_warning(cache):
+    with pytest.warns(FutureWarning, match="`vocab_size` is renamed `num_symbols`"):
+        old = datasets.load_dataset_builder("treelang", "k2", cache_dir=cache, **{**SMALL, "vocab_size": 5})
+    new = datasets.load_dataset_builder("treelang", "k2", cache_dir=cache, **{**SMALL, "num_symbols": 5})
+    assert old.cache_dir == new.cache_dir

@@ -26,9 +26,9 @@ def paper_reference_grammar(q, sigma, seed):
 
 @pytest.mark.parametrize("q,sigma,seed", [(4, 1.0, 0), (4, 1.0, 1), (4, 1.0, 15), (4, 1.0, 31), (8, 0.5, 7), (3, 2.0, 42)])
 def test_random_grammar_matches_paper_code(q, sigma, seed):
-    grammar = Grammar.random(vocab_size=q, sigma=sigma, seed=seed)
+    grammar = Grammar.random(num_symbols=q, sigma=sigma, grammar_seed=seed)
     np.testing.assert_array_equal(grammar.M, paper_reference_grammar(q, sigma, seed))  # bit for bit
-    assert grammar.params == {"vocab_size": q, "sigma": sigma, "seed": seed}
+    assert grammar.params == {"num_symbols": q, "sigma": sigma, "grammar_seed": seed}
 
 
 def test_random_grammar_does_not_touch_global_numpy_state():
@@ -40,7 +40,7 @@ def test_random_grammar_does_not_touch_global_numpy_state():
 
 
 def test_random_grammar_is_non_overlapping_and_normalised():
-    grammar = Grammar.random(vocab_size=6, sigma=1.0, seed=3)
+    grammar = Grammar.random(num_symbols=6, sigma=1.0, grammar_seed=3)
     parents_per_pair = (grammar.M > 0).sum(0)  # (q, q): how many parents emit each child pair
     assert np.all(parents_per_pair == 1)
     assert np.all((grammar.M > 0).reshape(6, -1).sum(1) == 6)
@@ -49,12 +49,12 @@ def test_random_grammar_is_non_overlapping_and_normalised():
 
 
 def test_sigma_zero_gives_uniform_rules():
-    grammar = Grammar.random(vocab_size=4, sigma=0.0, seed=0)
+    grammar = Grammar.random(num_symbols=4, sigma=0.0, grammar_seed=0)
     assert set(np.unique(grammar.M)) == {0.0, 0.25}
 
 
 def test_path_matrices_are_products_along_the_path():
-    grammar = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
     ML, MR = grammar.M.sum(2), grammar.M.sum(1)
     np.testing.assert_array_equal(grammar.path_matrices(0)[:, :, 0], np.eye(4))
     paths = grammar.path_matrices(3)
@@ -69,7 +69,7 @@ def test_path_matrices_are_products_along_the_path():
 
 
 def test_save_load_round_trip_is_bit_exact(tmp_path):
-    grammar = Grammar.random(vocab_size=5, sigma=1.3, seed=11)
+    grammar = Grammar.random(num_symbols=5, sigma=1.3, grammar_seed=11)
     path = tmp_path / "grammar.json"
     grammar.save(path)
     loaded = Grammar.load(path)
@@ -77,30 +77,32 @@ def test_save_load_round_trip_is_bit_exact(tmp_path):
     assert loaded.root_prior.tobytes() == grammar.root_prior.tobytes()
     assert loaded.params == grammar.params
     assert loaded == grammar
-    assert json.loads(path.read_text())["vocab_size"] == 5  # human-readable JSON
+    assert json.loads(path.read_text())["num_symbols"] == 5  # human-readable JSON
 
 
 def test_user_tensor_and_prior_are_accepted():
     M = np.zeros((2, 2, 2))
     M[0, 0, 0] = M[1, 1, 1] = 1.0
     grammar = Grammar(M, root_prior=[0.25, 0.75])
-    assert grammar.vocab_size == 2
+    assert grammar.num_symbols == 2
     np.testing.assert_array_equal(grammar.root_prior, [0.25, 0.75])
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"vocab_size": 1}, "vocab_size"),
-        ({"vocab_size": 2.5}, "vocab_size"),
+        ({"num_symbols": 1}, r"`num_symbols` must be an integer in \[2, 256\], got 1"),
+        ({"num_symbols": 2.5}, "num_symbols"),
+        ({"num_symbols": 10_000}, r"`num_symbols` must be an integer in \[2, 256\], got 10000"),
         ({"sigma": -0.1}, "sigma"),
         ({"sigma": float("nan")}, "sigma"),
         ({"sigma": float("inf")}, "sigma"),
-        ({"seed": -1}, "seed"),
+        ({"sigma": 1e308}, r"`sigma` must be a real number in \[0, 1000\]"),
+        ({"grammar_seed": -1}, "grammar_seed"),
     ],
 )
 def test_random_rejects_bad_parameters(kwargs, match):
-    params = {"vocab_size": 4, "sigma": 1.0, "seed": 0} | kwargs
+    params = {"num_symbols": 4, "sigma": 1.0, "grammar_seed": 0} | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         Grammar.random(**params)
 
@@ -117,7 +119,7 @@ def test_rows_not_summing_to_one_are_rejected():
     [
         (np.full((3, 3), 1 / 3), "shape"),
         (np.full((3, 3, 2), 1 / 6), "shape"),
-        (np.full((1, 1, 1), 1.0), "vocab_size"),
+        (np.full((1, 1, 1), 1.0), "num_symbols"),
         (np.where(np.eye(9).reshape(3, 3, 3, 3)[..., 0] > 2, 0, np.nan), "finite"),
     ],
 )
@@ -139,3 +141,18 @@ def test_bad_root_prior_is_rejected():
         Grammar(M, root_prior=[0.5, 0.6])
     with pytest.raises(ValueError, match="root_prior"):
         Grammar(M, root_prior=[1.0])
+
+
+def test_renamed_keywords_still_work_with_a_future_warning():
+    with pytest.warns(FutureWarning, match="`vocab_size` is renamed `num_symbols`"):
+        old = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    assert old == Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+    with pytest.warns(FutureWarning, match="`vocab_size` is renamed `num_symbols`"):
+        assert old.vocab_size == 4
+
+
+def test_files_written_before_the_rename_still_load(tmp_path):
+    grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=3)
+    data = grammar.to_dict()
+    data["params"] = {"vocab_size": 4, "sigma": 1.0, "seed": 3}
+    assert Grammar.from_dict(data).params == grammar.params

@@ -1,4 +1,4 @@
-"""The comparison functions and the offline `evaluate` metric (hf_treelang/metrics.py)."""
+"""The comparison functions (hf_treelang/core/metrics.py) and the offline `evaluate` metric (hf_treelang/evaluation.py)."""
 
 import os
 
@@ -10,16 +10,16 @@ from scipy.special import rel_entr
 from scipy.stats import rankdata, spearmanr
 
 import hf_treelang
-from hf_treelang.metrics import (
-    TreeLangBPMetric,
+from hf_treelang.core.metrics import (
     average_ranks,
     compare_with_bp,
     kl_divergence,
     log_probabilities,
     spearman_correlation,
 )
+from hf_treelang.evaluation import TreeLangBPMetric
 
-METRIC_PATH = os.path.join(os.path.dirname(hf_treelang.__file__), "metrics.py")
+METRIC_PATH = os.path.join(os.path.dirname(hf_treelang.__file__), "evaluation.py")
 
 
 def _random_distributions(rng, n, q):

@@ -19,7 +19,7 @@ from hf_treelang import (
     TreeLangForSequenceClassification,
     TreeLangModel,
 )
-from hf_treelang.modeling_treelang import sinusoidal_positional_encoding
+from hf_treelang.models.modeling_treelang import sinusoidal_positional_encoding
 
 Q, DEPTH, T = 4, 3, 8
 HEADS = (TreeLangModel, TreeLangForSequenceClassification, TreeLangForMaskedLM)

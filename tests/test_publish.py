@@ -10,7 +10,7 @@ import pytest
 
 from hf_treelang import Grammar
 from hf_treelang.cli import main as cli_main
-from hf_treelang.publish import bp_accuracy, publish_dataset
+from hf_treelang.data.publish import bp_accuracy, publish_dataset
 
 SIZES = ["--num-train", "200", "--num-validation", "40", "--num-test", "300"]
 
@@ -43,7 +43,7 @@ def test_repository_layout(repo):
         "data/k2/train-00000-of-00001.parquet", "data/k2/validation-00000-of-00001.parquet",
         "generation.json", "grammar.json",
     ]
-    assert Grammar.load(repo / "grammar.json") == Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+    assert Grammar.load(repo / "grammar.json") == Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
 
 
 def test_stock_datasets_loads_k2_without_hf_treelang(repo, tmp_path):
@@ -95,7 +95,7 @@ def test_bp_accuracies_are_bayes_optimal_values():
 
 
 def test_failure_leaves_no_partial_output(tmp_path, monkeypatch):
-    import hf_treelang.publish as publish
+    import hf_treelang.data.publish as publish
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")

@@ -5,7 +5,7 @@ from scipy.stats import chisquare
 from enumeration import EnumeratedModel
 from hf_treelang import Grammar, sample_trees, uniform_sequences
 
-PAPER = Grammar.random(vocab_size=4, sigma=1.0, seed=0)
+PAPER = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
 
 
 def dense_grammar(q, seed):
@@ -17,7 +17,7 @@ def dense_grammar(q, seed):
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_result_shapes_and_missing_levels(k):
-    sample = sample_trees(PAPER, n=10, depth=3, filter_level=k, seed=0)
+    sample = sample_trees(PAPER, n=10, depth=3, filter_level=k, sampling_seed=0)
     assert sample.roots.shape == (10,) and sample.leaves.shape == (10, 8)
     for m, level in enumerate(sample.levels):
         if 0 < m < k:
@@ -31,10 +31,10 @@ def test_result_shapes_and_missing_levels(k):
 
 @pytest.mark.parametrize("k", [0, 2, 4])
 def test_same_bytes_whatever_the_chunking(k):
-    reference = sample_trees(PAPER, n=9000, depth=4, filter_level=k, seed=5)
-    small_chunks = sample_trees(PAPER, n=9000, depth=4, filter_level=k, seed=5, chunk_size=7)
-    head = sample_trees(PAPER, n=4100, depth=4, filter_level=k, seed=5)
-    tail = sample_trees(PAPER, n=4900, depth=4, filter_level=k, seed=5, start=4100, chunk_size=50_000)
+    reference = sample_trees(PAPER, n=9000, depth=4, filter_level=k, sampling_seed=5)
+    small_chunks = sample_trees(PAPER, n=9000, depth=4, filter_level=k, sampling_seed=5, chunk_size=7)
+    head = sample_trees(PAPER, n=4100, depth=4, filter_level=k, sampling_seed=5)
+    tail = sample_trees(PAPER, n=4900, depth=4, filter_level=k, sampling_seed=5, start=4100, chunk_size=50_000)
     for m in range(5):
         if reference.levels[m] is None:
             continue
@@ -43,10 +43,10 @@ def test_same_bytes_whatever_the_chunking(k):
 
 
 def test_seeds_and_filter_levels_give_different_streams():
-    a = sample_trees(PAPER, n=200, depth=4, filter_level=0, seed=0).leaves
-    b = sample_trees(PAPER, n=200, depth=4, filter_level=0, seed=1).leaves
+    a = sample_trees(PAPER, n=200, depth=4, filter_level=0, sampling_seed=0).leaves
+    b = sample_trees(PAPER, n=200, depth=4, filter_level=0, sampling_seed=1).leaves
     assert not np.array_equal(a, b)
-    np.testing.assert_array_equal(a, sample_trees(PAPER, n=200, depth=4, filter_level=0, seed=0).leaves)
+    np.testing.assert_array_equal(a, sample_trees(PAPER, n=200, depth=4, filter_level=0, sampling_seed=0).leaves)
 
 
 @pytest.mark.parametrize("grammar_name", ["paper", "dense"])
@@ -54,9 +54,9 @@ def test_seeds_and_filter_levels_give_different_streams():
 def test_joint_root_and_leaves_distribution_matches_exact_probabilities(grammar_name, k):
     # Chi-square goodness of fit of P_k(root, leaves) on a depth-2 tree, against brute-force enumeration.
     grammar = PAPER if grammar_name == "paper" else dense_grammar(3, seed=1)
-    q, depth, n = grammar.vocab_size, 2, 200_000
+    q, depth, n = grammar.num_symbols, 2, 200_000
     exact = EnumeratedModel(grammar, depth, k).sequence_probabilities()
-    sample = sample_trees(grammar, n=n, depth=depth, filter_level=k, seed=3)
+    sample = sample_trees(grammar, n=n, depth=depth, filter_level=k, sampling_seed=3)
     codes = np.column_stack([sample.roots, sample.leaves]) @ (q ** np.arange(depth**2, -1, -1))
     keys = list(exact)
     key_codes = np.array([sum(v * q**p for v, p in zip(key, range(depth**2, -1, -1))) for key in keys])
@@ -71,7 +71,7 @@ def test_joint_root_and_leaves_distribution_matches_exact_probabilities(grammar_
 
 def test_level_k_nodes_follow_path_matrices_given_root():
     k, n = 3, 400_000
-    sample = sample_trees(PAPER, n=n, depth=4, filter_level=k, seed=11)
+    sample = sample_trees(PAPER, n=n, depth=4, filter_level=k, sampling_seed=11)
     paths = PAPER.path_matrices(k)  # (q, q, 2**k)
     for root in range(4):
         rows = sample.levels[k][sample.roots == root]  # (n_root, 2**k)
@@ -82,7 +82,7 @@ def test_level_k_nodes_follow_path_matrices_given_root():
 
 def test_child_pairs_follow_the_transition_tensor():
     q, n = 4, 100_000
-    sample = sample_trees(PAPER, n=n, depth=3, filter_level=0, seed=2)
+    sample = sample_trees(PAPER, n=n, depth=3, filter_level=0, sampling_seed=2)
     parents = sample.levels[2].reshape(-1)
     left, right = sample.leaves[:, 0::2].reshape(-1), sample.leaves[:, 1::2].reshape(-1)
     for a in range(q):
@@ -95,40 +95,41 @@ def test_child_pairs_follow_the_transition_tensor():
 
 def test_root_follows_the_prior():
     grammar = dense_grammar(4, seed=2)
-    roots = sample_trees(grammar, n=200_000, depth=1, filter_level=0, seed=0).roots
+    roots = sample_trees(grammar, n=200_000, depth=1, filter_level=0, sampling_seed=0).roots
     np.testing.assert_allclose(np.bincount(roots, minlength=4) / roots.size, grammar.root_prior, atol=0.005)
 
 
 def test_large_vocabulary_is_supported():
-    grammar = Grammar.random(vocab_size=64, sigma=1.0, seed=0)
-    sample = sample_trees(grammar, n=2000, depth=5, filter_level=2, seed=0)
+    grammar = Grammar.random(num_symbols=64, sigma=1.0, grammar_seed=0)
+    sample = sample_trees(grammar, n=2000, depth=5, filter_level=2, sampling_seed=0)
     assert sample.leaves.min() >= 0 and sample.leaves.max() < 64
     parents, left, right = sample.levels[4].reshape(-1), sample.leaves[:, 0::2].reshape(-1), sample.leaves[:, 1::2].reshape(-1)
     assert np.all(grammar.M[parents, left, right] > 0)
 
 
 def test_uniform_sequences_are_uniform_and_reproducible():
-    x = uniform_sequences(vocab_size=5, n=40_000, depth=3, seed=4)
+    x = uniform_sequences(vocab_size=5, n=40_000, depth=3, sampling_seed=4)
     assert x.shape == (40_000, 8) and x.min() == 0 and x.max() == 4
     np.testing.assert_allclose(np.bincount(x.ravel(), minlength=5) / x.size, 0.2, atol=0.005)
-    np.testing.assert_array_equal(x[1000:], uniform_sequences(vocab_size=5, n=39_000, depth=3, seed=4, start=1000))
-    assert not np.array_equal(x, uniform_sequences(vocab_size=5, n=40_000, depth=3, seed=5))
+    np.testing.assert_array_equal(x[1000:], uniform_sequences(vocab_size=5, n=39_000, depth=3, sampling_seed=4, start=1000))
+    assert not np.array_equal(x, uniform_sequences(vocab_size=5, n=40_000, depth=3, sampling_seed=5))
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"n": -1}, "n must"),
+        ({"n": -1}, r"`n` must be an integer in \[0, 2147483647\], got -1"),
         ({"depth": 0}, "depth"),
         ({"filter_level": 5}, "filter_level"),
         ({"filter_level": -1}, "filter_level"),
-        ({"seed": -3}, "seed"),
-        ({"n": 2.0}, "n must"),
+        ({"sampling_seed": -3}, "sampling_seed"),
+        ({"n": 2.0}, "`n` must"),
+        ({"depth": 17}, r"`depth` must be an integer in \[1, 16\], got 17"),
         ({"chunk_size": 0}, "chunk_size"),
     ],
 )
 def test_bad_arguments_are_rejected(kwargs, match):
-    params = {"n": 10, "depth": 4, "filter_level": 0, "seed": 0} | kwargs
+    params = {"n": 10, "depth": 4, "filter_level": 0, "sampling_seed": 0} | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         sample_trees(PAPER, **params)
 

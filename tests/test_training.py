@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForSequenceClassification
 
 import hf_treelang  # noqa: F401  (registers the Auto classes)
-from hf_treelang.collator import MaskedLeafCollator, RootClassificationCollator
-from hf_treelang.training import main, train
-from hf_treelang.training_args import PRESETS, parse_arguments
+from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
+from hf_treelang.train.loop import main, train
+from hf_treelang.train.arguments import PRESETS, parse_arguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--depth", "2", "--vocab_size", "3", "--hidden_size", "32", "--num_hidden_layers", "2",

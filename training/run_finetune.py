@@ -12,7 +12,7 @@ Usage (see training/README.md)::
 
 import sys
 
-from hf_treelang.training import main
+from hf_treelang.train.loop import main
 
 if __name__ == "__main__":
     sys.exit(main("finetune"))

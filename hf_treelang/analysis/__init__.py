@@ -1,5 +1,9 @@
 """The paper's analyses of trained checkpoints (Sec. 3-4), each a function returning a typed result and a CLI command.
 
+Shared parts: :mod:`~hf_treelang.analysis.checkpoint` (loading, with clear errors), :mod:`~hf_treelang.analysis.activations`
+(the one activation collector, ``run_with_cache``), :mod:`~hf_treelang.analysis.io` (output folders and JSON);
+figures use :mod:`hf_treelang.plotting`.
+
 * :func:`calibrate` — model vs BP probabilities, in-sample and uniform inputs (Fig. 1b): ``hf-treelang calibration``
 * :func:`average_attention` / :func:`attention_grid` — average attention per layer (Fig. 4): ``hf-treelang attention``
 * :func:`probe` — ancestor probes per (layer, level) (Fig. 3b, App. E.6-E.7): ``hf-treelang probe``
@@ -7,7 +11,10 @@
 * :func:`sample_complexity_sweep` — accuracy vs labelled P, three arms (Fig. 1f): ``hf-treelang sample-complexity``
 """
 
-from ._common import Checkpoint, DistributionComparison, compare_distributions, load_checkpoint
+from hf_treelang.core.metrics import DistributionComparison, compare_distributions
+
+from .activations import Activations, predict_probabilities, run_with_cache
+from .checkpoint import Checkpoint, load_checkpoint
 from .attention import AttentionResult, attention_grid, average_attention
 from .calibration import CalibrationResult, CalibrationSet, calibrate, calibrate_predictor
 from .dynamics import DynamicsResult, learning_dynamics
@@ -15,6 +22,7 @@ from .probing import ProbeResult, probe
 from .sample_complexity import SampleComplexityResult, sample_complexity_sweep
 
 __all__ = [
+    "Activations",
     "AttentionResult",
     "CalibrationResult",
     "CalibrationSet",
@@ -30,6 +38,8 @@ __all__ = [
     "compare_distributions",
     "learning_dynamics",
     "load_checkpoint",
+    "predict_probabilities",
     "probe",
+    "run_with_cache",
     "sample_complexity_sweep",
 ]

@@ -9,24 +9,18 @@ Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``h`` heads.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..sampling import sample_trees
-from ._common import (
-    as_checkpoint,
-    batches,
-    check_positive,
-    cli_error,
-    mask_one_position,
-    prepare_output,
-    pyplot,
-    save_figure,
-    write_json,
-)
+from hf_treelang.core.sampling import sample_trees
+from hf_treelang.core.masking import mask_evaluation_set
+from hf_treelang.plotting import pyplot, save_figure
+
+from .activations import run_with_cache
+from .checkpoint import as_checkpoint
+from .io import check_positive, cli_error, prepare_output, write_json
 
 
 @dataclass
@@ -92,19 +86,12 @@ def average_attention(
     num_samples = check_positive("num_samples", num_samples)
     batch_size = check_positive("batch_size", batch_size)
     masked = ckpt.task == "mlm" if mask is None else bool(mask)
-    leaves = sample_trees(ckpt.grammar, num_samples, ckpt.depth, ckpt.filter_level, seed=seed).leaves  # (n, L)
+    leaves = sample_trees(ckpt.grammar, num_samples, ckpt.depth, ckpt.filter_level, seed).leaves  # (n, L)
     if masked:
-        leaves, _ = mask_one_position(leaves, ckpt.mask_token_id, seed + 1)
-    ids = torch.as_tensor(leaves, dtype=torch.long)
-    total = None
-    for part in batches(num_samples, batch_size):
-        out = ckpt.model(input_ids=ids[part].to(ckpt.device), output_attentions=True)
-        if not out.attentions or any(a is None for a in out.attentions):
-            raise ValueError(f"checkpoint {ckpt.describe()} returned no attention maps with output_attentions=True")
-        stacked = torch.stack([a.double().sum(0) for a in out.attentions]).cpu()  # (layers, h, L, L)
-        total = stacked if total is None else total + stacked
+        leaves, _ = mask_evaluation_set(leaves, ckpt.mask_token_id, seed)
+    cache = run_with_cache(ckpt, leaves, logits=False, attentions=True, batch_size=batch_size)
     return AttentionResult(
-        maps=(total / num_samples).numpy(),
+        maps=(cache.attention_sum / num_samples).numpy(),  # (layers, h, L, L)
         checkpoint=str(ckpt.path),
         task=ckpt.task,
         depth=ckpt.depth,
@@ -154,25 +141,8 @@ def write_outputs(results: list, out_dir) -> dict:
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-treelang attention",
-        description="Every layer's attention averaged over in-sample inputs (paper Fig. 4); several checkpoints "
-        "give a grid with one row per model. Writes attention.png and attention.json.",
-    )
-    parser.add_argument("checkpoints", nargs="+", help="one or more TreeLang checkpoint folders (rows of the grid)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num-samples", type=int, default=10_000, help="inputs averaged over (default 10^4)")
-    parser.add_argument("--seed", type=int, default=20_240_602, help="seed of the inputs")
-    parser.add_argument("--mask", choices=["auto", "yes", "no"], default="auto",
-                        help="mask one leaf per input (auto: for MLM checkpoints only)")
-    parser.add_argument("--batch-size", type=int, default=512, help="inference batch size")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args) -> int:
+    """``hf-treelang attention`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     mask = {"auto": None, "yes": True, "no": False}[args.mask]
     try:
         results = attention_grid(args.checkpoints, num_samples=args.num_samples, seed=args.seed, mask=mask,
@@ -182,3 +152,10 @@ def main(argv=None) -> int:
     paths = write_outputs(results, args.out)
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
+
+
+def main(argv=None) -> int:
+    """``hf-treelang attention`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("attention", argv)

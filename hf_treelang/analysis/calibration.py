@@ -14,28 +14,21 @@ Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``q`` symbols.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import torch
 
-from ..bp import BeliefPropagation
-from ..grammar import Grammar
-from ..sampling import sample_trees, uniform_sequences
-from ._common import (
-    as_checkpoint,
-    cli_error,
-    check_positive,
-    compare_distributions,
-    mask_one_position,
-    predict_probabilities,
-    prepare_output,
-    pyplot,
-    save_figure,
-    write_json,
-)
+from hf_treelang.core.bp import BeliefPropagation
+from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.sampling import sample_trees, uniform_sequences
+from hf_treelang.core.metrics import compare_distributions
+from hf_treelang.core.oracle import predicted_marginals, task_inputs
+from hf_treelang.plotting import pyplot, save_figure
+
+from .activations import predict_probabilities
+from .checkpoint import as_checkpoint
+from .io import check_positive, cli_error, prepare_output, write_json
 
 INPUT_SETS = ("in_sample", "uniform")
 
@@ -120,30 +113,23 @@ def calibrate_predictor(
     if task not in ("mlm", "root"):
         raise ValueError(f"task must be 'mlm' or 'root', got {task!r}")
     num_samples = check_positive("num_samples", num_samples)
-    q = grammar.vocab_size
+    q = grammar.num_symbols
     bp = BeliefPropagation(grammar, depth, filter_level, on_impossible="flag")
-    trees = sample_trees(grammar, num_samples, depth, filter_level, seed=seed)
-    inputs = {"in_sample": trees.leaves, "uniform": uniform_sequences(q, num_samples, depth, seed=seed)}
+    trees = sample_trees(grammar, num_samples, depth, filter_level, seed)
+    inputs = {"in_sample": trees.leaves, "uniform": uniform_sequences(q, num_samples, depth, seed)}
     sets = {}
     for index, name in enumerate(INPUT_SETS):
-        leaves = inputs[name]  # (n, L)
-        rows = np.arange(num_samples)
-        if task == "mlm":
-            ids, positions = mask_one_position(leaves, q, seed + 1 + index)
-            result = bp.infer(ids)
-            bp_probs = result.leaves[torch.as_tensor(rows), torch.as_tensor(positions)].numpy()  # (n, q)
-            targets = leaves[rows, positions]
-        else:
-            ids, positions = leaves, None
-            result = bp.infer(ids, downward=False)
-            bp_probs = result.root.numpy()  # (n, q)
-            targets = trees.roots
+        data = task_inputs(task, inputs[name], trees.roots, mask_token_id=q, sampling_seed=seed + 1 + index)
+        ids = data.inputs.numpy()  # (n, L)
+        positions = None if data.positions is None else data.positions.numpy()
+        bp_probs = predicted_marginals(bp, data.inputs, data.positions).numpy()  # (n, q)
+        targets = data.labels.numpy()
         if name == "uniform":
             targets = np.full(num_samples, -1)  # a uniform input has no true root, and its leaves carry no signal
         model_probs = np.asarray(predict(ids, positions), dtype=np.float64)
         if model_probs.shape != (num_samples, q):
             raise ValueError(f"predict must return shape ({num_samples}, {q}), got {model_probs.shape}")
-        possible = ~result.impossible.numpy()
+        possible = ~bp.infer(data.inputs, downward=False).impossible.numpy()
         comparison = compare_distributions(bp_probs[possible], model_probs[possible])
         metrics = comparison.summary()
         metrics.update(
@@ -235,25 +221,8 @@ def write_outputs(result: CalibrationResult, out_dir) -> dict:
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-treelang calibration",
-        description="Model probabilities vs exact BP marginals (paper Fig. 1b): masked leaf (MLM) or root, on "
-        "in-sample and uniform random sequences. Writes calibration.png and calibration.json.",
-    )
-    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (MLM or root classification)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--task", choices=["mlm", "root"], default=None,
-                        help="require this task (default: the checkpoint's own)")
-    parser.add_argument("--num-samples", type=int, default=10_000, help="sequences per input set (default 10^4)")
-    parser.add_argument("--seed", type=int, default=20_240_601, help="seed of the inputs and mask positions")
-    parser.add_argument("--batch-size", type=int, default=1024, help="inference batch size")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args) -> int:
+    """``hf-treelang calibration`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
         result = calibrate(args.checkpoint, task=args.task, num_samples=args.num_samples, seed=args.seed,
                              batch_size=args.batch_size, device=args.device)
@@ -267,3 +236,9 @@ def main(argv=None) -> int:
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
 
+
+def main(argv=None) -> int:
+    """``hf-treelang calibration`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("calibration", argv)

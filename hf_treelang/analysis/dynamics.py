@@ -12,7 +12,6 @@ folder holding either.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass, field
@@ -20,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import cli_error, prepare_output, pyplot, save_figure, write_json
+from hf_treelang.plotting import level_color, pyplot, save_figure
+
+from .io import cli_error, prepare_output, write_json
 
 _KL = re.compile(r"^(?:eval_)?kl_bp_k(\d+)$")
 _ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
@@ -184,13 +185,6 @@ def learning_dynamics(run) -> DynamicsResult:
     )
 
 
-def _color(plt, k: int, k_max: int):
-    """BP_0 black, then light green (k=1) to purple (k=ℓ), as the paper's Fig. 1c/d."""
-    if k == 0:
-        return "black"
-    return plt.get_cmap("viridis_r")(0.15 + 0.85 * (k - 1) / max(1, k_max - 1))
-
-
 def plot_dynamics(result: DynamicsResult, title: str = ""):
     """KL-to-BP_k curves and the k_test accuracy staircase (plus argmax agreement and Spearman when logged)."""
     plt = pyplot()
@@ -207,13 +201,13 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
         ax.set_xlabel("training step (step 0 at 0.5)")
         if panel == "kl":
             for k, values in sorted(result.kl.items()):
-                ax.plot(x, values, marker=".", color=_color(plt, k, k_max), label=f"BP$_{{{k}}}$")
+                ax.plot(x, values, marker=".", color=level_color(k, k_max), label=f"BP$_{{{k}}}$")
             ax.set_yscale("log")
             ax.set_ylabel("mean $D_{KL}$(BP$_k$ ‖ model)")
             ax.set_title("alignment with BP$_k$ (Fig. 1c/d)", fontsize=9)
         elif panel == "accuracy":
             for k, values in sorted(result.accuracy.items()):
-                color = _color(plt, k, k_max)
+                color = level_color(k, k_max)
                 ax.plot(x, values, marker=".", color=color, label=f"$k_{{test}}$={k}")
                 if k in result.bp_accuracy:
                     ax.axhline(result.bp_accuracy[k], color=color, ls="--", lw=0.9)
@@ -221,7 +215,7 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
             ax.set_title("accuracy per $k_{test}$ (Fig. 2b, 3a)", fontsize=9)
         else:
             for k, values in sorted(getattr(result, panel).items()):
-                ax.plot(x, values, marker=".", color=_color(plt, k, k_max), label=f"BP$_{{{k}}}$")
+                ax.plot(x, values, marker=".", color=level_color(k, k_max), label=f"BP$_{{{k}}}$")
             what = "argmax agreement" if panel == "match" else "mean Spearman correlation"
             ax.set_ylabel(f"{what} with BP$_k$")
             ax.set_title(f"{what} (App. E.4)", fontsize=9)
@@ -241,21 +235,8 @@ def write_outputs(result: DynamicsResult, out_dir, *, name: str = "dynamics", ti
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-treelang dynamics",
-        description="KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines "
-        "(Fig. 2b, 3a) from a run's BP-KL history. Writes dynamics.png and dynamics.json.",
-    )
-    parser.add_argument("run", help="a training output folder, its trainer_state.json, or the BP-KL history JSON")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--name", default="dynamics", help="base name of the output files")
-    parser.add_argument("--title", default="", help="figure title")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args) -> int:
+    """``hf-treelang dynamics`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
         result = learning_dynamics(args.run)
         paths = write_outputs(result, args.out, name=args.name, title=args.title)
@@ -265,3 +246,10 @@ def main(argv=None) -> int:
           f"{result.alignment_sequence}")
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
+
+
+def main(argv=None) -> int:
+    """``hf-treelang dynamics`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("dynamics", argv)

@@ -19,7 +19,6 @@ hidden units, ``d`` model hidden size, ``q`` symbols, ``T`` tokens in a batch.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -27,19 +26,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..bp import BeliefPropagation
-from ..data import ancestor_labels
-from ..sampling import sample_trees
-from ._common import (
-    as_checkpoint,
-    batches,
-    check_positive,
-    cli_error,
-    prepare_output,
-    pyplot,
-    save_figure,
-    write_json,
-)
+from hf_treelang.core.bp import BeliefPropagation
+from hf_treelang.core.sampling import sample_trees
+from hf_treelang.data.metadata import ancestor_labels
+from hf_treelang.plotting import pyplot, save_figure
+
+from .activations import batches, run_with_cache
+from .checkpoint import as_checkpoint
+from .io import check_positive, cli_error, prepare_output, write_json
 
 POSITION_MODES = ("all", "ends")
 
@@ -119,15 +113,9 @@ def probe_targets(trees, levels: list) -> np.ndarray:
     return np.stack([ancestor_labels(trees.levels[m], trees.depth) for m in levels], -1)
 
 
-@torch.no_grad()
 def hidden_states(ckpt, input_ids: np.ndarray, *, batch_size: int = 512) -> torch.Tensor:
     """(n, P, L, d) float32 hidden states of every layer (embedding first) of the frozen encoder."""
-    ids = torch.as_tensor(input_ids, dtype=torch.long)
-    out = []
-    for part in batches(ids.shape[0], batch_size):
-        states = ckpt.model(input_ids=ids[part].to(ckpt.device), output_hidden_states=True).hidden_states
-        out.append(torch.stack(states, 1).float().cpu())  # (b, P, L, d)
-    return torch.cat(out)
+    return run_with_cache(ckpt, input_ids, logits=False, hidden_states=True, batch_size=batch_size).hidden_states
 
 
 class _BatchedProbes(torch.nn.Module):
@@ -223,7 +211,7 @@ def probe(
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
 
-    trees = sample_trees(ckpt.grammar, num_train + num_test, depth, k_data, seed=seed)
+    trees = sample_trees(ckpt.grammar, num_train + num_test, depth, k_data, seed)
     labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
     states = hidden_states(ckpt, trees.leaves)  # (n, P, L, d)
     num_layers, length = states.shape[1], states.shape[2]
@@ -329,33 +317,8 @@ def write_outputs(result: ProbeResult, out_dir, *, name: str | None = None) -> d
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-treelang probe",
-        description="Ancestor probes per (encoder layer, ancestor level) on frozen hidden states (paper Fig. 3b, "
-        "App. E.6-E.7). Writes probe.png and probe.json (probe_ends.* with --positions ends).",
-    )
-    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (an MLM model in the paper)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--levels", type=int, nargs="+", default=None,
-                        help="ancestor levels to probe, 0 = root (default: every level < depth the data have)")
-    parser.add_argument("--data-filter-level", type=int, default=None,
-                        help="filter level k of the probing data (default: the checkpoint's k_train)")
-    parser.add_argument("--positions", choices=POSITION_MODES, default="all",
-                        help="train on all positions, or on the first and last only (App. E.7)")
-    parser.add_argument("--num-train", type=int, default=2**14, help="labelled training sequences (default 2^14)")
-    parser.add_argument("--num-test", type=int, default=2**12, help="held-out sequences (default 2^12)")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs (the paper used 100)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sequences per step")
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
-    parser.add_argument("--probe-hidden", type=int, default=64, help="hidden units of each readout (paper: 64)")
-    parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args) -> int:
+    """``hf-treelang probe`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
         result = probe(args.checkpoint, levels=args.levels, data_filter_level=args.data_filter_level,
                        positions=args.positions, num_train=args.num_train, num_test=args.num_test,
@@ -370,3 +333,10 @@ def main(argv=None) -> int:
     print("  BP:      " + "  ".join(f"{a:.3f}" for a in result.bp_accuracy))
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
+
+
+def main(argv=None) -> int:
+    """``hf-treelang probe`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("probe", argv)

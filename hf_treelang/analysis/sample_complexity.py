@@ -13,15 +13,17 @@ accuracy on data of the pre-training filter level (k_test = k_train), next to th
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from tqdm.auto import tqdm
 
-from ._common import as_checkpoint, check_positive, cli_error, prepare_output, pyplot, save_figure, write_json
-from ._training import RunSpec, run_training
+from hf_treelang.plotting import pyplot, save_figure
+from hf_treelang.train.runs import RunSpec, run_training
+
+from .checkpoint import as_checkpoint
+from .io import check_positive, cli_error, prepare_output, write_json
 
 ARMS = ("scratch", "frozen", "finetuned")
 _MARKERS = {"scratch": ("o", "no pre-training"), "frozen": ("s", "MLM pre-trained, frozen"),
@@ -176,38 +178,8 @@ def write_outputs(result: SampleComplexityResult, out_dir) -> dict:
     return paths
 
 
-def _parse_sizes(text: str) -> list:
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        value = 2 ** int(part[2:]) if part.startswith("2^") else int(part)
-        sizes.append(value)
-    return sizes
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-treelang sample-complexity",
-        description="Root accuracy vs labelled P without pre-training, and from an MLM checkpoint frozen or "
-        "fine-tuned (paper Fig. 1f). Writes sample_complexity.png and sample_complexity.json; each run "
-        "keeps its folder under OUT/runs and is reused when the command is rerun.",
-    )
-    parser.add_argument("checkpoint", help="an MLM-pre-trained TreeLang checkpoint folder")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--sizes", type=_parse_sizes, default=[2**8, 2**10, 2**12],
-                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default 2^8,2^10,2^12)")
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="which arms to run")
-    parser.add_argument("--epochs", type=float, default=20.0, help="training epochs per run")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap on the steps of one run")
-    parser.add_argument("--num-test", type=int, default=10_000, help="test sequences")
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size (paper: 32)")
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate (paper: 1e-4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the runs")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args) -> int:
+    """``hf-treelang sample-complexity`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
         result = sample_complexity_sweep(args.checkpoint, args.sizes, Path(args.out) / "runs", arms=args.arms,
                                          epochs=args.epochs, max_steps=args.max_steps, num_test=args.num_test,
@@ -222,3 +194,9 @@ def main(argv=None) -> int:
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
 
+
+def main(argv=None) -> int:
+    """``hf-treelang sample-complexity`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("sample-complexity", argv)

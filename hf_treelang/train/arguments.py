@@ -18,6 +18,14 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma
+from hf_treelang.models.configuration_treelang import TreeLangConfig
+
+# The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
+# flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
+DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed")
+ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__ if name not in DATA_CONFIG_FIELDS)
+
 TASKS = ("root", "mlm", "finetune")
 
 # Sizes per task and preset. "default" finishes on a 2-core CPU in <= 15 minutes with the paper's model
@@ -51,13 +59,17 @@ class DataArguments:
 
     grammar_seed: int = field(
         default=0,
-        metadata={"help": "Data seed: the grammar M is drawn from (grammar_seed, vocab_size, sigma) and the data "
-                  "splits are seeded from it (load_dataset('treelang', ..., seed=grammar_seed)). The model's seed "
+        metadata={"help": "The grammar M is drawn from (grammar_seed, num_symbols, sigma); every split's sampling "
+                  "seed is derived from it (load_dataset('treelang', ..., seed=grammar_seed)). The model's seed "
                   "is --seed."},
     )
-    sigma: float = field(default=1.0, metadata={"help": "σ > 0, the grammar's spread parameter (paper App. A)."})
-    vocab_size: int = field(default=4, metadata={"help": "q >= 2, the number of symbols (the mask id is q)."})
-    depth: int = field(default=4, metadata={"help": "ℓ >= 1, the tree depth; sequences have 2**depth leaves."})
+    sigma: float = field(default=1.0, metadata={"help": "σ in [0, 1000], the grammar's spread parameter (App. A)."})
+    num_symbols: int = field(
+        default=4,
+        metadata={"help": "q in [2, 256], the number of symbols (the mask id is q); --vocab_size is its former name.",
+                  "aliases": ["--vocab_size"]},
+    )
+    depth: int = field(default=4, metadata={"help": "ℓ in [1, 16], the tree depth; sequences have 2**depth leaves."})
     k_train: int = field(default=0, metadata={"help": "Filter level k in [0, depth] of the training data."})
     num_train: int | None = field(
         default=None, metadata={"help": "P, the number of training sequences (default: from --preset)."}
@@ -90,31 +102,22 @@ class DataArguments:
         return list(range(self.depth + 1)) if self.k_test is None else [int(k) for k in self.k_test]
 
     def validate(self) -> None:
-        """Raise ValueError naming the field if any value is out of range."""
-        def bad(name, value, allowed):
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 2:
-            bad("vocab_size (q)", self.vocab_size, "an int >= 2")
-        if not isinstance(self.depth, int) or not 1 <= self.depth <= 20:
-            bad("depth (ℓ)", self.depth, "an int in [1, 20]")
-        if not (isinstance(self.sigma, (int, float)) and self.sigma > 0):
-            bad("sigma (σ)", self.sigma, "a float > 0")
-        if not isinstance(self.grammar_seed, int) or self.grammar_seed < 0:
-            bad("grammar_seed", self.grammar_seed, "an int >= 0")
-        if not isinstance(self.k_train, int) or not 0 <= self.k_train <= self.depth:
-            bad("k_train", self.k_train, f"an int in [0, depth={self.depth}]")
+        """Raise a ValueError/TypeError naming the field if any value is out of range (the limits of core.params)."""
+        check_param("num_symbols", self.num_symbols)
+        check_param("depth", self.depth)
+        check_sigma(self.sigma)
+        check_param("grammar_seed", self.grammar_seed)
+        check_int("k_train", self.k_train, 0, self.depth)
         for k in self.test_levels():
-            if not 0 <= k <= self.depth:
-                bad("k_test", k, f"a list of ints in [0, depth={self.depth}]")
+            check_int("k_test", k, 0, self.depth)
         if len(set(self.test_levels())) != len(self.test_levels()):
-            bad("k_test", self.k_test, "a list without repeated levels")
+            raise ValueError(f"`k_test` must not repeat a level, got {self.k_test!r}")
         for name in ("num_train", "num_eval", "num_test"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                bad(name, value, "an int >= 1")
-        if self.mask_rate is not None and not 0.0 < self.mask_rate <= 1.0:
-            bad("mask_rate", self.mask_rate, "None or a float in (0, 1]")
+            check_int(name, getattr(self, name), 1, MAX_SIZE)
+        if self.mask_rate is not None:
+            check_real("mask_rate", self.mask_rate, 0.0, 1.0)
+            if self.mask_rate == 0:
+                raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
 
 
 @dataclass
@@ -131,9 +134,14 @@ class ModelArguments:
         default=0.1, metadata={"help": "Dropout in the blocks (torch.nn.TransformerEncoderLayer's default)."}
     )
     attention_probs_dropout_prob: float = field(default=0.1, metadata={"help": "Dropout on attention weights."})
+    hidden_act: str = field(default="relu", metadata={"help": "Feed-forward activation: 'relu' (paper) or 'gelu'."})
+    layer_norm_eps: float = field(default=1e-5, metadata={"help": "Epsilon of the layer norms (PyTorch's 1e-5)."})
     classifier_pooling: str = field(
         default="concat",
         metadata={"help": "Root readout input: 'concat' (the paper: all final tokens) or 'mean'."},
+    )
+    initializer: str = field(
+        default="torch", metadata={"help": "Initialisation: 'torch' (the paper code's PyTorch defaults) or 'xavier'."}
     )
     model_name_or_path: str | None = field(
         default=None,
@@ -145,16 +153,11 @@ class ModelArguments:
     )
 
     def model_kwargs(self, depth: int) -> dict:
-        """Architecture keyword arguments for ``TreeLangConfig.from_data``."""
-        return {
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": depth if self.num_hidden_layers is None else self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "intermediate_size": self.intermediate_size,
-            "hidden_dropout_prob": self.hidden_dropout_prob,
-            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
-            "classifier_pooling": self.classifier_pooling,
-        }
+        """Architecture keyword arguments for ``TreeLangConfig.from_data``: every field of ARCHITECTURE_FIELDS."""
+        kwargs = {name: getattr(self, name) for name in ARCHITECTURE_FIELDS}
+        if kwargs["num_hidden_layers"] is None:
+            kwargs["num_hidden_layers"] = depth
+        return kwargs
 
 
 @dataclass

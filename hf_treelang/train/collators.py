@@ -1,7 +1,8 @@
 """Batch collators for the two tasks of the paper (Sec. 3.2 root classification, Sec. 3.3 masked language modelling).
 
 The library's ``DataCollatorForLanguageModeling`` needs a tokenizer and does BERT's 80/10/10 masking; the paper
-masks exactly one leaf per sequence, at a uniformly random position, and always replaces it by the mask token.
+masks exactly one leaf per sequence, at a uniformly random position (:mod:`hf_treelang.core.masking`), and always
+replaces it by the mask token.
 
 Glossary: ``b`` batch, ``l`` depth (ℓ), a sequence has ``2**l`` leaves with symbols in [0, q); the mask id is q.
 """
@@ -13,30 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from hf_treelang.core.masking import mask_single_leaf, training_positions
+
 
 def _stack_input_ids(features: list) -> torch.Tensor:
     return torch.as_tensor(np.asarray([f["input_ids"] for f in features], dtype=np.int64))  # (b, 2**l)
-
-
-def mask_single_leaf(
-    input_ids: torch.Tensor, mask_token_id: int, positions: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Replace leaf ``positions[i]`` of row i by the mask id; labels hold its symbol there and -100 elsewhere.
-
-    Args:
-        input_ids: (b, 2**ℓ) int64 symbols.
-        mask_token_id: the mask id q.
-        positions: (b,) int64 masked position per row.
-
-    Returns:
-        ``(masked_input_ids, labels)``, both (b, 2**ℓ) int64.
-    """
-    rows = torch.arange(input_ids.shape[0])
-    masked = input_ids.clone()
-    labels = torch.full_like(input_ids, -100)
-    labels[rows, positions] = input_ids[rows, positions]
-    masked[rows, positions] = mask_token_id
-    return masked, labels
 
 
 @dataclass
@@ -77,7 +59,7 @@ class MaskedLeafCollator:
             return PremaskedCollator()(features)
         input_ids = _stack_input_ids(features)  # (b, 2**l)
         b, n_leaves = input_ids.shape
-        positions = torch.randint(0, n_leaves, (b,), generator=self._generator)  # (b,)
+        positions = training_positions(b, n_leaves, self._generator)  # (b,)
         masked, labels = mask_single_leaf(input_ids, self.mask_token_id, positions)
         if self.mask_rate is not None:
             extra = torch.rand((b, n_leaves), generator=self._generator) < float(self.mask_rate)  # (b, 2**l)

@@ -15,41 +15,22 @@ the root, through the path matrices (paper eq. 1)::
 
 where s1 ... sk are the k bits of j, most significant first, bit 0 -> M_L = M.sum(2), bit 1 -> M_R = M.sum(1).
 
-Dimension glossary: ``q`` symbols (vocab_size), ``k`` filter level, level ``m`` has ``2**m`` nodes.
+Dimension glossary: ``q`` symbols (num_symbols), ``k`` filter level, level ``m`` has ``2**m`` nodes.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .params import check_filter_level, check_param, check_sigma, renamed_arguments, warn_renamed
+
 GRAMMAR_FILE_FORMAT = "hf-treelang-grammar/1"
 _ROW_SUM_TOLERANCE = 1e-9
-
-
-def check_int(name: str, value, low: int, high: int | None = None) -> int:
-    """Return ``value`` as an int or raise a ValueError/TypeError naming ``name`` and the range [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be in {allowed}, got {value}")
-    return value
-
-
-def check_sigma(sigma) -> float:
-    """Validate the log-normal width ``sigma`` (σ): a finite real >= 0."""
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
-        raise TypeError(f"sigma must be a real number, got {sigma!r} ({type(sigma).__name__})")
-    sigma = float(sigma)
-    if not math.isfinite(sigma) or sigma < 0:
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
-    return sigma
+_RENAMED_PARAMS = {"vocab_size": "num_symbols", "seed": "grammar_seed"}  # files written before 0.2
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,11 +40,12 @@ class Grammar:
     Args:
         M: ``M[a, b, c] = P(left=b, right=c | parent=a)``; non-negative, finite, every ``M[a]`` sums to 1.
         root_prior: the root distribution p0 (q,); uniform when ``None``, as in the paper.
-        params: the ensemble parameters the grammar was drawn with (``vocab_size``, ``sigma``, ``seed``), if any.
+        params: the ensemble parameters the grammar was drawn with (``num_symbols``, ``sigma``, ``grammar_seed``),
+            if any.
 
     Example:
-        >>> g = Grammar.random(vocab_size=4, sigma=1.0, seed=0)   # the grammar of the paper's figures
-        >>> g.M.shape, g.vocab_size
+        >>> g = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)   # the grammar of the paper's figures
+        >>> g.M.shape, g.num_symbols
         ((4, 4, 4), 4)
     """
 
@@ -78,9 +60,7 @@ class Grammar:
         M = np.array(M, dtype=np.float64)
         if M.ndim != 3 or not (M.shape[0] == M.shape[1] == M.shape[2]):
             raise ValueError(f"M must have shape (q, q, q), got {M.shape}")
-        q = M.shape[0]
-        if q < 2:
-            raise ValueError(f"vocab_size (q) must be >= 2, got {q}")
+        q = check_param("num_symbols", M.shape[0], as_name="num_symbols (q, the size of M)")
         if not np.all(np.isfinite(M)):
             raise ValueError("M must be finite, got NaN or infinite entries")
         if np.any(M < 0):
@@ -108,17 +88,18 @@ class Grammar:
         object.__setattr__(self, "params", dict(self.params))
 
     @classmethod
-    def random(cls, vocab_size: int = 4, sigma: float = 1.0, seed: int = 0) -> "Grammar":
+    @renamed_arguments(vocab_size="num_symbols", seed="grammar_seed")
+    def random(cls, num_symbols: int = 4, sigma: float = 1.0, grammar_seed: int = 0) -> "Grammar":
         """Draw the paper's log-normal non-overlapping grammar (App. A), bit-identical to the paper's code.
 
         Args:
-            vocab_size: q, the number of symbols (>= 2).
-            sigma: σ, the standard deviation of the logits of the allowed rules (>= 0).
-            seed: the seed of the paper's data-generation script (``seed = 0`` for its figures).
+            num_symbols: q, the number of symbols, in [2, 256].
+            sigma: σ, the standard deviation of the logits of the allowed rules, in [0, 1000].
+            grammar_seed: the seed of the paper's data-generation script (0 for its figures), in [0, 2**32 - 1].
         """
-        q = check_int("vocab_size", vocab_size, 2)
+        q = check_param("num_symbols", num_symbols)
         sigma = check_sigma(sigma)
-        seed = check_int("seed", seed, 0, 2**32 - 1)
+        seed = check_param("grammar_seed", grammar_seed)
         rng = np.random.RandomState(seed)  # the legacy stream of the paper's np.random.seed(seed)
         perm = rng.permutation(q * q)
         z = rng.randn(q * q)
@@ -128,12 +109,18 @@ class Grammar:
         logits -= logits.max(axis=1, keepdims=True)
         weights = np.exp(logits)
         M = (weights / weights.sum(axis=1, keepdims=True)).reshape(q, q, q)
-        return cls(M, params={"vocab_size": q, "sigma": sigma, "seed": seed})
+        return cls(M, params={"num_symbols": q, "sigma": sigma, "grammar_seed": seed})
+
+    @property
+    def num_symbols(self) -> int:
+        """q, the number of symbols."""
+        return self.M.shape[0]
 
     @property
     def vocab_size(self) -> int:
-        """q, the number of symbols."""
-        return self.M.shape[0]
+        """Deprecated name of :attr:`num_symbols` (q)."""
+        warn_renamed("vocab_size", "num_symbols", "Grammar")
+        return self.num_symbols
 
     @property
     def M_left(self) -> np.ndarray:
@@ -150,8 +137,8 @@ class Grammar:
 
         Node j's path from the root is read from the k bits of j, most significant first (0 = left).
         """
-        k = check_int("filter_level", filter_level, 0, 30)
-        q = self.vocab_size
+        k = check_filter_level(filter_level, 30)
+        q = self.num_symbols
         steps = np.stack([self.M_left, self.M_right], axis=-1)  # (q, q, 2): bit 0 -> M_L, bit 1 -> M_R
         paths = np.eye(q)[:, :, None]  # (q, q, 1)
         for _ in range(k):
@@ -163,7 +150,7 @@ class Grammar:
         """A JSON-ready description whose floats round-trip bit-exactly (Python's float repr)."""
         return {
             "format": GRAMMAR_FILE_FORMAT,
-            "vocab_size": self.vocab_size,
+            "num_symbols": self.num_symbols,
             "params": self.params,
             "root_prior": self.root_prior.tolist(),
             "M": self.M.tolist(),
@@ -174,7 +161,8 @@ class Grammar:
         """Inverse of :meth:`to_dict`."""
         if data.get("format") != GRAMMAR_FILE_FORMAT:
             raise ValueError(f"not a grammar description: format must be {GRAMMAR_FILE_FORMAT!r}, got {data.get('format')!r}")
-        return cls(np.array(data["M"], dtype=np.float64), np.array(data["root_prior"], dtype=np.float64), data.get("params", {}))
+        params = {_RENAMED_PARAMS.get(key, key): value for key, value in data.get("params", {}).items()}
+        return cls(np.array(data["M"], dtype=np.float64), np.array(data["root_prior"], dtype=np.float64), params)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the grammar as human-readable JSON (bit-exact round trip with :meth:`load`)."""
@@ -197,5 +185,5 @@ class Grammar:
         return hash((self.M.tobytes(), self.root_prior.tobytes()))
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or f"vocab_size={self.vocab_size}"
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or f"num_symbols={self.num_symbols}"
         return f"Grammar({params})"

@@ -11,7 +11,7 @@ k = 0 is the full hierarchy; k = ℓ draws the leaves independently given the ro
 
 Randomness: sample i always consumes the same ``1 + 2**ℓ`` uniforms (column 0 the root, columns ``1 .. 2**k``
 level k, columns ``1 + 2**m .. 2**(m+1)`` the child pairs of level m), read from a counter-based stream that
-is keyed by ``(seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols are therefore a function of (grammar, depth, k, seed, i)
+is keyed by ``(sampling_seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols are therefore a function of (grammar, depth, k, sampling_seed, i)
 alone: the same bytes whatever ``chunk_size``, ``start`` or process split is used.
 
 Worked example (q = 4, ℓ = 2, k = 0): root 3 -> level 1 ``[0, 2]`` -> leaves ``[1, 1, 3, 0]``, stored as
@@ -25,14 +25,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import struct
+
 import numpy as np
 
-from .grammar import Grammar, check_int
+from .grammar import Grammar
+from .params import check_filter_level, check_int, check_param, check_sigma, renamed_arguments
 
 BLOCK_DRAWS = 1 << 16  # about this many uniforms per random stream; fixed forever: it is part of what a seed means
 _TREE_STREAM, _UNIFORM_STREAM = 0x7EE, 0x0F0  # stream tags: trees and uniform sequences never share draws
 _MAX_TABLE_ENTRIES = 1 << 27
 _TARGET_CHUNK_DRAWS = 1 << 17  # uniforms per internal chunk: keeps the working set in cache
+SPLITS = ("train", "validation", "test")
+_SPLIT_TAGS = {"train": 1, "validation": 2, "test": 3}
+_DATA_STREAM_TAG = 0x7E11A6  # separates the split seeds from any other use of the grammar seed
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,7 @@ class _TreeSampler:
     """Alias tables for one (grammar, depth, filter level); cached so repeated calls pay the set-up once."""
 
     def __init__(self, grammar: Grammar, depth: int, filter_level: int):
-        q = grammar.vocab_size
+        q = grammar.num_symbols
         self.q, self.depth, self.filter_level = q, depth, filter_level
         self.root = AliasTables(grammar.root_prior[None, :])  # 1 table over q
         paths = grammar.path_matrices(filter_level)  # (q, q, 2**k): [root, node, j]
@@ -179,9 +185,9 @@ def _chunks(start: int, n: int, chunk_size: int):
 
 
 def _check_common(n, depth, seed, start, chunk_size):
-    n = check_int("n", n, 0)
-    depth = check_int("depth", depth, 1, 24)
-    seed = check_int("seed", seed, 0, 2**63 - 1)
+    n = check_param("num_sequences", n, as_name="n")
+    depth = check_param("depth", depth)
+    seed = check_param("sampling_seed", seed)
     start = check_int("start", start, 0)
     if chunk_size is None:
         chunk_size = max(block_rows(depth), _TARGET_CHUNK_DRAWS >> depth)
@@ -189,12 +195,13 @@ def _check_common(n, depth, seed, start, chunk_size):
     return n, depth, seed, start, chunk_size
 
 
+@renamed_arguments(seed="sampling_seed")
 def sample_trees(
     grammar: Grammar,
     n: int,
     depth: int,
     filter_level: int = 0,
-    seed: int = 0,
+    sampling_seed: int = 0,
     *,
     start: int = 0,
     chunk_size: int | None = None,
@@ -204,9 +211,9 @@ def sample_trees(
     Args:
         grammar: the grammar M and root prior p0.
         n: the number of trees (>= 0).
-        depth: ℓ, the tree depth; sequences have 2**depth leaves (1 <= depth <= 24).
+        depth: ℓ, the tree depth; sequences have 2**depth leaves, in [1, 16].
         filter_level: k in [0, depth]; 0 is the full hierarchy, ``depth`` independent leaves given the root.
-        seed: the sampling seed (>= 0); independent of the grammar's seed.
+        sampling_seed: the seed of the tree stream, in [0, 2**63 - 1]; independent of the grammar's seed.
         start: index of the first tree: ``sample_trees(..., n=a+b)`` equals ``sample_trees(..., n=a)`` followed by
             ``sample_trees(..., n=b, start=a)``, which is how shards are generated in parallel.
         chunk_size: trees per internal batch (memory only: it never changes the result).
@@ -216,8 +223,8 @@ def sample_trees(
     """
     if not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
-    n, depth, seed, start, chunk_size = _check_common(n, depth, seed, start, chunk_size)
-    k = check_int("filter_level", filter_level, 0, depth)
+    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size)
+    k = check_filter_level(filter_level, depth)
     sampler = _tree_sampler(grammar, depth, k)
     width = 1 + (1 << depth)
     levels = [None if 0 < m < k else np.empty((n, 1 << m), dtype=np.int64) for m in range(depth + 1)]
@@ -229,18 +236,46 @@ def sample_trees(
     return TreeSample(roots=levels[0][:, 0], leaves=levels[depth], levels=levels, depth=depth, filter_level=k)
 
 
+@renamed_arguments(vocab_size="num_symbols", seed="sampling_seed")
 def uniform_sequences(
-    vocab_size: int, n: int, depth: int, seed: int = 0, *, start: int = 0, chunk_size: int | None = None
+    num_symbols: int, n: int, depth: int, sampling_seed: int = 0, *, start: int = 0, chunk_size: int | None = None
 ) -> np.ndarray:
-    """``n`` sequences of 2**depth i.i.d. uniform symbols in [0, vocab_size): the out-of-sample inputs of Fig. 1b.
+    """``n`` sequences of 2**depth i.i.d. uniform symbols in [0, num_symbols): the out-of-sample inputs of Fig. 1b.
 
-    Returns an int64 array (n, 2**depth); deterministic in (vocab_size, depth, seed, index) like :func:`sample_trees`.
+    Returns an int64 array (n, 2**depth); deterministic in (q, depth, sampling_seed, index) like :func:`sample_trees`.
+
+    Example:
+        >>> uniform_sequences(num_symbols=4, n=2, depth=2, sampling_seed=0).shape
+        (2, 4)
     """
-    q = check_int("vocab_size", vocab_size, 2)
-    n, depth, seed, start, chunk_size = _check_common(n, depth, seed, start, chunk_size)
+    q = check_param("num_symbols", num_symbols)
+    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size)
     width = 1 << depth
     out = np.empty((n, width), dtype=np.int64)
     for lo, hi in _chunks(start, n, chunk_size):
         uniforms = _uniforms(seed, _UNIFORM_STREAM, depth, width, lo, hi)  # (hi - lo, 2**l)
         out[lo - start : hi - start] = np.minimum((uniforms * q).astype(np.int64), q - 1)
     return out
+
+
+def split_seed(grammar_seed: int, num_symbols: int, sigma: float, depth: int, filter_level: int, split: str) -> int:
+    """The sampling seed of one split of a dataset: SeedSequence over (grammar seed, q, σ bits, ℓ, k, split), 63 bits.
+
+    This is the stream of every training, validation and test set hf-treelang builds (``load_dataset("treelang", ...)``
+    and the training scripts alike): splits and filter levels never share draws, and the seed does not depend on the
+    split sizes, so enlarging the training set never changes the test set.
+
+    Example:
+        >>> split_seed(0, 4, 1.0, 4, 0, "test") != split_seed(0, 4, 1.0, 4, 1, "test")
+        True
+    """
+    if split not in _SPLIT_TAGS:
+        raise ValueError(f"`split` must be one of {list(_SPLIT_TAGS)}, got {split!r}")
+    grammar_seed = check_param("grammar_seed", grammar_seed)
+    num_symbols = check_param("num_symbols", num_symbols)
+    sigma = check_sigma(sigma)
+    depth = check_param("depth", depth)
+    filter_level = check_filter_level(filter_level, depth)
+    sigma_bits = struct.unpack("<Q", struct.pack("<d", sigma))[0]
+    entropy = [_DATA_STREAM_TAG, grammar_seed, num_symbols, sigma_bits, depth, filter_level, _SPLIT_TAGS[split]]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1

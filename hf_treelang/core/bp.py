@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .grammar import Grammar, check_int
+from .grammar import Grammar
+from .params import check_filter_level, check_int, check_param
 
 
 @dataclass
@@ -98,9 +99,9 @@ class BeliefPropagation:
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
         self.grammar = grammar
-        self.depth = check_int("depth", depth, 1, 24)
-        self.filter_level = check_int("filter_level", filter_level, 0, self.depth)
-        q = grammar.vocab_size
+        self.depth = check_param("depth", depth)
+        self.filter_level = check_filter_level(filter_level, self.depth)
+        q = grammar.num_symbols
         self.mask_id = q if mask_id is None else check_int("mask_id", mask_id, -(2**31), 2**31 - 1)
         if 0 <= self.mask_id < q:
             raise ValueError(f"mask_id must not be a symbol in [0, {q - 1}], got {self.mask_id}")
@@ -113,8 +114,9 @@ class BeliefPropagation:
         self._tables: dict = {}
 
     @property
-    def vocab_size(self) -> int:
-        return self.grammar.vocab_size
+    def num_symbols(self) -> int:
+        """q, the number of symbols."""
+        return self.grammar.num_symbols
 
     def _grammar_tensors(self, device: torch.device) -> "_GrammarTensors":
         if device not in self._tables:
@@ -135,7 +137,7 @@ class BeliefPropagation:
         length = 1 << self.depth
         if leaves.ndim != 2 or leaves.shape[1] != length:
             raise ValueError(f"leaves must have shape (n, 2**depth) = (n, {length}), got {tuple(leaves.shape)}")
-        q = self.vocab_size
+        q = self.num_symbols
         is_mask = leaves == self.mask_id
         bad = ~is_mask & ((leaves < 0) | (leaves >= q))
         if bool(bad.any()):
@@ -183,7 +185,7 @@ class BeliefPropagation:
     def _infer(self, ids: torch.Tensor, downward: bool) -> BPResult:
         """BP on validated ids (n, 2**ℓ) whose masks are mapped to q."""
         tables = self._grammar_tensors(ids.device)
-        n, k, l, q = ids.shape[0], self.filter_level, self.depth, self.vocab_size
+        n, k, l, q = ids.shape[0], self.filter_level, self.depth, self.num_symbols
 
         # Upward pass through the full part of the tree, levels ℓ-1 .. k.
         upward = [None] * (l + 1)
@@ -288,7 +290,7 @@ class _GrammarTensors:
     """The grammar as tensors on one device and dtype, in the layouts the message updates use."""
 
     def __init__(self, grammar: Grammar, filter_level: int, dtype: torch.dtype, device: torch.device):
-        q = grammar.vocab_size
+        q = grammar.num_symbols
         as_tensor = lambda a: torch.tensor(np.array(a), dtype=dtype, device=device)  # noqa: E731
         self.M_flat = as_tensor(grammar.M.reshape(q, q * q))  # (q, q*q): [a, (b, c)]
         self.M_flat_t = self.M_flat.T.contiguous()  # (q*q, q)

@@ -16,10 +16,9 @@ The paper's module (a `torch.nn.TransformerEncoder` with batch_first, post-LN bl
 Sizes (q, d, d', layers) are read from the weights; only the depth ℓ and the task are given. The number of heads
 cannot be read from the weights and defaults to 1, as in the paper.
 
-Usage: `python -m hf_treelang.convert STATE_DICT OUT --task root|mlm --depth L`
+Usage: `hf-treelang convert STATE_DICT OUT --task root|mlm --depth L`
 """
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -134,17 +133,18 @@ def convert(state_dict_path, output_dir, task: str, depth: int, num_attention_he
     return model
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hf_treelang.convert", description=__doc__.splitlines()[0])
-    parser.add_argument("state_dict", type=Path, help="state dict file saved by the paper's code")
-    parser.add_argument("output_dir", type=Path, help="checkpoint folder to write")
-    parser.add_argument("--task", choices=TASKS, required=True, help="root classification or masked LM")
-    parser.add_argument("--depth", type=int, required=True, help="tree depth ℓ (sequences of 2**depth tokens)")
-    parser.add_argument("--heads", type=int, default=1, help="attention heads of the original model (default 1)")
-    args = parser.parse_args(argv)
-    convert(args.state_dict, args.output_dir, args.task, args.depth, args.heads)
+def run(args) -> int:
+    """``hf-treelang convert`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+    convert(Path(args.state_dict), Path(args.output_dir), args.task, args.depth, args.heads)
     sys.stdout.write(f"wrote {args.output_dir}\n")
     return 0
+
+
+def main(argv=None) -> int:
+    """``hf-treelang convert`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("convert", argv)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ This file depends on `transformers` only: it is copied next to saved checkpoints
 
 from transformers import PreTrainedConfig
 
+# The limits of hf_treelang.core.params.LIMITS, restated because this file must load with transformers alone;
+# tests/test_layers.py keeps the two equal.
+MAX_NUM_SYMBOLS = 256
+MAX_DEPTH = 16
 ACTIVATIONS = ("relu", "gelu")
 POOLINGS = ("concat", "mean")
 INITIALIZERS = ("torch", "xavier")
@@ -83,23 +87,24 @@ class TreeLangConfig(PreTrainedConfig):
             return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
         rules = [
-            ("vocab_size", positive_int(self.vocab_size) and self.vocab_size >= 3, "an int >= 3 (q + 1 with q >= 2)"),
-            ("depth", positive_int(self.depth) and self.depth <= 20, "an int in [1, 20]"),
-            ("hidden_size", positive_int(self.hidden_size), "an int >= 1"),
-            ("num_hidden_layers", positive_int(self.num_hidden_layers), "an int >= 1"),
-            ("num_attention_heads", positive_int(self.num_attention_heads), "an int >= 1"),
-            ("intermediate_size", positive_int(self.intermediate_size), "an int >= 1"),
+            ("vocab_size", positive_int(self.vocab_size) and 3 <= self.vocab_size <= MAX_NUM_SYMBOLS + 1,
+             f"an integer in [3, {MAX_NUM_SYMBOLS + 1}] (q + 1 with q in [2, {MAX_NUM_SYMBOLS}])"),
+            ("depth", positive_int(self.depth) and self.depth <= MAX_DEPTH, f"an integer in [1, {MAX_DEPTH}]"),
+            ("hidden_size", positive_int(self.hidden_size), "an integer >= 1"),
+            ("num_hidden_layers", positive_int(self.num_hidden_layers), "an integer >= 1"),
+            ("num_attention_heads", positive_int(self.num_attention_heads), "an integer >= 1"),
+            ("intermediate_size", positive_int(self.intermediate_size), "an integer >= 1"),
             ("hidden_act", self.hidden_act in ACTIVATIONS, f"one of {ACTIVATIONS}"),
             ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
             ("initializer", self.initializer in INITIALIZERS, f"one of {INITIALIZERS}"),
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
-             f"an int in [0, depth={self.depth}]"),
+             f"an integer in [0, {self.depth}] (depth)"),
         ]
         for name, ok, allowed in rules:
             if not ok:
-                raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+                raise ValueError(f"`{name}` must be {allowed}, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -120,8 +125,8 @@ class TreeLangConfig(PreTrainedConfig):
 
         `model_kwargs` set the architecture (e.g. `hidden_size=32, num_hidden_layers=2`).
         """
-        if not isinstance(num_symbols, int) or num_symbols < 2:
-            raise ValueError(f"num_symbols (q) must be an int >= 2, got {num_symbols!r}")
+        if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or not 2 <= num_symbols <= MAX_NUM_SYMBOLS:
+            raise ValueError(f"`num_symbols` must be an integer in [2, {MAX_NUM_SYMBOLS}], got {num_symbols!r}")
         return cls(
             vocab_size=num_symbols + 1,
             depth=depth,

@@ -1,10 +1,7 @@
-"""Glue between the treelang ``datasets`` builder and the rest of the package.
+"""``datasets.load_dataset("treelang", "k2")``: the registration of the treelang builder.
 
-* :func:`register_dataset_builder` (run on ``import hf_treelang``) makes ``datasets.load_dataset("treelang", "k2")``
-  resolve to :class:`hf_treelang.dataset_builder.TreeLang`, offline and from any working directory.
-* :func:`grammar_from_dataset` / :func:`dataset_params` read the grammar and the generating parameters back from a
-  loaded dataset, so a dataset alone is enough to run :class:`hf_treelang.bp.BeliefPropagation`.
-* :func:`ancestor_labels` expands the per-node ancestor columns into per-leaf probe labels.
+:func:`register_dataset_builder` (run on ``import hf_treelang``) makes the name resolve to
+:class:`hf_treelang.dataset_builder.TreeLang`, offline and from any working directory.
 
 How the name is resolved: datasets 5 has no loading scripts; ``load_dataset`` / ``load_dataset_builder`` (and
 ``get_dataset_config_names``) call the module-level ``dataset_module_factory(path, ...)``, which maps a name to a
@@ -19,11 +16,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-
-import numpy as np
-
-from .grammar import Grammar, check_int
 
 DATASET_NAME = "treelang"
 BUILDER_MODULE = "hf_treelang.dataset_builder.treelang"
@@ -88,55 +80,3 @@ def register_dataset_builder() -> None:
     load_module.dataset_module_factory = dataset_module_factory
     if getattr(datasets.inspect, "dataset_module_factory", None) is original:
         datasets.inspect.dataset_module_factory = dataset_module_factory
-
-
-def _first_split(dataset):
-    """A Dataset from a Dataset or a DatasetDict."""
-    if hasattr(dataset, "info"):
-        return dataset
-    if hasattr(dataset, "values"):
-        splits = list(dataset.values())
-        if splits:
-            return splits[0]
-    raise TypeError(f"expected a datasets.Dataset or DatasetDict, got {type(dataset).__name__}")
-
-
-def dataset_metadata(dataset) -> dict:
-    """The metadata the builder stored in ``dataset.info.description``: ``params``, ``split_seeds``, ``grammar``."""
-    from hf_treelang.dataset_builder.treelang import METADATA_MARKER
-
-    description = _first_split(dataset).info.description or ""
-    head, marker, tail = description.partition(METADATA_MARKER)
-    if not marker:
-        raise ValueError(
-            "this dataset carries no hf-treelang metadata (it was not built by load_dataset('treelang', ...)); "
-            "for a published copy read grammar.json and generation.json from its repository"
-        )
-    return json.loads(tail.strip().splitlines()[0])
-
-
-def dataset_params(dataset) -> dict:
-    """The generating parameters: filter_level (k), depth (ℓ), vocab_size (q), sigma (σ), seed, split sizes."""
-    return dataset_metadata(dataset)["params"]
-
-
-def grammar_from_dataset(dataset) -> Grammar:
-    """The grammar that generated ``dataset`` (bit-exact), e.g. for ``BeliefPropagation(grammar, depth, k)``."""
-    return Grammar.from_dict(dataset_metadata(dataset)["grammar"])
-
-
-def ancestor_labels(ancestors, depth: int) -> np.ndarray:
-    """Per-leaf probe labels from a level column: leaf i gets ``ancestors[:, i >> (depth - m)]``.
-
-    Args:
-        ancestors: (n, 2**m) the ``ancestors_level_m`` column (array or list of lists), 0 <= m <= depth.
-        depth: ℓ.
-
-    Returns:
-        (n, 2**depth) int64, the level-m ancestor of every leaf.
-    """
-    depth = check_int("depth", depth, 1)
-    values = np.asarray(ancestors, dtype=np.int64)
-    if values.ndim != 2 or values.shape[1] & (values.shape[1] - 1) or values.shape[1] > 2**depth:
-        raise ValueError(f"ancestors must have shape (n, 2**m) with 0 <= m <= depth={depth}, got {values.shape}")
-    return np.repeat(values, 2**depth // values.shape[1], axis=1)  # (n, 2**depth)

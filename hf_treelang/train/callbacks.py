@@ -29,12 +29,11 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .bp import BeliefPropagation
-from .collator import mask_single_leaf
-from .grammar import Grammar, check_int
-from .metrics import accuracy, compare_with_bp, log_probabilities
-
-TASKS = ("root", "mlm")
+from hf_treelang.core.bp import BeliefPropagation
+from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilities
+from hf_treelang.core.oracle import TASKS, TaskInputs, bp_accuracy, predicted_marginals, task_inputs
+from hf_treelang.core.params import check_int
 
 
 @dataclass
@@ -42,34 +41,26 @@ class BPTargets:
     """Fixed held-out inputs of :class:`BPKLCallback` and their BP targets (computed once).
 
     Attributes:
-        in_sample_inputs: (n, 2**ℓ) int64 model inputs of the training distribution (one masked leaf for MLM).
-        in_sample_positions: (n,) masked position per input (MLM) or ``None`` (root classification).
+        in_sample: the in-sample inputs (the training distribution, one masked leaf for MLM).
         marginals: ``marginals[k]`` (n, q) float64, BP_k's distribution of the predicted variable, k = 0..ℓ.
-        test_inputs: ``test_inputs[k_test]`` (n_k, 2**ℓ) int64 inputs of the k_test set.
-        test_positions: ``test_positions[k_test]`` (n_k,) masked positions (MLM) or ``None``.
-        test_labels: ``test_labels[k_test]`` (n_k,) the true symbol (root or masked leaf).
+        tests: ``tests[k_test]`` the inputs, masked positions and labels of the k_test set.
         bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test set.
     """
 
-    in_sample_inputs: torch.Tensor
-    in_sample_positions: torch.Tensor | None
+    in_sample: TaskInputs
     marginals: dict
-    test_inputs: dict = field(default_factory=dict)
-    test_positions: dict = field(default_factory=dict)
-    test_labels: dict = field(default_factory=dict)
+    tests: dict = field(default_factory=dict)
     bp_accuracy: dict = field(default_factory=dict)
 
 
-def _mask_positions(n: int, n_leaves: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, n_leaves, (n,), generator=torch.Generator().manual_seed(seed))  # (n,)
-
-
-def _predicted_marginals(bp: BeliefPropagation, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-    """BP distribution of the predicted variable: the root, or the masked leaf at ``positions``. (n, q)."""
-    if positions is None:
-        return bp.root_marginals(inputs)
-    leaves = bp.leaf_marginals(inputs)  # (n, 2**l, q)
-    return leaves[torch.arange(inputs.shape[0]), positions]
+def _evaluation_set(value, default_seed: int) -> tuple:
+    """(leaves, roots, sampling_seed) from an EvaluationSet, a (leaves, roots[, seed]) tuple or bare leaves."""
+    if hasattr(value, "leaves"):
+        return value.leaves, value.roots, value.sampling_seed
+    if isinstance(value, tuple):
+        leaves, roots, *seed = value
+        return leaves, roots, seed[0] if seed else default_seed
+    return value, None, default_seed
 
 
 class BPKLCallback(TrainerCallback):
@@ -80,11 +71,12 @@ class BPKLCallback(TrainerCallback):
         depth: ℓ.
         k_train: the filter level of the training data (the matched BP).
         task: ``"root"`` (root classification: the prediction is the root) or ``"mlm"`` (one masked leaf).
-        in_sample_leaves: (n, 2**ℓ) held-out sequences drawn like the training data (k = k_train); the KL curves
-            are computed on them.
-        test_sets: ``{k_test: (leaves (n_k, 2**ℓ), roots (n_k,))}`` held-out sets of other filter levels; the roots
-            are only used by the root task (the MLM label is the masked leaf).
-        seed: seed of the fixed masked positions (MLM).
+        in_sample: held-out sequences drawn like the training data (k = k_train), on which the KL curves are
+            computed: an :class:`hf_treelang.train.data.EvaluationSet` or the leaves (n, 2**ℓ).
+        test_sets: ``{k_test: EvaluationSet}`` (or ``(leaves, roots[, sampling_seed])``) held-out sets of every
+            filter level; the roots are only used by the root task (the MLM label is the masked leaf).
+        seed: the sampling seed of sets given as bare arrays (set k_test gets ``seed + 1 + k_test``); an
+            EvaluationSet's masks come from its own sampling seed (:mod:`hf_treelang.core.masking`).
         batch_size: inputs per forward pass of the network.
 
     Use :meth:`attach` to add the callback to a ``Trainer`` (it needs ``Trainer.log``, see the module docstring).
@@ -96,7 +88,7 @@ class BPKLCallback(TrainerCallback):
         depth: int,
         k_train: int,
         task: str,
-        in_sample_leaves,
+        in_sample,
         test_sets: dict | None = None,
         *,
         seed: int = 0,
@@ -110,15 +102,12 @@ class BPKLCallback(TrainerCallback):
         self.depth = check_int("depth", depth, 1)
         self.k_train = check_int("k_train", k_train, 0, self.depth)
         self.task = task
-        self.in_sample_leaves = torch.as_tensor(np.asarray(in_sample_leaves), dtype=torch.int64)  # (n, 2**l)
-        self.test_sets = {}
-        for k_test, (leaves, roots) in (test_sets or {}).items():
-            check_int("k_test", k_test, 0, self.depth)
-            self.test_sets[int(k_test)] = (
-                torch.as_tensor(np.asarray(leaves), dtype=torch.int64),
-                torch.as_tensor(np.asarray(roots), dtype=torch.int64),
-            )
         self.seed = check_int("seed", seed, 0)
+        self.in_sample = _evaluation_set(in_sample, self.seed)
+        self.test_sets = {}
+        for k_test, value in (test_sets or {}).items():
+            check_int("k_test", k_test, 0, self.depth)
+            self.test_sets[int(k_test)] = _evaluation_set(value, self.seed + 1 + int(k_test))
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.targets: BPTargets | None = None
         self.trainer = None
@@ -133,38 +122,29 @@ class BPKLCallback(TrainerCallback):
         """Fix the masked positions (MLM) and compute every BP target once; idempotent."""
         if self.targets is not None:
             return self.targets
-        mlm = self.task == "mlm"
+        q = self.grammar.num_symbols
         bps = {k: BeliefPropagation(self.grammar, self.depth, k) for k in range(self.depth + 1)}
-        inputs, positions = self._inputs(self.in_sample_leaves, self.seed) if mlm else (self.in_sample_leaves, None)
-        marginals = {k: _predicted_marginals(bp, inputs, positions) for k, bp in bps.items()}  # each (n, q)
-        targets = BPTargets(in_sample_inputs=inputs, in_sample_positions=positions, marginals=marginals)
-        for k_test, (leaves, roots) in self.test_sets.items():
-            if mlm:
-                test_inputs, test_positions = self._inputs(leaves, self.seed + 1 + k_test)
-                labels = leaves[torch.arange(leaves.shape[0]), test_positions]  # (n_k,)
-            else:
-                test_inputs, test_positions, labels = leaves, None, roots
-            bp_marginals = _predicted_marginals(bps[self.k_train], test_inputs, test_positions)  # (n_k, q)
-            targets.test_inputs[k_test] = test_inputs
-            targets.test_positions[k_test] = test_positions
-            targets.test_labels[k_test] = labels
-            targets.bp_accuracy[k_test] = accuracy(bp_marginals, labels)
+        leaves, roots, seed = self.in_sample
+        if roots is None:
+            roots = np.zeros(len(leaves), dtype=np.int64)  # the in-sample KL curves need no labels
+        in_sample = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
+        marginals = {k: predicted_marginals(bp, in_sample.inputs, in_sample.positions) for k, bp in bps.items()}
+        targets = BPTargets(in_sample=in_sample, marginals=marginals)  # marginals[k]: (n, q)
+        for k_test, (leaves, roots, seed) in self.test_sets.items():
+            data = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
+            targets.tests[k_test] = data
+            targets.bp_accuracy[k_test] = bp_accuracy(bps[self.k_train], data)
         self.targets = targets
         return targets
-
-    def _inputs(self, leaves: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = _mask_positions(leaves.shape[0], leaves.shape[1], seed)  # (n,)
-        masked, _ = mask_single_leaf(leaves, self.grammar.vocab_size, positions)
-        return masked, positions
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         config = getattr(model, "config", None)
         if config is not None:
             if getattr(config, "depth", self.depth) != self.depth:
                 raise ValueError(f"model depth ({config.depth}) must equal the data depth ℓ={self.depth}")
-            if getattr(config, "num_symbols", self.grammar.vocab_size) != self.grammar.vocab_size:
+            if getattr(config, "num_symbols", self.grammar.num_symbols) != self.grammar.num_symbols:
                 raise ValueError(
-                    f"model num_symbols ({config.num_symbols}) must equal the data vocab_size q={self.grammar.vocab_size}"
+                    f"model num_symbols ({config.num_symbols}) must equal the data's q={self.grammar.num_symbols}"
                 )
         self.prepare()
 
@@ -191,7 +171,7 @@ class BPKLCallback(TrainerCallback):
         """Every comparison with BP for the current ``model``: a flat dict of floats (keys in the module docstring)."""
         targets = self.prepare()
         out = {}
-        log_model = self.model_log_probabilities(model, targets.in_sample_inputs, targets.in_sample_positions)
+        log_model = self.model_log_probabilities(model, targets.in_sample.inputs, targets.in_sample.positions)
         for k, marginals in targets.marginals.items():
             result = compare_with_bp(log_model, marginals)
             out[f"{prefix}kl_bp_k{k}"] = result["kl"]
@@ -200,9 +180,9 @@ class BPKLCallback(TrainerCallback):
             if k == self.k_train:
                 out[f"{prefix}match_bp"] = result["argmax_agreement"]
                 out[f"{prefix}spearman_bp"] = result["spearman"]
-        for k_test, inputs in targets.test_inputs.items():
-            log_test = self.model_log_probabilities(model, inputs, targets.test_positions[k_test])
-            out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test, targets.test_labels[k_test])
+        for k_test, data in targets.tests.items():
+            log_test = self.model_log_probabilities(model, data.inputs, data.positions)
+            out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test, data.labels)
             out[f"{prefix}bp_acc_ktest{k_test}"] = targets.bp_accuracy[k_test]
         return out
 

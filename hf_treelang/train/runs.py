@@ -1,7 +1,7 @@
-"""One training run of :mod:`hf_treelang.training` from a flat description, reusable when already finished.
+"""One training run of :mod:`hf_treelang.train.loop` from a flat description, reusable when already finished.
 
 The sample-complexity sweep and ``hf-treelang reproduce`` run many trainings programmatically; this module turns a
-:class:`RunSpec` into the training package's three argument dataclasses, calls :func:`hf_treelang.training.train`,
+:class:`RunSpec` into the training package's three argument dataclasses, calls :func:`hf_treelang.train.loop.train`,
 and marks the folder as finished (``run_done.json``) so that a rerun reads the result instead of training again.
 """
 
@@ -57,10 +57,6 @@ class RunSpec:
     progress: bool = True
 
 
-_MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_pooling")
-
-
 def run_training(spec: RunSpec) -> dict:
     """Train (or reuse a finished run) and return its final numbers on the first k_test set.
 
@@ -72,13 +68,17 @@ def run_training(spec: RunSpec) -> dict:
     done = output_dir / DONE_FILE
     if done.is_file():
         return json.loads(done.read_text())
-    from ..training import train
-    from ..training_args import DataArguments, ModelArguments, TreeLangTrainingArguments
+    from .arguments import ARCHITECTURE_FIELDS, DataArguments, ModelArguments, TreeLangTrainingArguments
+    from .loop import train
+
+    unknown = sorted(set(spec.model_kwargs) - set(ARCHITECTURE_FIELDS))
+    if unknown:
+        raise ValueError(f"`model_kwargs` has unknown architecture fields {unknown}; allowed: {list(ARCHITECTURE_FIELDS)}")
 
     data_args = DataArguments(
         grammar_seed=int(spec.grammar_seed),
         sigma=float(spec.sigma),
-        vocab_size=int(spec.num_symbols),
+        num_symbols=int(spec.num_symbols),
         depth=int(spec.depth),
         k_train=int(spec.filter_level),
         num_train=int(spec.num_train),
@@ -88,7 +88,7 @@ def run_training(spec: RunSpec) -> dict:
         use_dataset_builder=bool(spec.use_dataset_builder),
     )
     model_args = ModelArguments(
-        **{name: spec.model_kwargs[name] for name in _MODEL_FIELDS if name in spec.model_kwargs},
+        **spec.model_kwargs,
         model_name_or_path=None if spec.init_from is None else str(spec.init_from),
         freeze_encoder=bool(spec.freeze_encoder),
     )

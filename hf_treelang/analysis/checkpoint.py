@@ -1,0 +1,161 @@
+"""A trained TreeLang checkpoint loaded for analysis, with clear errors for a folder that is not one.
+
+Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``q`` symbols, ``d`` hidden size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hf_treelang.core.grammar import Grammar
+
+# task name -> the head class a checkpoint of that task is saved with
+TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification"}
+TASK_DESCRIPTIONS = {"mlm": "masked language modelling", "root": "root classification"}
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+@dataclass
+class Checkpoint:
+    """A TreeLang checkpoint loaded for analysis (eval mode, on ``device``).
+
+    Attributes:
+        path: the folder it was loaded from.
+        model: the loaded model (a task head, or the bare encoder when the folder holds one).
+        task: ``"mlm"``, ``"root"`` or ``None`` for a bare encoder.
+        grammar: the grammar the checkpoint's data were drawn from (rebuilt from its config).
+    """
+
+    path: Path
+    model: torch.nn.Module
+    task: str | None
+    grammar: Grammar
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def depth(self) -> int:
+        """ℓ: sequences have 2**depth leaves."""
+        return int(self.config.depth)
+
+    @property
+    def filter_level(self) -> int:
+        """k_train: the filter level of the data the checkpoint was trained on."""
+        return int(self.config.filter_level)
+
+    @property
+    def num_symbols(self) -> int:
+        """q: the number of symbols (the model's vocabulary is q + 1 with the mask)."""
+        return int(self.config.num_symbols)
+
+    @property
+    def mask_token_id(self) -> int:
+        return int(self.config.mask_token_id)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> str:
+        task = TASK_DESCRIPTIONS.get(self.task, "bare encoder")
+        return f"{self.path} ({task}, q={self.num_symbols}, depth={self.depth}, k_train={self.filter_level})"
+
+
+def _expected_folder() -> str:
+    return "a TreeLang checkpoint folder written by save_pretrained (config.json with model_type 'treelang' + weights)"
+
+
+def read_checkpoint_config(path) -> tuple[Path, dict]:
+    """Validate a checkpoint folder without loading it; returns (path, config.json as a dict)."""
+    if path is None or str(path) == "":
+        raise ValueError(f"checkpoint must be {_expected_folder()}, got {path!r}")
+    folder = Path(path)
+    if not folder.exists():
+        raise ValueError(f"checkpoint {str(folder)!r} does not exist; expected {_expected_folder()}")
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint {str(folder)!r} is a file, not a folder; expected {_expected_folder()}")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        contents = "it is empty" if not any(folder.iterdir()) else "it has no config.json"
+        raise ValueError(f"checkpoint {str(folder)!r}: {contents}; expected {_expected_folder()}")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"checkpoint {str(folder)!r}: config.json is not valid JSON ({error})") from None
+    if config.get("model_type") != "treelang":
+        raise ValueError(
+            f"checkpoint {str(folder)!r} has model_type {config.get('model_type')!r}; expected {_expected_folder()}"
+        )
+    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
+        raise ValueError(f"checkpoint {str(folder)!r} has a config but no weights (expected one of {_WEIGHT_FILES})")
+    return folder, config
+
+
+def checkpoint_task(config: dict) -> str | None:
+    """The task of a checkpoint from its config's ``architectures`` ("mlm", "root" or None for a bare encoder)."""
+    architectures = config.get("architectures") or []
+    for task, name in TASK_ARCHITECTURES.items():
+        if name in architectures:
+            return task
+    return None
+
+
+def load_checkpoint(path, *, task: str | None = None, device: str | torch.device = "cpu") -> Checkpoint:
+    """Load a TreeLang checkpoint for analysis, checking that it is of the expected task before anything is written.
+
+    Args:
+        path: the checkpoint folder.
+        task: ``"mlm"`` or ``"root"`` to require that head; ``None`` accepts any TreeLang checkpoint.
+        device: where to put the model.
+    """
+    if task is not None and task not in TASK_ARCHITECTURES:
+        raise ValueError(f"task must be one of {sorted(TASK_ARCHITECTURES)} or None, got {task!r}")
+    folder, config = read_checkpoint_config(path)
+    found = checkpoint_task(config)
+    if task is not None and found != task:
+        have = TASK_DESCRIPTIONS.get(found, "a bare encoder without a task head")
+        raise ValueError(
+            f"checkpoint {str(folder)!r} holds {have} ({config.get('architectures')}); this analysis needs a "
+            f"{TASK_DESCRIPTIONS[task]} checkpoint ({TASK_ARCHITECTURES[task]})"
+        )
+    from hf_treelang import models
+
+    class_name = TASK_ARCHITECTURES[found] if found is not None else "TreeLangModel"
+    model = getattr(models, class_name).from_pretrained(folder)
+    model.to(device).eval()
+    return Checkpoint(path=folder, model=model, task=found, grammar=_grammar_of(folder, model.config))
+
+
+def _grammar_of(folder: Path, config) -> Grammar:
+    """The grammar saved next to the weights (training writes grammar.json), else the one the config names."""
+    q = int(config.num_symbols)
+    saved = folder / "grammar.json"
+    if saved.is_file():
+        grammar = Grammar.load(saved)
+        if grammar.num_symbols != q:
+            raise ValueError(f"checkpoint {str(folder)!r}: grammar.json has q={grammar.num_symbols} symbols but the "
+                             f"model was built for q={q}")
+        return grammar
+    return Grammar.random(num_symbols=q, sigma=float(config.sigma), grammar_seed=int(config.grammar_seed))
+
+
+def as_checkpoint(checkpoint, *, task: str | None = None, device="cpu") -> Checkpoint:
+    """Accept a :class:`Checkpoint` or a folder path."""
+    if isinstance(checkpoint, Checkpoint):
+        if task is not None and checkpoint.task != task:
+            raise ValueError(
+                f"checkpoint {checkpoint.describe()} is not a {TASK_DESCRIPTIONS[task]} checkpoint "
+                f"({TASK_ARCHITECTURES[task]})"
+            )
+        return checkpoint
+    return load_checkpoint(checkpoint, task=task, device=device)

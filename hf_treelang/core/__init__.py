@@ -1,0 +1,23 @@
+"""The math core (numpy and torch only): the grammar, the sampler, exact BP_k, the masked-position streams, the oracle
+of a task and the comparison metrics, with :mod:`~hf_treelang.core.params` as the one table of names and limits."""
+
+from .bp import BeliefPropagation, BPResult
+from .grammar import Grammar
+from .masking import evaluation_positions, mask_single_leaf
+from .oracle import TaskInputs, bp_accuracy, predicted_marginals, task_inputs
+from .sampling import TreeSample, sample_trees, uniform_sequences
+
+__all__ = [
+    "BPResult",
+    "BeliefPropagation",
+    "Grammar",
+    "TaskInputs",
+    "TreeSample",
+    "bp_accuracy",
+    "evaluation_positions",
+    "mask_single_leaf",
+    "predicted_marginals",
+    "sample_trees",
+    "task_inputs",
+    "uniform_sequences",
+]

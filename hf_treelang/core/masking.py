@@ -1,0 +1,95 @@
+"""The masked positions of the paper's MLM task: one leaf per sequence, at a uniformly random position (Sec. 3.3).
+
+Two streams, one home:
+
+* :func:`evaluation_positions` — the *fixed* masked positions of an evaluation set, a function of the set's sampling
+  seed alone: ``positions[i]`` depends only on (``sampling_seed``, i). Every consumer of a held-out split (the
+  dataset card's BP single-mask accuracy, the BP-KL callback, the model card, the analyses) masks the same leaves of
+  the same split, so their accuracies are computed on identical inputs.
+* :func:`training_positions` — fresh positions for every training batch, from a torch generator (the Trainer seeds
+  and checkpoints torch's global one).
+
+:func:`mask_single_leaf` applies positions to a batch (the mask id is q) and gives the MLM labels.
+
+Worked example (ℓ = 2, q = 4, mask id 4): leaves ``[1, 1, 3, 0]``, position 2 -> input ``[1, 1, 4, 0]``,
+labels ``[-100, -100, 3, -100]``.
+
+Dimension glossary: ``n`` sequences, ``b`` batch, ``l`` depth (ℓ), a sequence has ``2**l`` leaves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .params import check_param
+
+MASK_STREAM_TAG = 0x3A5C  # the evaluation positions' stream: never shared with the tree or uniform streams
+IGNORE_INDEX = -100  # label of an unmasked position (transformers' convention)
+
+
+def evaluation_positions(sampling_seed: int, n: int, depth: int) -> np.ndarray:
+    """The fixed masked position of each of the ``n`` sequences of an evaluation set, (n,) int64 in [0, 2**depth).
+
+    Args:
+        sampling_seed: the sampling seed of the set's trees (for a dataset split, its split seed).
+        n: the number of sequences.
+        depth: ℓ.
+
+    Example:
+        >>> evaluation_positions(sampling_seed=0, n=3, depth=4).tolist()
+        [5, 11, 2]
+    """
+    seed = check_param("sampling_seed", sampling_seed)
+    n = check_param("num_sequences", n, as_name="n")
+    depth = check_param("depth", depth)
+    generator = np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, MASK_STREAM_TAG])))
+    return generator.integers(0, 1 << depth, size=n, dtype=np.int64)  # (n,)
+
+
+def training_positions(batch_size: int, num_leaves: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Fresh uniformly random masked positions for a training batch, (b,) int64 in [0, num_leaves)."""
+    return torch.randint(0, num_leaves, (batch_size,), generator=generator)  # (b,)
+
+
+def mask_single_leaf(input_ids, mask_token_id: int, positions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Replace leaf ``positions[i]`` of row i by the mask id; labels hold its symbol there and -100 elsewhere.
+
+    Args:
+        input_ids: (b, 2**ℓ) integer symbols (tensor or array).
+        mask_token_id: the mask id q.
+        positions: (b,) masked position per row.
+
+    Returns:
+        ``(masked_input_ids, labels)``, both (b, 2**ℓ) int64 tensors.
+    """
+    input_ids = torch.as_tensor(input_ids, dtype=torch.int64)
+    positions = torch.as_tensor(positions, dtype=torch.int64, device=input_ids.device)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    masked = input_ids.clone()
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[rows, positions] = input_ids[rows, positions]
+    masked[rows, positions] = mask_token_id
+    return masked, labels
+
+
+def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An evaluation set with its fixed masks: ``(masked inputs (n, 2**ℓ), positions (n,))`` as int64 tensors."""
+    leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, 2**l)
+    n, length = leaves.shape
+    if length < 2 or length & (length - 1):
+        raise ValueError(f"`leaves` must have 2**depth columns (depth >= 1), got {length}")
+    depth = length.bit_length() - 1
+    positions = torch.from_numpy(evaluation_positions(sampling_seed, n, depth))  # (n,)
+    masked, _ = mask_single_leaf(leaves, mask_token_id, positions)
+    return masked, positions
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "MASK_STREAM_TAG",
+    "evaluation_positions",
+    "mask_evaluation_set",
+    "mask_single_leaf",
+    "training_positions",
+]

@@ -1,0 +1,15 @@
+"""The model layer (transformers only): the TreeLang encoder, its root-classification and MLM heads, and the converter
+of the paper code's state dicts. ``configuration_treelang.py`` and ``modeling_treelang.py`` follow transformers'
+single-file layout and are copied next to saved checkpoints for ``trust_remote_code``.
+"""
+
+from .configuration_treelang import TreeLangConfig
+from .modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification, TreeLangModel, TreeLangPreTrainedModel
+
+__all__ = [
+    "TreeLangConfig",
+    "TreeLangForMaskedLM",
+    "TreeLangForSequenceClassification",
+    "TreeLangModel",
+    "TreeLangPreTrainedModel",
+]

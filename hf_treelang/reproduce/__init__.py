@@ -1,0 +1,167 @@
+"""``hf-treelang reproduce --preset quick|paper OUT``: the paper's pipeline in one command, with a report.
+
+Steps (each writes into its own sub-folder of OUT and, when finished, a done-file ``OUT/.done/<step>.json``; a rerun
+skips every finished step, so an interrupted reproduction resumes where it stopped):
+
+1. ``data`` — the grammar and the datasets (``load_dataset("treelang", "k<k>")`` for every k the runs use);
+2. ``bp`` — BP baselines: root and masked-leaf accuracy of the matched BP_{k_test} (optimal) and of BP_{k_train}
+   on every k_test set;
+3. ``train_root`` / ``train_mlm`` (and ``train_mlm_k<k>`` for the attention grid of the paper preset) — training
+   with the BP-KL callback (Sec. 3);
+4. ``dynamics`` (Fig. 1c/d, 2b, 3a), ``calibration`` (Fig. 1b), ``attention`` (Fig. 4, App. E.5), ``probe``
+   (Fig. 3b, App. E.7), ``sample_complexity`` (Fig. 1f);
+5. ``OUT/report.md`` with every figure embedded and the model-vs-BP tables (rewritten on every call).
+
+Presets: ``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU) and ``paper`` (the paper's sizes; a
+GPU is advisable). ``tiny`` is the smoke-test preset of the test suite.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .presets import PRESETS, PUBLIC_PRESETS, Preset
+
+PRESET_FILE = "preset.json"
+
+# Names of the steps and report modules, imported on first access (PEP 562): they import torch, transformers and
+# every analysis, and ``hf-treelang reproduce --help`` imports this package for the presets and step names.
+_LAZY = {
+    "Context": "hf_treelang.reproduce.steps",
+    "bp_baselines": "hf_treelang.reproduce.steps",
+    "steps_of": "hf_treelang.reproduce.steps",
+    "DONE_DIR": "hf_treelang.reproduce.report",
+    "read_json": "hf_treelang.reproduce.report",
+    "write_report": "hf_treelang.reproduce.report",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hf_treelang.reproduce' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+@dataclass
+class StepRecord:
+    """One step of a reproduction: ``status`` is ``"ran"`` or ``"skipped"`` (done in an earlier call)."""
+
+    name: str
+    status: str
+    seconds: float
+
+
+@dataclass
+class ReproduceResult:
+    """What :func:`reproduce` did: the steps in order and the report it wrote."""
+
+    out_dir: Path
+    preset: str
+    steps: list
+    report: Path
+
+
+def _check_out(out: Path, preset: Preset) -> None:
+    from .report import read_json
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"OUT {str(out)!r} exists and is not a folder")
+    recorded = read_json(out / PRESET_FILE) if out.is_dir() else None
+    if recorded is not None and recorded.get("name") != preset.name:
+        raise ValueError(f"OUT {str(out)!r} holds a reproduction with preset {recorded.get('name')!r}; use another "
+                         f"folder for preset {preset.name!r}")
+
+
+def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Callable | None = None,
+              only: list | None = None) -> ReproduceResult:
+    """Run (or resume) every step of a preset into ``out_dir`` and write ``out_dir/report.md``.
+
+    Args:
+        out_dir: the output folder (created; a folder of another preset is refused).
+        preset: ``"quick"``, ``"paper"`` (or ``"tiny"``, the smoke test).
+        progress: show progress bars.
+        log: called with one line of text per step (the CLI prints them).
+        only: run only these steps (the others are left as they are); ``None`` runs all.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from hf_treelang.analysis.io import write_json
+
+    from .report import DONE_DIR, write_report
+    from .steps import Context, steps_of
+
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
+    spec = PRESETS[preset]
+    out = Path(out_dir)
+    _check_out(out, spec)
+    steps = steps_of(spec)
+    names = [name for name, _ in steps]
+    if only is not None:
+        unknown = [name for name in only if name not in names]
+        if unknown:
+            raise ValueError(f"only: unknown steps {unknown}; steps of preset {preset!r}: {names}")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / PRESET_FILE, asdict(spec))
+    (out / DONE_DIR).mkdir(exist_ok=True)
+    ctx = Context(out, spec, progress)
+    log = log or (lambda line: None)
+    records = []
+    threads = torch.get_num_threads()
+    if spec.cpu_threads:
+        # Small models on a few shared cores: one thread avoids OpenMP oversubscription, which can be 10x slower.
+        torch.set_num_threads(spec.cpu_threads)
+    try:
+        bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
+        for name, function in bar:
+            if only is not None and name not in only:
+                continue
+            bar.set_postfix_str(name)
+            marker = out / DONE_DIR / f"{name}.json"
+            if marker.is_file():
+                records.append(StepRecord(name, "skipped", 0.0))
+                log(f"{name}: done earlier, skipped")
+                continue
+            start = time.perf_counter()
+            summary = function(ctx)
+            seconds = time.perf_counter() - start
+            write_json(marker, {"step": name, "seconds": seconds, "summary": summary})
+            records.append(StepRecord(name, "ran", seconds))
+            log(f"{name}: finished in {seconds:.1f} s")
+    finally:
+        torch.set_num_threads(threads)
+    report = write_report(out, spec, records)
+    return ReproduceResult(out_dir=out, preset=preset, steps=records, report=report)
+
+
+def run(args) -> int:
+    """``hf-treelang reproduce`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+    start = time.perf_counter()
+    try:
+        result = reproduce(args.out, args.preset, progress=not args.no_progress, only=args.only,
+                           log=lambda line: print(line, flush=True))
+    except (ValueError, TypeError) as error:
+        sys.stderr.write(f"hf-treelang reproduce: error: {error}\n")
+        return 2
+    print(f"wrote {result.report} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``hf-treelang reproduce`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from hf_treelang import cli
+
+    return cli.run_command("reproduce", argv)

@@ -1,0 +1,141 @@
+"""``OUT/report.md`` of a reproduction: settings, model-vs-BP tables and every figure, rewritten on every call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
+
+from .presets import Preset
+from .steps import steps_of
+
+DONE_DIR = ".done"
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if abs(value) >= 10 ** -digits or value == 0 else f"{value:.1e}"
+    return str(value)
+
+
+def _figure(lines: list, path: Path, out: Path, caption: str) -> None:
+    if path.is_file():
+        lines.append(f"![{caption}]({path.relative_to(out).as_posix()})")
+        lines.append(f"*{caption}*")
+        lines.append("")
+
+
+def write_report(out: Path, preset: Preset, records: list) -> Path:
+    """OUT/report.md: settings, model-vs-BP tables and every figure (steps not run yet are marked missing)."""
+    p = preset
+    k = p.filter_level
+    lines = [
+        f"# hf-treelang reproduction — preset `{p.name}`",
+        "",
+        f"{p.description}.",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        f"| data | q={p.num_symbols}, ℓ={p.depth}, σ={p.sigma}, grammar seed {p.grammar_seed}, k_train={k} |",
+        f"| model | {', '.join(f'{key}={value}' for key, value in p.model.items())} |",
+        f"| root classification | P={p.root_train}, {p.root_epochs:g} epochs |",
+        f"| masked language modelling | P={p.mlm_train}, {p.mlm_epochs:g} epochs |",
+        f"| optimiser | Adam, learning rate {p.learning_rate:g}, batch {p.batch_size} |",
+        f"| test sets | {p.num_test} sequences per k_test |",
+        "",
+    ]
+    bp = read_json(out / "bp" / "bp_baselines.json")
+    runs = {task: read_json(out / "runs" / task / "run_done.json") for task in ("root", "mlm")}
+    lines += ["## Model vs BP", "",
+              f"Test accuracy of the trained models on data of every filter level k_test, against BP_{k} (the oracle "
+              "matched to the training data, evaluated on the same inputs) and the optimal BP_{k_test}.", ""]
+    lines += ["| task | k_test | model | BP_k_train | BP_k_test (optimal) |", "|---|---|---|---|---|"]
+    for task, title in (("root", "root"), ("mlm", "masked leaf")):
+        final = (runs[task] or {}).get("final", {})
+        for k_test in range(p.depth + 1):
+            optimal = bp["accuracy"][str(k_test)][f"{task}_optimal"] if bp else None
+            lines.append(f"| {title} | {k_test} | {_fmt(final.get(f'eval_acc_ktest{k_test}'))} | "
+                         f"{_fmt(final.get(f'eval_bp_acc_ktest{k_test}'))} | {_fmt(optimal)} |")
+    lines += ["", "Final mean D_KL(BP_k ‖ model) on in-sample inputs:", "",
+              "| task | " + " | ".join(f"BP_{j}" for j in range(p.depth + 1)) + " |",
+              "|---|" + "---|" * (p.depth + 1)]
+    for task in ("root", "mlm"):
+        final = (runs[task] or {}).get("final", {})
+        lines.append(f"| {task} | " + " | ".join(_fmt(final.get(f"eval_kl_bp_k{j}"), 4)
+                                                 for j in range(p.depth + 1)) + " |")
+    lines.append("")
+    _figure(lines, out / "bp" / "bp_baselines.png", out, "BP baselines: accuracy vs k_test")
+
+    lines += ["## Learning dynamics (Fig. 1c/d, 2b, 3a)", ""]
+    for task in ("root", "mlm"):
+        summary = read_json(out / "dynamics" / f"{task}.json")
+        if summary:
+            lines.append(f"{task}: closest BP_k along training {summary['alignment_sequence']}")
+            lines.append("")
+        _figure(lines, out / "dynamics" / f"{task}.png", out, f"{task}: KL to BP_k and accuracy per k_test")
+
+    lines += ["## Calibration (Fig. 1b)", "", "| task | inputs | KL | argmax match | Spearman | model acc | BP acc |",
+              "|---|---|---|---|---|---|---|"]
+    for task in ("mlm", "root"):
+        summary = read_json(out / "calibration" / task / "calibration.json")
+        for name, m in ((summary or {}).get("sets") or {}).items():
+            lines.append(f"| {task} | {name} | {_fmt(m['kl_mean'], 4)} | {_fmt(m['argmax_match'])} | "
+                         f"{_fmt(m['spearman_mean'])} | {_fmt(m['model_accuracy'])} | {_fmt(m['bp_accuracy'])} |")
+    lines.append("")
+    for task in ("mlm", "root"):
+        _figure(lines, out / "calibration" / task / "calibration.png", out, f"{task}: model vs BP probabilities")
+
+    lines += ["## Attention maps (Fig. 4, App. E.5)", ""]
+    _figure(lines, out / "attention" / "mlm" / "attention.png", out, "MLM: average attention per layer")
+    _figure(lines, out / "attention" / "root" / "attention.png", out, "root classifier: average attention per layer")
+
+    lines += ["## Probing (Fig. 3b, App. E.6-E.7)", ""]
+    for name in ("probe", "probe_ends"):
+        summary = read_json(out / "probe" / f"{name}.json")
+        if summary:
+            where = "all positions" if name == "probe" else "first and last positions only"
+            lines += [f"Trained on {where}; held-out accuracy (rows: layer, 0 = embedding; columns: ancestor level):",
+                      "", "| layer | " + " | ".join(f"level {m}" for m in summary["levels"]) + " |",
+                      "|---|" + "---|" * len(summary["levels"])]
+            for layer, row in zip(summary["layers"], summary["accuracy"]):
+                lines.append(f"| {layer} | " + " | ".join(_fmt(a) for a in row) + " |")
+            lines.append("| BP | " + " | ".join(_fmt(a) for a in summary["bp_accuracy"]) + " |")
+            lines.append("")
+        _figure(lines, out / "probe" / f"{name}.png", out, f"ancestor probes ({name})")
+
+    lines += ["## Sample complexity (Fig. 1f)", ""]
+    summary = read_json(out / "sample_complexity" / "sample_complexity.json")
+    if summary:
+        lines += ["| arm | " + " | ".join(f"P={s}" for s in summary["sizes"]) + " |",
+                  "|---|" + "---|" * len(summary["sizes"])]
+        for arm in sample_complexity_analysis.ARMS:
+            values = summary["accuracy"].get(arm)
+            if values is None:
+                continue
+            lines.append(f"| {arm} | " + " | ".join(_fmt(a) for a in values) + " |")
+        lines += [f"| BP | {_fmt(summary['bp_accuracy'])} |", ""]
+    _figure(lines, out / "sample_complexity" / "sample_complexity.png", out, "root accuracy vs labelled P")
+
+    done = {r.name: r for r in records}
+    lines += ["## Steps", "", "| step | status | seconds |", "|---|---|---|"]
+    for name, _ in steps_of(p):
+        record = done.get(name)
+        marker = read_json(out / DONE_DIR / f"{name}.json")
+        if record is not None and record.status == "ran":
+            status, seconds = "ran", record.seconds
+        elif marker is not None:
+            status, seconds = "done earlier", marker["seconds"]
+        else:
+            status, seconds = "missing", None
+        lines.append(f"| {name} | {status} | {_fmt(seconds, 1)} |")
+    lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

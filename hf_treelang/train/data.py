@@ -1,0 +1,133 @@
+"""The data of a training run: one path, the builder's split streams, whether or not ``datasets`` builds them.
+
+A run with grammar (``grammar_seed``, q, σ), depth ℓ and training level k_train reads
+
+* ``train`` and ``validation`` from the splits of config ``k<k_train>``;
+* the k_test set from the ``test`` split of config ``k<k_test>``, for every k_test;
+
+each split sampled from its own seed, :func:`hf_treelang.core.sampling.split_seed`. With ``use_dataset_builder``
+the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it :func:`sample_trees` draws the
+same bytes directly. Either way the k_test sets never share draws, and the masked positions of every evaluation set
+are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the dataset card, the BP-KL callback and
+the model card report BP on identical inputs.
+
+Dimension glossary: ``n`` sequences, ``l`` depth (ℓ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.masking import evaluation_positions, mask_single_leaf
+from hf_treelang.core.sampling import SPLITS, sample_trees, split_seed
+
+from .arguments import DataArguments
+
+
+@dataclass
+class EvaluationSet:
+    """A held-out set: sequences, roots, and the sampling seed of its split (which fixes its masked positions).
+
+    Attributes:
+        leaves: (n, 2**ℓ) int64.
+        roots: (n,) int64.
+        sampling_seed: the split seed the trees were drawn with.
+    """
+
+    leaves: np.ndarray
+    roots: np.ndarray
+    sampling_seed: int
+
+    def __len__(self) -> int:
+        return self.leaves.shape[0]
+
+
+@dataclass
+class RunData:
+    """The data of one run as numpy arrays.
+
+    Attributes:
+        grammar: the grammar M.
+        train: the training split (leaves, roots and its split seed).
+        validation: the held-out k_train split (the Trainer's evaluation set and the in-sample BP-KL inputs).
+        tests: ``{k_test: EvaluationSet}``, the test split of every k_test config.
+    """
+
+    grammar: Grammar
+    train: EvaluationSet
+    validation: EvaluationSet
+    tests: dict
+
+
+def _seed(data_args: DataArguments, filter_level: int, split: str) -> int:
+    return split_seed(data_args.grammar_seed, data_args.num_symbols, float(data_args.sigma), data_args.depth,
+                      filter_level, split)
+
+
+def _from_builder(data_args: DataArguments, level: int, sizes: dict) -> dict:
+    """``{split: EvaluationSet}`` of config ``k<level>`` through ``load_dataset("treelang", ...)``."""
+    import datasets
+
+    from hf_treelang.data.registration import register_dataset_builder
+
+    register_dataset_builder()
+    dataset = datasets.load_dataset(
+        "treelang", f"k{level}", seed=data_args.grammar_seed, sigma=float(data_args.sigma),
+        num_symbols=data_args.num_symbols, depth=data_args.depth,
+        **{f"num_{split}": sizes.get(split, 0) for split in SPLITS},
+    )
+    out = {}
+    for split in sizes:
+        columns = dataset[split].with_format("numpy", columns=["input_ids", "root"])
+        leaves = np.asarray(columns["input_ids"], dtype=np.int64)  # (n, 2**l)
+        out[split] = EvaluationSet(leaves, np.asarray(columns["root"], dtype=np.int64), _seed(data_args, level, split))
+    return out
+
+
+def _from_sampler(data_args: DataArguments, grammar: Grammar, level: int, sizes: dict) -> dict:
+    """The same splits drawn directly with :func:`sample_trees` (identical bytes)."""
+    out = {}
+    for split, n in sizes.items():
+        seed = _seed(data_args, level, split)
+        trees = sample_trees(grammar, n, data_args.depth, level, seed)
+        out[split] = EvaluationSet(trees.leaves, trees.roots, seed)
+    return out
+
+
+def load_run_data(data_args: DataArguments) -> RunData:
+    """The splits of a run (see the module docstring), identical bytes with or without the dataset builder."""
+    grammar = Grammar.random(data_args.num_symbols, float(data_args.sigma), data_args.grammar_seed)
+
+    def splits(level: int, sizes: dict) -> dict:
+        if data_args.use_dataset_builder:
+            return _from_builder(data_args, level, sizes)
+        return _from_sampler(data_args, grammar, level, sizes)
+
+    main = splits(data_args.k_train, {"train": data_args.num_train, "validation": data_args.num_eval})
+    tests = {k: splits(k, {"test": data_args.num_test})["test"] for k in data_args.test_levels()}
+    return RunData(grammar=grammar, train=main["train"], validation=main["validation"], tests=tests)
+
+
+def to_datasets(task: str, data: RunData, mask_token_id: int):
+    """``datasets.Dataset`` objects for the Trainer: ``(train, validation)``.
+
+    The MLM validation set is premasked at its fixed evaluation positions; root tasks carry the root as ``labels``.
+    """
+    import datasets
+
+    if task == "mlm":
+        train = datasets.Dataset.from_dict({"input_ids": data.train.leaves})
+        leaves = data.validation.leaves  # (n, 2**l)
+        positions = evaluation_positions(data.validation.sampling_seed, len(leaves), leaves.shape[1].bit_length() - 1)
+        masked, labels = mask_single_leaf(leaves, mask_token_id, positions)
+        validation = datasets.Dataset.from_dict({"input_ids": masked.numpy(), "labels": labels.numpy()})
+    else:
+        train = datasets.Dataset.from_dict({"input_ids": data.train.leaves, "labels": data.train.roots})
+        validation = datasets.Dataset.from_dict({"input_ids": data.validation.leaves, "labels": data.validation.roots})
+    return train, validation
+
+
+__all__ = ["EvaluationSet", "RunData", "load_run_data", "to_datasets"]

@@ -1,0 +1,217 @@
+"""The training loop shared by ``training/run_root.py``, ``run_mlm.py`` and ``run_finetune.py`` (paper Sec. 3).
+
+:func:`train` takes the three argument dataclasses of :mod:`hf_treelang.train.arguments` and:
+
+1. validates every input (levels, sizes, checkpoints) before anything is written;
+2. builds the data: the builder's split streams of k_train and of every k_test (:mod:`hf_treelang.train.data`);
+3. builds the model (root classifier, masked-LM head, or the root classifier on top of an MLM checkpoint);
+4. runs ``transformers.Trainer`` with the paper's optimiser, log-spaced evaluations and checkpoints, the BP-KL
+   callback, TensorBoard and a JSON history;
+5. writes the output folder: the model (``save_pretrained``), ``trainer_state.json``, ``checkpoint-*``,
+   ``eval_history.json``, ``metrics.json``, ``run_config.json``, ``grammar.json``, ``tensorboard/``,
+   ``curves.png``, ``kl_curves.png`` and the model card ``README.md`` (:mod:`hf_treelang.train.outputs`).
+
+Tasks: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence), ``"finetune"`` (root
+classification from an MLM checkpoint, encoder frozen or not, Fig. 1f).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .arguments import TASKS, DataArguments, ModelArguments, TreeLangTrainingArguments
+from .callbacks import BPKLCallback, LogSpacedScheduleCallback, MetricsHistoryCallback, evaluation_history
+from .collators import MaskedLeafCollator, RootClassificationCollator
+from .data import RunData, load_run_data, to_datasets
+from .launch import relaunch_data_parallel_cpu
+from .outputs import format_value, write_outputs
+
+
+@dataclass
+class TrainingResult:
+    """What :func:`train` returns: the output folder, the final comparison with BP, the history and timing."""
+
+    output_dir: str
+    final_metrics: dict
+    history: list
+    train_runtime: float
+    global_step: int
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _model_task(task: str) -> str:
+    return "mlm" if task == "mlm" else "root"
+
+
+def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArguments,
+                       training_args: TreeLangTrainingArguments) -> None:
+    """Raise a ValueError naming the argument for any inconsistent input; writes nothing."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    data_args.validate()
+    resume = training_args.resume_from_checkpoint
+    if resume is not None and not os.path.isdir(resume):
+        raise ValueError(f"resume_from_checkpoint {resume!r} is not an existing checkpoint folder")
+    if task == "finetune":
+        path = model_args.model_name_or_path
+        if path is None or not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(
+                f"model_name_or_path {path!r} is not a saved TreeLang checkpoint (no config.json there); run "
+                "training/run_mlm.py first or pass --model_name_or_path <MLM output folder>"
+            )
+        with open(os.path.join(path, "config.json")) as handle:
+            config = json.load(handle)
+        if config.get("model_type") != "treelang":
+            raise ValueError(f"model_name_or_path {path!r} holds model_type {config.get('model_type')!r}, not 'treelang'")
+        q, depth = config.get("vocab_size", 0) - 1, config.get("depth")
+        if q != data_args.num_symbols or depth != data_args.depth:
+            raise ValueError(
+                f"model_name_or_path {path!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
+                f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
+            )
+    elif model_args.model_name_or_path is not None:
+        raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
+    for name in ("num_evaluations", "num_checkpoints"):
+        value = getattr(training_args, name)
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+# ---------------------------------------------------------------- model and metrics
+
+
+def build_model(task: str, data_args: DataArguments, model_args: ModelArguments):
+    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint."""
+    from hf_treelang.models.configuration_treelang import TreeLangConfig
+    from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
+
+    if task == "finetune":
+        model = TreeLangForSequenceClassification.from_pretrained(model_args.model_name_or_path)
+        model.config.filter_level = data_args.k_train
+        if model_args.freeze_encoder:
+            model.freeze_encoder()
+        return model
+    config = TreeLangConfig.from_data(
+        num_symbols=data_args.num_symbols,
+        depth=data_args.depth,
+        filter_level=data_args.k_train,
+        sigma=float(data_args.sigma),
+        grammar_seed=data_args.grammar_seed,
+        **model_args.model_kwargs(data_args.depth),
+    )
+    model_class = TreeLangForMaskedLM if task == "mlm" else TreeLangForSequenceClassification
+    return model_class(config)
+
+
+def argmax_logits(logits, labels):
+    """``preprocess_logits_for_metrics``: keep only the argmax, (b,) or (b, 2**ℓ)."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(-1)
+
+
+def accuracy_metrics(eval_prediction) -> dict:
+    """``compute_metrics``: accuracy on the labelled positions and how many were evaluated (``num_examples``)."""
+    predictions = np.asarray(eval_prediction.predictions)
+    labels = np.asarray(eval_prediction.label_ids)
+    labelled = labels != -100
+    return {
+        "accuracy": float((predictions[labelled] == labels[labelled]).mean()) if labelled.any() else float("nan"),
+        "num_examples": int(labelled.sum()),
+    }
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def _tensorboard_dir(trainer, output_dir: str) -> None:
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = os.path.join(output_dir, "tensorboard")
+
+
+def train(task: str, data_args: DataArguments, model_args: ModelArguments,
+          training_args: TreeLangTrainingArguments) -> TrainingResult:
+    """Run one experiment end to end (see the module docstring); returns a :class:`TrainingResult`."""
+    from transformers import Trainer, set_seed
+
+    validate_arguments(task, data_args, model_args, training_args)
+    if training_args.cpu_threads:
+        torch.set_num_threads(int(training_args.cpu_threads))
+    output_dir = training_args.output_dir
+    with training_args.main_process_first(desc="building the data"):
+        data = load_run_data(data_args)
+        train_set, validation_set = to_datasets(_model_task(task), data, data_args.num_symbols)
+    set_seed(training_args.seed)
+    model = build_model(task, data_args, model_args)
+    if training_args.num_evaluations > 0 and training_args.resume_from_checkpoint is None:
+        training_args.eval_on_start = True
+    collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate) if task == "mlm" \
+        else RootClassificationCollator()
+    schedule = LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        eval_dataset=validation_set,
+        data_collator=collator,
+        compute_metrics=accuracy_metrics,
+        preprocess_logits_for_metrics=argmax_logits,
+        callbacks=[schedule, MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
+    )
+    _tensorboard_dir(trainer, output_dir)
+    bp_callback = BPKLCallback(
+        data.grammar, data_args.depth, data_args.k_train, _model_task(task), data.validation, data.tests,
+        batch_size=training_args.per_device_eval_batch_size,
+    ).attach(trainer)
+    start = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_runtime = time.perf_counter() - start
+    history = evaluation_history(trainer.state.log_history)
+    final = dict(history[-1]) if history and history[-1].get("step") == trainer.state.global_step else {}
+    if not final or "eval_kl_bp_k0" not in final:
+        final.update(trainer.evaluate())
+    if trainer.is_world_process_zero():
+        trainer.save_model(output_dir)
+        trainer.save_state()
+        data.grammar.save(os.path.join(output_dir, "grammar.json"))
+        write_outputs(task, data_args, model_args, training_args, bp_callback, final, history,
+                       train_runtime, train_output, trainer.state.global_step)
+    return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
+
+
+def main(task: str, argv: list | None = None) -> int:
+    """Entry point of the scripts: parse ``argv`` (flags or one JSON file), train, print a summary; returns 0."""
+    import sys
+
+    from .arguments import parse_arguments
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parse_arguments(task, argv)  # bad arguments fail here, before any process is started
+    code = relaunch_data_parallel_cpu(argv)
+    if code is not None:
+        return code
+    data_args, model_args, training_args = parse_arguments(task, argv)
+    result = train(task, data_args, model_args, training_args)
+    if training_args.process_index == 0:
+        final = result.final_metrics
+        print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
+        for k in data_args.test_levels():
+            print(f"  k_test={k}: accuracy {format_value(final.get(f'eval_acc_ktest{k}'))} "
+                  f"(BP_{data_args.k_train} {format_value(final.get(f'eval_bp_acc_ktest{k}'))})")
+        print("  KL(BP_k || model): " + ", ".join(
+            f"k={k} {format_value(final.get(f'eval_kl_bp_k{k}'))}" for k in range(data_args.depth + 1)))
+    return 0
+
+
+__all__ = ["RunData", "TrainingResult", "build_model", "load_run_data", "main", "train", "validate_arguments"]
