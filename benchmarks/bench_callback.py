@@ -19,16 +19,17 @@ import torch
 
 from hf_treelang.train.callbacks import BPKLCallback, log_spaced_steps
 from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
-from hf_treelang.train.loop import build_data, build_model
 from hf_treelang.train.arguments import parse_arguments
+from hf_treelang.train.data import load_run_data, to_datasets
+from hf_treelang.train.loop import build_model
 
 
-def time_training_step(task, data, model, steps: int) -> float:
+def time_training_step(task, train_set, num_symbols: int, model, steps: int) -> float:
     """Median seconds per optimiser step (batch 32, Adam) over blocks of ``steps // 4`` steps."""
-    collate = MaskedLeafCollator(data.grammar.num_symbols, seed=0) if task == "mlm" else RootClassificationCollator()
+    collate = MaskedLeafCollator(num_symbols, seed=0) if task == "mlm" else RootClassificationCollator()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     model.train()
-    rows = data.train.select(range(32 * steps))
+    rows = train_set.select(range(32 * steps))
     batches = [collate([rows[i] for i in range(s, s + 32)]) for s in range(0, 32 * steps, 32)]
     block = max(steps // 4, 1)
     timings = []
@@ -52,18 +53,19 @@ def main() -> None:
     rows = []
     for task in ("root", "mlm"):
         data_args, model_args, training_args = parse_arguments(task, ["--use_dataset_builder", "false"])
-        data = build_data(task, data_args)
+        data = load_run_data(data_args)
+        train_set, _ = to_datasets(task, data, data_args.num_symbols)
         torch.manual_seed(0)
         model = build_model(task, data_args, model_args)
-        callback = BPKLCallback(data.grammar, data_args.depth, data_args.k_train, task, data.validation_leaves,
-                                data.tests, batch_size=training_args.per_device_eval_batch_size)
+        callback = BPKLCallback(data.grammar, data_args.depth, data_args.k_train, task, data.validation, data.tests,
+                                batch_size=training_args.per_device_eval_batch_size)
         began = time.perf_counter()
         callback.prepare()
         t_prepare = time.perf_counter() - began
         callback.compute(model)  # warm-up
         t_eval = min(_timed(lambda: callback.compute(model)) for _ in range(3))
-        t_step = time_training_step(task, data, model, 40 if options.quick else 160)
-        n_steps = int(len(data.train) * training_args.num_train_epochs) // training_args.per_device_train_batch_size
+        t_step = time_training_step(task, train_set, data_args.num_symbols, model, 40 if options.quick else 160)
+        n_steps = int(len(train_set) * training_args.num_train_epochs) // training_args.per_device_train_batch_size
         n_evals = len(log_spaced_steps(n_steps, training_args.num_evaluations)) + 1
         share = n_evals * t_eval / (n_steps * t_step)
         rows.append((task, n_steps, t_step * 1e3, n_evals, t_eval, t_prepare, 100 * share))
