@@ -38,15 +38,17 @@ def test_import_registers_and_leaves_the_heavy_extras_unloaded():
 import json, sys, traceback
 
 class ScipyImporter:
-    \"\"\"Notes the file whose import statement first asks for scipy (a finder that finds nothing).\"\"\"
+    \"\"\"Notes the file whose import statement first loads scipy (a finder that finds nothing; find_spec probes,
+    as transformers' is_scipy_available, do not count).\"\"\"
 
     file = None
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name == "scipy" and cls.file is None:
-            files = [frame.filename for frame in traceback.extract_stack()]
-            cls.file = next(f for f in reversed(files[:-1]) if "importlib" not in f and "<frozen" not in f)
+        frames = traceback.extract_stack()[:-1]
+        if name == "scipy" and cls.file is None and any(f.name == "_find_and_load" for f in frames):
+            cls.file = next(f.filename for f in reversed(frames) if "importlib" not in f.filename
+                            and "<frozen" not in f.filename)
         return None
 
 sys.meta_path.insert(0, ScipyImporter)

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma
+from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
+RENAMED_ARGUMENTS = {"vocab_size": "num_symbols"}  # renamed in 0.2; the old names work for one release
 DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed")
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__ if name not in DATA_CONFIG_FIELDS)
 
@@ -247,10 +248,19 @@ def parse_arguments(task: str, argv: list | None = None):
         if not os.path.isfile(argv[0]):
             raise ValueError(f"argument file {argv[0]!r} does not exist")
         with open(argv[0]) as handle:
-            explicit = set(json.load(handle))
-        data_args, model_args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))
+            values = json.load(handle)
+        for old, new in RENAMED_ARGUMENTS.items():
+            if isinstance(values, dict) and old in values:
+                warn_renamed(old, new, f"argument file {argv[0]!r}")
+                values[new] = values.pop(old)
+        explicit = set(values)
+        data_args, model_args, training_args = parser.parse_dict(values)
     else:
         explicit = _explicit_keys(argv)
+        for old, new in RENAMED_ARGUMENTS.items():
+            if old in explicit:
+                warn_renamed(f"--{old}", f"--{new}", "the training scripts")
+                explicit = (explicit - {old}) | {new}
         data_args, model_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if "output_dir" not in explicit:
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
