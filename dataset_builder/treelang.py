@@ -86,7 +86,7 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     version: datasets.Version | str | None = datasets.Version("1.0.0")
     filter_level: int | None = None
     depth: int = 4
-    num_symbols: int = 4
+    num_symbols: int | None = None  # 4 when not given
     sigma: float = 1.0
     seed: int = 0
     num_train: int = 2**18
@@ -96,8 +96,12 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
 
     def __post_init__(self):
         if self.vocab_size is not None:
+            if self.num_symbols is not None:
+                raise TypeError("TreeLangBuilderConfig got both `vocab_size` (renamed) and `num_symbols`; pass `num_symbols`")
             warn_renamed("vocab_size", "num_symbols", "TreeLangBuilderConfig")
             self.num_symbols, self.vocab_size = self.vocab_size, None
+        if self.num_symbols is None:
+            self.num_symbols = 4
         if self.data_dir is not None or self.data_files is not None:
             raise ValueError("treelang generates its data: data_dir and data_files must not be given")
         self.depth = check_param("depth", self.depth)

@@ -1,9 +1,15 @@
 """``TreeLangBPMetric``: the network against BP marginals as an ``evaluate.Metric`` (offline).
 
-    >>> import evaluate
-    >>> metric = evaluate.load("hf_treelang/evaluation.py")          # a local path, no Hub access
-    >>> metric = TreeLangBPMetric()                                  # or direct instantiation
-    >>> metric.compute(predictions=logits, references=bp_marginals)  # {"kl": ..., "argmax_agreement": ..., ...}
+    >>> metric = TreeLangBPMetric()
+    >>> logits = [[2.0, 0.0, -1.0], [0.0, 1.5, 0.5]]        # the network's outputs for the predicted variable, (n, q)
+    >>> bp_marginals = [[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]]  # BP's marginals of the same variable, (n, q)
+    >>> result = metric.compute(predictions=logits, references=bp_marginals)
+    >>> sorted(result), result["argmax_agreement"], result["spearman"]
+    (['argmax_agreement', 'kl', 'spearman'], 1.0, 1.0)
+
+``evaluate.load`` takes this file as a local path (no Hub access)::
+
+    metric = evaluate.load("hf_treelang/evaluation.py")
 
 The references are BP's marginals of the predicted variable, from :func:`hf_treelang.core.oracle.predicted_marginals`;
 the quantities are those of :mod:`hf_treelang.core.metrics`. With ``config_name="with_labels"`` the metric also takes

@@ -24,10 +24,10 @@ HEAVY_MODULES = ("torch", "transformers", "datasets", "evaluate", "scipy", "matp
 HELP_ARGVS = [["--help"], ["--version"], [], *([name, "--help"] for name in cli.COMMANDS)]
 
 
-def python(code: str, *args: str) -> str:
+def python(code: str) -> str:
     """Run ``code`` in a fresh interpreter (offline, from a neutral folder); return its stdout."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, *args, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
                           cwd=Path(__file__).parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -45,10 +45,11 @@ class ScipyImporter:
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        frames = traceback.extract_stack()[:-1]
-        if name == "scipy" and cls.file is None and any(f.name == "_find_and_load" for f in frames):
-            cls.file = next(f.filename for f in reversed(frames) if "importlib" not in f.filename
-                            and "<frozen" not in f.filename)
+        if name == "scipy" and cls.file is None:
+            frames = traceback.extract_stack()[:-1]
+            caller = max(i for i, f in enumerate(frames) if "importlib" not in f.filename)
+            if frames[caller + 1].name == "_find_and_load":  # an import statement, not importlib.util.find_spec
+                cls.file = frames[caller].filename
         return None
 
 sys.meta_path.insert(0, ScipyImporter)

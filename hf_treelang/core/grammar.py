@@ -136,6 +136,11 @@ class Grammar:
         """P_k[a, b, j] = P(node j of level k = b | root = a), shape (q, q, 2**k) (paper eq. 1).
 
         Node j's path from the root is read from the k bits of j, most significant first (0 = left).
+
+        Example:
+            >>> paths = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0).path_matrices(2)
+            >>> paths.shape, bool(np.allclose(paths.sum(1), 1.0))
+            ((4, 4, 4), True)
         """
         k = check_filter_level(filter_level, 30)
         q = self.num_symbols

@@ -62,6 +62,11 @@ def mask_single_leaf(input_ids, mask_token_id: int, positions) -> tuple[torch.Te
 
     Returns:
         ``(masked_input_ids, labels)``, both (b, 2**ℓ) int64 tensors.
+
+    Example (the module's worked example):
+        >>> masked, labels = mask_single_leaf([[1, 1, 3, 0]], mask_token_id=4, positions=[2])
+        >>> masked.tolist(), labels.tolist()
+        ([[1, 1, 4, 0]], [[-100, -100, 3, -100]])
     """
     input_ids = torch.as_tensor(input_ids, dtype=torch.int64)
     positions = torch.as_tensor(positions, dtype=torch.int64, device=input_ids.device)

@@ -49,6 +49,11 @@ def task_inputs(task: str, leaves, roots, *, mask_token_id: int, sampling_seed: 
         mask_token_id: the mask id q.
         sampling_seed: the seed the set's trees were drawn with; it fixes the masked positions
             (:func:`hf_treelang.core.masking.evaluation_positions`).
+
+    Example:
+        >>> data = task_inputs("mlm", [[1, 1, 3, 0]], [3], mask_token_id=4, sampling_seed=0)
+        >>> data.inputs.tolist(), data.positions.tolist(), data.labels.tolist()
+        ([[1, 4, 3, 0]], [1], [1])
     """
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")

@@ -220,6 +220,12 @@ def sample_trees(
 
     Returns:
         A :class:`TreeSample` with ``roots`` (n,), ``leaves`` (n, 2**depth) and ``levels`` (int64).
+
+    Example:
+        >>> grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+        >>> trees = sample_trees(grammar, n=3, depth=2, filter_level=0, sampling_seed=0)
+        >>> trees.leaves.shape, trees.roots.shape, trees.levels[1].shape
+        ((3, 4), (3,), (3, 2))
     """
     if not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")

@@ -7,15 +7,27 @@ This file depends on `transformers` only: it is copied next to saved checkpoints
 `trust_remote_code=True` where `hf_treelang` is not installed.
 """
 
+import math
+
 from transformers import PreTrainedConfig
 
 # The limits of hf_treelang.core.params.LIMITS, restated because this file must load with transformers alone;
 # tests/test_layers.py keeps the two equal.
 MAX_NUM_SYMBOLS = 256
 MAX_DEPTH = 16
+MAX_SIGMA = 1000.0
+MAX_GRAMMAR_SEED = 2**32 - 1
 ACTIVATIONS = ("relu", "gelu")
 POOLINGS = ("concat", "mean")
 INITIALIZERS = ("torch", "xavier")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class TreeLangConfig(PreTrainedConfig):
@@ -101,6 +113,10 @@ class TreeLangConfig(PreTrainedConfig):
             ("initializer", self.initializer in INITIALIZERS, f"one of {INITIALIZERS}"),
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
              f"an integer in [0, {self.depth}] (depth)"),
+            ("sigma", _is_real(self.sigma) and 0.0 <= self.sigma <= MAX_SIGMA,
+             f"a real number in [0, {MAX_SIGMA:g}]"),
+            ("grammar_seed", _is_int(self.grammar_seed) and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED,
+             f"an integer in [0, {MAX_GRAMMAR_SEED}]"),
         ]
         for name, ok, allowed in rules:
             if not ok:

@@ -250,6 +250,8 @@ def parse_arguments(task: str, argv: list | None = None):
         with open(argv[0]) as handle:
             values = json.load(handle)
         for old, new in RENAMED_ARGUMENTS.items():
+            if isinstance(values, dict) and old in values and new in values:
+                raise ValueError(f"argument file {argv[0]!r}: {old!r} is the former name of {new!r}: give {new!r} only")
             if isinstance(values, dict) and old in values:
                 warn_renamed(old, new, f"argument file {argv[0]!r}")
                 values[new] = values.pop(old)
@@ -258,6 +260,8 @@ def parse_arguments(task: str, argv: list | None = None):
     else:
         explicit = _explicit_keys(argv)
         for old, new in RENAMED_ARGUMENTS.items():
+            if old in explicit and new in explicit:
+                raise ValueError(f"--{old} is the former name of --{new}: pass --{new} only")
             if old in explicit:
                 warn_renamed(f"--{old}", f"--{new}", "the training scripts")
                 explicit = (explicit - {old}) | {new}
