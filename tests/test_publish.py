@@ -79,7 +79,7 @@ def test_card_has_yaml_configs_and_the_bp_accuracies(repo):
     for name in ("k0", "k2"):
         accuracy = generation[name]["bp_accuracy"]
         assert f"{accuracy['root']:.4f} | {accuracy['single_mask']:.4f}" in card.text
-    for section in ("## Summary", "## Generation", "## Citation", "arXiv:2408.15138"):
+    for section in ("## Summary", "## Generation", "## Citation", "garnierbrun2025hierarchical"):
         assert section in card.text
 
 
