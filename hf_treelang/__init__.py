@@ -17,11 +17,11 @@ script, which registers only once it runs a sub-command (see :func:`_in_console_
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-from .version import __version__
+from .lazy import lazy_attributes
+from .version import __version__  # noqa: F401  (public)
 
 # public name -> the module that defines it, imported on first access (module __getattr__, PEP 562)
 _LAZY = {
@@ -59,17 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hf_treelang' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = sorted([*_LAZY, "register"])

@@ -108,11 +108,11 @@ def test_large_vocabulary_is_supported():
 
 
 def test_uniform_sequences_are_uniform_and_reproducible():
-    x = uniform_sequences(vocab_size=5, n=40_000, depth=3, sampling_seed=4)
+    x = uniform_sequences(num_symbols=5, n=40_000, depth=3, sampling_seed=4)
     assert x.shape == (40_000, 8) and x.min() == 0 and x.max() == 4
     np.testing.assert_allclose(np.bincount(x.ravel(), minlength=5) / x.size, 0.2, atol=0.005)
-    np.testing.assert_array_equal(x[1000:], uniform_sequences(vocab_size=5, n=39_000, depth=3, sampling_seed=4, start=1000))
-    assert not np.array_equal(x, uniform_sequences(vocab_size=5, n=40_000, depth=3, sampling_seed=5))
+    np.testing.assert_array_equal(x[1000:], uniform_sequences(num_symbols=5, n=39_000, depth=3, sampling_seed=4, start=1000))
+    assert not np.array_equal(x, uniform_sequences(num_symbols=5, n=40_000, depth=3, sampling_seed=5))
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from hf_treelang.train.loop import main, train
 from hf_treelang.train.arguments import PRESETS, parse_arguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--depth", "2", "--vocab_size", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
+TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
         "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
         "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "3",
         "--num_checkpoints", "3", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",

@@ -18,12 +18,13 @@ GPU is advisable). ``tiny`` is the smoke-test preset of the test suite.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+
+from hf_treelang.lazy import lazy_attributes
 
 from .presets import PRESETS, PUBLIC_PRESETS, Preset
 
@@ -41,17 +42,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hf_treelang.reproduce' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 @dataclass
