@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
 def pyplot():
     """matplotlib.pyplot on the non-interactive Agg backend."""
     import matplotlib

@@ -88,7 +88,7 @@ def average_attention(
     masked = ckpt.task == "mlm" if mask is None else bool(mask)
     leaves = sample_trees(ckpt.grammar, num_samples, ckpt.depth, ckpt.filter_level, seed).leaves  # (n, L)
     if masked:
-        leaves, _ = mask_evaluation_set(leaves, ckpt.mask_token_id, seed)
+        leaves, _, _ = mask_evaluation_set(leaves, ckpt.mask_token_id, seed)
     cache = run_with_cache(ckpt, leaves, logits=False, attentions=True, batch_size=batch_size)
     return AttentionResult(
         maps=(cache.attention_sum / num_samples).numpy(),  # (layers, h, L, L)

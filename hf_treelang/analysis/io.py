@@ -11,6 +11,7 @@ import numpy as np
 
 from hf_treelang.core.params import check_int
 
+
 def check_positive(name: str, value, low: int = 1) -> int:
     """``value`` as an int >= ``low`` (the wording of :func:`hf_treelang.core.params.check_int`)."""
     return check_int(name, value, low)

@@ -78,16 +78,17 @@ def mask_single_leaf(input_ids, mask_token_id: int, positions) -> tuple[torch.Te
     return masked, labels
 
 
-def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """An evaluation set with its fixed masks: ``(masked inputs (n, 2**ℓ), positions (n,))`` as int64 tensors."""
+def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An evaluation set with its fixed masks: ``(masked inputs, labels, positions)``, int64 tensors of shapes
+    (n, 2**ℓ), (n, 2**ℓ) (the masked symbol, -100 elsewhere) and (n,)."""
     leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, 2**l)
     n, length = leaves.shape
     if length < 2 or length & (length - 1):
         raise ValueError(f"`leaves` must have 2**depth columns (depth >= 1), got {length}")
     depth = length.bit_length() - 1
     positions = torch.from_numpy(evaluation_positions(sampling_seed, n, depth))  # (n,)
-    masked, _ = mask_single_leaf(leaves, mask_token_id, positions)
-    return masked, positions
+    masked, labels = mask_single_leaf(leaves, mask_token_id, positions)
+    return masked, labels, positions
 
 
 __all__ = [

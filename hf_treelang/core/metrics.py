@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+
 def _as_float64(values) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values) if not isinstance(values, torch.Tensor) else values).to(torch.float64)
 
@@ -98,8 +99,6 @@ def accuracy(scores, labels) -> float:
     """Fraction of rows where argmax(scores) equals the label; scores (n, q), labels (n,)."""
     labels = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
     return float((_as_float64(scores).argmax(-1) == labels.to(torch.int64)).to(torch.float64).mean())
-
-
 
 
 @dataclass

@@ -20,6 +20,7 @@ from .bp import BeliefPropagation
 from .masking import mask_evaluation_set
 
 TASKS = ("root", "mlm")
+_LEAVES_PER_PASS = 1 << 18  # BP passes of bounded memory: the all-leaf marginals of a pass are (b, 2**l, q)
 
 
 @dataclass
@@ -60,9 +61,9 @@ def task_inputs(task: str, leaves, roots, *, mask_token_id: int, sampling_seed: 
     leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, 2**l)
     if task == "root":
         return TaskInputs(leaves, None, torch.as_tensor(np.asarray(roots), dtype=torch.int64))
-    masked, positions = mask_evaluation_set(leaves, mask_token_id, sampling_seed)
-    labels = leaves[torch.arange(leaves.shape[0]), positions]  # (n,)
-    return TaskInputs(masked, positions, labels)
+    masked, labels, positions = mask_evaluation_set(leaves, mask_token_id, sampling_seed)
+    rows = torch.arange(leaves.shape[0])
+    return TaskInputs(masked, positions, labels[rows, positions])  # labels: the masked symbol per row, (n,)
 
 
 def predicted_marginals(bp: BeliefPropagation, inputs, positions=None) -> torch.Tensor:
@@ -73,6 +74,9 @@ def predicted_marginals(bp: BeliefPropagation, inputs, positions=None) -> torch.
         inputs: (n, 2**ℓ) model inputs (masked leaves carry the mask id).
         positions: (n,) the masked leaf to predict per row, or ``None`` for the root.
 
+    The masked-leaf case runs BP in passes of about 2**18 leaves and keeps only the predicted leaf of each row, so
+    memory stays bounded at any n and depth.
+
     Example:
         >>> from hf_treelang.core.grammar import Grammar
         >>> bp = BeliefPropagation(Grammar.random(4, 1.0, 0), depth=2, filter_level=0)
@@ -81,9 +85,14 @@ def predicted_marginals(bp: BeliefPropagation, inputs, positions=None) -> torch.
     """
     if positions is None:
         return bp.root_marginals(inputs)  # (n, q)
-    leaves = bp.leaf_marginals(inputs)  # (n, 2**l, q)
-    positions = torch.as_tensor(positions, dtype=torch.int64, device=leaves.device)
-    return leaves[torch.arange(leaves.shape[0], device=leaves.device), positions]  # (n, q)
+    inputs = torch.as_tensor(np.asarray(inputs) if not isinstance(inputs, torch.Tensor) else inputs)
+    positions = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
+    batch = max(1, _LEAVES_PER_PASS >> bp.depth)
+    parts = []
+    for chunk, where in zip(torch.split(inputs, batch), torch.split(positions.to(torch.int64), batch)):
+        leaves = bp.leaf_marginals(chunk)  # (b, 2**l, q)
+        parts.append(leaves[torch.arange(leaves.shape[0], device=leaves.device), where.to(leaves.device)])  # (b, q)
+    return torch.cat(parts) if parts else torch.empty(0, bp.num_symbols, dtype=bp.dtype)
 
 
 def bp_accuracy(bp: BeliefPropagation, data: TaskInputs) -> float:

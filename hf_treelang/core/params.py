@@ -35,7 +35,6 @@ class Limit:
     low: float
     high: float | None
     kind: str = "integer"  # "integer" or "real"
-    symbol: str = ""
 
     def describe(self) -> str:
         show = (lambda v: f"{v:g}") if self.kind == "real" else str
@@ -49,9 +48,9 @@ MAX_SIGMA = 1000.0  # beyond this every rule is deterministic to float64 precisi
 MAX_SIZE = 2**31 - 1  # sequences in one split or one call
 
 LIMITS = {
-    "num_symbols": Limit(2, MAX_NUM_SYMBOLS, symbol="q"),
-    "depth": Limit(1, MAX_DEPTH, symbol="ℓ"),
-    "sigma": Limit(0.0, MAX_SIGMA, kind="real", symbol="σ"),
+    "num_symbols": Limit(2, MAX_NUM_SYMBOLS),  # q
+    "depth": Limit(1, MAX_DEPTH),  # ℓ
+    "sigma": Limit(0.0, MAX_SIGMA, kind="real"),  # σ
     "grammar_seed": Limit(0, 2**32 - 1),  # numpy's legacy RandomState, as the paper's script
     "sampling_seed": Limit(0, 2**63 - 1),  # a SeedSequence entropy word
     "seed": Limit(0, 2**32 - 1),  # torch / transformers' set_seed
@@ -66,9 +65,7 @@ def describe_range(low, high) -> str:
 def check_int(name: str, value, low: int, high: int | None = None) -> int:
     """``value`` as an int, or a TypeError/ValueError "`name` must be an integer in [low, high], got value"."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(
-            f"`{name}` must be {describe_range(low, high)}, got {value!r} ({type(value).__name__})"
-        )
+        raise TypeError(f"`{name}` must be {describe_range(low, high)}, got {value!r} ({type(value).__name__})")
     value = int(value)
     if value < low or (high is not None and value > high):
         raise ValueError(f"`{name}` must be {describe_range(low, high)}, got {value}")

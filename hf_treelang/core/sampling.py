@@ -11,8 +11,9 @@ k = 0 is the full hierarchy; k = ℓ draws the leaves independently given the ro
 
 Randomness: sample i always consumes the same ``1 + 2**ℓ`` uniforms (column 0 the root, columns ``1 .. 2**k``
 level k, columns ``1 + 2**m .. 2**(m+1)`` the child pairs of level m), read from a counter-based stream that
-is keyed by ``(sampling_seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols are therefore a function of (grammar, depth, k, sampling_seed, i)
-alone: the same bytes whatever ``chunk_size``, ``start`` or process split is used.
+is keyed by ``(sampling_seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols
+are therefore a function of (grammar, depth, k, sampling_seed, i) alone: the same bytes whatever ``chunk_size``,
+``start`` or process split is used.
 
 Worked example (q = 4, ℓ = 2, k = 0): root 3 -> level 1 ``[0, 2]`` -> leaves ``[1, 1, 3, 0]``, stored as
 ``roots[i] = 3``, ``levels[1][i] = [0, 2]``, ``leaves[i] = levels[2][i] = [1, 1, 3, 0]``.
@@ -23,9 +24,8 @@ categorical table, level ``m`` has ``2**m`` nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -15,6 +15,7 @@ import numpy as np
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.params import check_param
 
+
 def _first_split(dataset):
     """A Dataset from a Dataset or a DatasetDict."""
     if hasattr(dataset, "info"):

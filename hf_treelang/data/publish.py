@@ -22,20 +22,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
-import torch
 from tqdm.auto import tqdm
 
 from hf_treelang.citation import BIBTEX
 from hf_treelang.core.bp import BeliefPropagation
-from hf_treelang.core.masking import evaluation_positions, mask_single_leaf
-from hf_treelang.core.oracle import TaskInputs, task_inputs
 from hf_treelang.core.oracle import bp_accuracy as bp_accuracy_of
+from hf_treelang.core.oracle import task_inputs
 from hf_treelang.core.sampling import sample_trees
 
 _LEAVES_PER_FILE = 1 << 27  # ~128 MiB of uint8 leaves per Parquet file
-_LEAVES_PER_BP_BATCH = 1 << 18
 
 
 @dataclass
@@ -64,11 +60,11 @@ class PublishResult:
     bp_accuracy: dict = field(default_factory=dict)
 
 
-def bp_accuracy(config, grammar, *, progress: bool = False) -> BPAccuracy | None:
+def bp_accuracy(config, grammar) -> BPAccuracy | None:
     """Root and single-mask accuracies of BP_k (k = ``config.filter_level``) on the test split of ``config``.
 
-    The masked leaves are the split's fixed evaluation positions (:mod:`hf_treelang.core.masking`), the ones the
-    BP-KL training callback and the model card use on the same split.
+    The inputs are :func:`hf_treelang.core.oracle.task_inputs` of the split, so the masked leaves are its fixed
+    evaluation positions: the ones the BP-KL training callback and the model card use on the same split.
     """
     from hf_treelang.dataset_builder.treelang import split_seed
 
@@ -78,17 +74,11 @@ def bp_accuracy(config, grammar, *, progress: bool = False) -> BPAccuracy | None
     seed = split_seed(config, "test")
     trees = sample_trees(grammar, n, depth, config.filter_level, seed)  # the test split, bit-exact
     bp = BeliefPropagation(grammar, depth, config.filter_level)
-    batch = max(1, _LEAVES_PER_BP_BATCH >> depth)
-    root_hits = mask_hits = 0.0
-    positions = evaluation_positions(seed, n, depth)  # (n,)
-    for lo in tqdm(range(0, n, batch), desc=f"BP accuracy {config.name}", disable=not progress):
-        leaves, roots = trees.leaves[lo : lo + batch], trees.roots[lo : lo + batch]  # (b, 2**l), (b,)
-        root_hits += bp_accuracy_of(bp, task_inputs("root", leaves, roots, mask_token_id=q, sampling_seed=seed)) * len(leaves)
-        masked, _ = mask_single_leaf(leaves, q, positions[lo : lo + batch])
-        labels = torch.as_tensor(leaves[np.arange(len(leaves)), positions[lo : lo + batch]])
-        mlm = TaskInputs(masked, torch.as_tensor(positions[lo : lo + batch]), labels)
-        mask_hits += bp_accuracy_of(bp, mlm) * len(leaves)
-    return BPAccuracy(root=round(root_hits) / n, single_mask=round(mask_hits) / n, num_examples=n)
+    accuracy = {
+        task: bp_accuracy_of(bp, task_inputs(task, trees.leaves, trees.roots, mask_token_id=q, sampling_seed=seed))
+        for task in ("root", "mlm")
+    }
+    return BPAccuracy(root=accuracy["root"], single_mask=accuracy["mlm"], num_examples=n)
 
 
 def _write_split(config, grammar, split: str, data_dir: Path) -> tuple[list, int]:
@@ -150,6 +140,7 @@ def _card(configs, infos, accuracies, total_examples: int) -> str:
     DatasetInfosDict(infos).to_dataset_card_data(card_data)
 
     p = configs[0].params
+
     def accuracy_cells(accuracy):
         return f"{accuracy.root:.4f} | {accuracy.single_mask:.4f} |" if accuracy else "- | - |"
 
@@ -243,7 +234,7 @@ def publish_dataset(out_dir, configs, *, overwrite: bool = False, progress: bool
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         infos, accuracies, generation, files = {}, {}, {}, []
-        for config in builder_configs:
+        for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):
             data_dir = tmp / "data" / config.name
             data_dir.mkdir(parents=True)
             splits = datasets.SplitDict()
@@ -262,7 +253,7 @@ def publish_dataset(out_dir, configs, *, overwrite: bool = False, progress: bool
                 download_size=download_size,
                 dataset_size=sum(s.num_bytes for s in splits.values()),
             )
-            accuracies[config.name] = bp_accuracy(config, grammar, progress=progress)
+            accuracies[config.name] = bp_accuracy(config, grammar)
             meta = config.metadata()
             generation[config.name] = {
                 "params": meta["params"],

@@ -33,7 +33,7 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilities
 from hf_treelang.core.oracle import TASKS, TaskInputs, bp_accuracy, predicted_marginals, task_inputs
-from hf_treelang.core.params import check_int
+from hf_treelang.core.params import check_int, check_param
 
 
 @dataclass
@@ -99,7 +99,7 @@ class BPKLCallback(TrainerCallback):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         self.grammar = grammar
-        self.depth = check_int("depth", depth, 1)
+        self.depth = check_param("depth", depth)
         self.k_train = check_int("k_train", k_train, 0, self.depth)
         self.task = task
         self.seed = check_int("seed", seed, 0)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hf_treelang.core.grammar import Grammar
-from hf_treelang.core.masking import evaluation_positions, mask_single_leaf
+from hf_treelang.core.masking import mask_evaluation_set
 from hf_treelang.core.sampling import SPLITS, sample_trees, split_seed
 
 from .arguments import DataArguments
@@ -120,9 +120,7 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
 
     if task == "mlm":
         train = datasets.Dataset.from_dict({"input_ids": data.train.leaves})
-        leaves = data.validation.leaves  # (n, 2**l)
-        positions = evaluation_positions(data.validation.sampling_seed, len(leaves), leaves.shape[1].bit_length() - 1)
-        masked, labels = mask_single_leaf(leaves, mask_token_id, positions)
+        masked, labels, _ = mask_evaluation_set(data.validation.leaves, mask_token_id, data.validation.sampling_seed)
         validation = datasets.Dataset.from_dict({"input_ids": masked.numpy(), "labels": labels.numpy()})
     else:
         train = datasets.Dataset.from_dict({"input_ids": data.train.leaves, "labels": data.train.roots})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+
 def _requested_cpu_processes() -> int:
     """Processes asked of ``accelerate launch --cpu --num_processes N`` by the parent process (Linux), else 1.
 

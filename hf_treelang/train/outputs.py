@@ -30,6 +30,7 @@ TASK_TITLES = {
     "finetune": "root classification fine-tuned from an MLM checkpoint",
 }
 
+
 def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path_all: str, path_kl: str) -> None:
     """``kl_curves.png`` (mean D_KL(BP_k || model) vs step, every k) and ``curves.png`` (KL, accuracies, loss)."""
     import matplotlib
