@@ -1,11 +1,26 @@
-"""The filtered hierarchical tree data as a ``datasets`` builder: ``load_dataset("treelang", "k2")``.
+"""The filtered hierarchical tree data as a ``datasets`` builder: ``load_dataset("treelang", "seed15-sigma1.0-k2")``.
 
-One :class:`TreeLangBuilderConfig` per (filter level k, depth ℓ, num_symbols q, sigma σ, seed, split sizes); here
-``seed`` is the grammar seed (``grammar_seed`` everywhere else in hf-treelang), because the user's card asks for
-"a config per (seed, k, σ)".
-The named configs ``k0`` .. ``k4`` are the paper's defaults (grammar seed 0, σ = 1, q = 4, ℓ = 4); every other
-combination is reached with keyword overrides, e.g.
-``load_dataset("treelang", "k2", seed=15, sigma=0.5, num_symbols=8, depth=6, num_train=2**14)``.
+One :class:`TreeLangBuilderConfig` per (grammar seed, σ, q, ℓ, filter level k, split sizes); here ``seed`` is the
+grammar seed (``grammar_seed`` everywhere else in hf-treelang), because the user's card asks for "a config per
+(seed, k, σ)".
+
+Config names carry the generating parameters (:func:`config_name`, :func:`parse_config_name`)::
+
+    seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<k>     e.g. "seed15-sigma1.0-k2", "seed0-sigma0.5-q8-depth6-k3"
+    k<k>                                                  the paper's grammar: seed 0, σ = 1 (the 0.1 names)
+
+σ is written as Python writes the float (``1.0``, ``0.5``, ``1e-05``: it reads back bit-exact); any spelling of the
+same number is accepted (``sigma1`` is ``sigma1.0``). ``-q<q>`` and ``-depth<ℓ>`` are left out at the paper's q = 4,
+ℓ = 4. Keywords still reach every combination, and a keyword that disagrees with the name is an error::
+
+    load_dataset("treelang", "seed15-sigma0.5-k2", num_train=2**14)      # k = 2 of grammar (15, q = 4, σ = 0.5)
+    load_dataset("treelang", "k2", seed=15, sigma=0.5, num_symbols=8)     # "k2" fixes k only: the same as
+    load_dataset("treelang", "seed15-sigma0.5-q8-k2")                     # ... this name
+    load_dataset("treelang", "seed15-sigma0.5-k2", seed=0)                # ValueError: seed=0 contradicts the name
+
+Whatever name it was asked by, a built dataset's ``info.config_name`` is the canonical name of its parameters.
+``get_dataset_config_names("treelang")`` lists ``k0`` .. ``k4`` and the paper's grid (:data:`PAPER_GRAMMAR_SEEDS`
+0, 1, 15, 31 x σ = 1.0 x k = 0 .. 4); every other valid name loads as well.
 
 Randomness:
 
@@ -41,6 +56,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from unittest import mock
 
 import datasets
 import numpy as np
@@ -55,9 +71,24 @@ from hf_treelang.core.sampling import split_seed as core_split_seed
 DATASET_NAME = "treelang"
 DATASET_FORMAT = "hf-treelang-dataset/1"
 METADATA_MARKER = "hf-treelang metadata (JSON):"
-NAMED_FILTER_LEVELS = range(0, 5)  # the configs k0 .. k4 of the paper's ℓ = 4
+PAPER_GRAMMAR_SEEDS = (0, 1, 15, 31)  # the four grammars of the paper's figures
+PAPER_SIGMAS = (1.0,)
+PAPER_NUM_SYMBOLS = 4  # q, left out of config names
+PAPER_DEPTH = 4  # ℓ, left out of config names
+NAMED_FILTER_LEVELS = range(0, PAPER_DEPTH + 1)  # the configs k0 .. k4 of the paper's ℓ = 4
+NAME_PATTERNS = (
+    "'seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<filter level>' (e.g. 'seed15-sigma1.0-k2') "
+    "or 'k<filter level>' (grammar seed 0, σ = 1)"
+)
 _LEAVES_PER_CHUNK = 1 << 20  # bounded memory: ~2**20 leaves (~40 MiB of int64 levels) per generated table
-_CONFIG_NAME = re.compile(r"k(\d+)")
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?"  # a σ spelling: digits, optional decimals, optional exponent
+_FULL_NAME = re.compile(
+    rf"seed(?P<seed>[0-9]+)-sigma(?P<sigma>{_NUMBER})(?:-q(?P<num_symbols>[0-9]+))?(?:-depth(?P<depth>[0-9]+))?"
+    r"-k(?P<filter_level>[0-9]+)"
+)
+_SHORT_NAME = re.compile(r"k(?P<filter_level>[0-9]+)")
+_CONFIG_KEYWORDS = ("filter_level", "depth", "num_symbols", "sigma", "seed", "num_train", "num_validation", "num_test",
+                    "vocab_size")
 
 CITATION = BIBTEX
 
@@ -66,18 +97,97 @@ def _check_size(name: str, value) -> int:
     return check_param("num_sequences", value, as_name=name)
 
 
+@dataclasses.dataclass(frozen=True)
+class NamedParameters:
+    """The generating parameters a config name fixes; ``None``: the name leaves it to a keyword (or its default).
+
+    Attributes:
+        filter_level: k.
+        seed: the grammar seed (``None`` for a short name ``k<k>``: 0 unless a keyword says otherwise).
+        sigma: σ (``None`` for a short name: 1.0 unless a keyword says otherwise).
+        num_symbols: q (``None`` when the name has no ``-q<q>``: 4 unless a keyword says otherwise).
+        depth: ℓ (``None`` when the name has no ``-depth<ℓ>``: 4 unless a keyword says otherwise).
+    """
+
+    filter_level: int | None
+    seed: int | None = None
+    sigma: float | None = None
+    num_symbols: int | None = None
+    depth: int | None = None
+
+
+def config_name(seed, sigma, filter_level, num_symbols=PAPER_NUM_SYMBOLS, depth=PAPER_DEPTH) -> str:
+    """The canonical config name of (grammar seed, σ, k[, q, ℓ]).
+
+    σ is ``repr(float(sigma))``, which reads back bit-exact; q and ℓ appear only when they differ from the paper's 4.
+
+    Example:
+        >>> config_name(15, 1, 2), config_name(0, 0.5, 3, num_symbols=8, depth=6)
+        ('seed15-sigma1.0-k2', 'seed0-sigma0.5-q8-depth6-k3')
+    """
+    seed = check_param("grammar_seed", seed, as_name="seed")
+    sigma = check_sigma(sigma)
+    num_symbols = check_param("num_symbols", num_symbols)
+    depth = check_param("depth", depth)
+    filter_level = check_int("filter_level", filter_level, 0, depth)
+    q_part = "" if num_symbols == PAPER_NUM_SYMBOLS else f"-q{num_symbols}"
+    depth_part = "" if depth == PAPER_DEPTH else f"-depth{depth}"
+    return f"seed{seed}-sigma{sigma!r}{q_part}{depth_part}-k{filter_level}"
+
+
+def parse_config_name(name) -> NamedParameters:
+    """The parameters a config name fixes (see the module docstring for the two forms).
+
+    Raises ValueError for a name of neither form (listing them) or a value out of range (naming it).
+
+    Example:
+        >>> parse_config_name("seed15-sigma1-k2")
+        NamedParameters(filter_level=2, seed=15, sigma=1.0, num_symbols=None, depth=None)
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"config name must be a string {NAME_PATTERNS}, got {name!r} ({type(name).__name__})")
+    match = _FULL_NAME.fullmatch(name) or _SHORT_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"unknown treelang config name {name!r}: a config name is {NAME_PATTERNS}")
+    groups = {key: value for key, value in match.groupdict().items() if value is not None}
+    try:
+        return NamedParameters(
+            filter_level=int(groups["filter_level"]),
+            seed=check_param("grammar_seed", int(groups["seed"]), as_name="seed") if "seed" in groups else None,
+            sigma=check_sigma(float(groups["sigma"])) if "sigma" in groups else None,
+            num_symbols=check_param("num_symbols", int(groups["num_symbols"])) if "num_symbols" in groups else None,
+            depth=check_param("depth", int(groups["depth"])) if "depth" in groups else None,
+        )
+    except ValueError as error:
+        raise ValueError(f"config name {name!r}: {error}") from None
+
+
+def check_config_keywords(keywords) -> None:
+    """Raise a ValueError naming every keyword that is not a treelang config parameter, and the allowed ones."""
+    if "data_dir" in keywords or "data_files" in keywords:
+        raise ValueError("treelang generates its data: data_dir and data_files must not be given")
+    unknown = sorted(set(keywords) - set(_CONFIG_KEYWORDS))
+    if unknown:
+        allowed = sorted(set(_CONFIG_KEYWORDS) - {"vocab_size"})
+        raise ValueError(f"unknown treelang keyword(s) {unknown}; allowed: {allowed}")
+
+
 @dataclasses.dataclass
 class TreeLangBuilderConfig(datasets.BuilderConfig):
     """The generating parameters of one treelang dataset.
 
+    A parameter is given by the config name, by its keyword, or by both when they agree (see the module docstring);
+    after construction ``name`` is the canonical :func:`config_name` of the parameters.
+
     Args:
-        name: ``"k<filter_level>"``; set from ``filter_level`` when left empty.
+        name: a config name, ``"seed<seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<k>"`` or ``"k<k>"``; may be empty when
+            ``filter_level`` is given.
         filter_level: k in [0, depth]; 0 the full hierarchy, ``depth`` leaves independent given the root.
-        depth: ℓ in [1, 16]; sequences have 2**depth symbols.
-        num_symbols: q in [2, 256], the number of symbols (``vocab_size``, its former name, still works for one
-            release with a FutureWarning).
-        sigma: σ >= 0, the log-normal width of the grammar's rule weights.
-        seed: the grammar seed in [0, 2**32 - 1] (``Grammar.random``); the split streams are derived from it.
+        depth: ℓ in [1, 16]; sequences have 2**depth symbols (default 4).
+        num_symbols: q in [2, 256], the number of symbols (default 4; ``vocab_size``, its former name, still works
+            for one release with a FutureWarning).
+        sigma: σ in [0, 1000], the log-normal width of the grammar's rule weights (default 1.0).
+        seed: the grammar seed in [0, 2**32 - 1] (``Grammar.random``; default 0); the split streams derive from it.
         num_train / num_validation / num_test: split sizes (>= 0; a split of size 0 is left out). The default
             training set is the paper's largest, 2**18; validation and test have 10**4 sequences, the paper's test size.
     """
@@ -85,10 +195,10 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     name: str = ""
     version: datasets.Version | str | None = datasets.Version("1.0.0")
     filter_level: int | None = None
-    depth: int = 4
-    num_symbols: int | None = None  # 4 when not given
-    sigma: float = 1.0
-    seed: int = 0
+    depth: int | None = None  # PAPER_DEPTH when neither the name nor a keyword gives it
+    num_symbols: int | None = None  # PAPER_NUM_SYMBOLS when neither the name nor a keyword gives it
+    sigma: float | None = None  # 1.0 when neither the name nor a keyword gives it
+    seed: int | None = None  # 0 when neither the name nor a keyword gives it
     num_train: int = 2**18
     num_validation: int = 10**4
     num_test: int = 10**4
@@ -100,29 +210,41 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
                 raise TypeError("TreeLangBuilderConfig got both `vocab_size` (renamed) and `num_symbols`; pass `num_symbols`")
             warn_renamed("vocab_size", "num_symbols", "TreeLangBuilderConfig")
             self.num_symbols, self.vocab_size = self.vocab_size, None
-        if self.num_symbols is None:
-            self.num_symbols = 4
         if self.data_dir is not None or self.data_files is not None:
             raise ValueError("treelang generates its data: data_dir and data_files must not be given")
-        self.depth = check_param("depth", self.depth)
-        from_name = _filter_level_from_name(self.name) if self.name else None
-        if self.filter_level is None and from_name is None:
-            raise ValueError("filter_level (k) is missing: name a config 'k0' .. 'k4' or pass filter_level=")
-        if self.filter_level is not None and from_name is not None and self.filter_level != from_name:
-            raise ValueError(f"filter_level={self.filter_level!r} contradicts the config name {self.name!r}")
-        k = self.filter_level if self.filter_level is not None else from_name
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > self.depth:
+        named = parse_config_name(self.name) if self.name else NamedParameters(filter_level=None)  # nothing named
+        given = {
+            "seed": None if self.seed is None else check_param("grammar_seed", self.seed, as_name="seed"),
+            "sigma": None if self.sigma is None else check_sigma(self.sigma),
+            "num_symbols": None if self.num_symbols is None else check_param("num_symbols", self.num_symbols),
+            "depth": None if self.depth is None else check_param("depth", self.depth),
+            "filter_level": None if self.filter_level is None else check_int("filter_level", self.filter_level, 0),
+        }
+        for key, value in given.items():
+            from_name = getattr(named, key)
+            if value is not None and from_name is not None and value != from_name:
+                raise ValueError(f"{key}={value!r} contradicts the config name {self.name!r} ({key} {from_name!r})")
+
+        def pick(key, default):
+            for value in (given[key], getattr(named, key)):
+                if value is not None:
+                    return value
+            return default
+
+        self.seed, self.sigma = pick("seed", 0), pick("sigma", 1.0)
+        self.num_symbols, self.depth = pick("num_symbols", PAPER_NUM_SYMBOLS), pick("depth", PAPER_DEPTH)
+        k = pick("filter_level", None)
+        if k is None:
+            raise ValueError(f"filter_level (k) is missing: name a config {NAME_PATTERNS} or pass filter_level=")
+        if k > self.depth:
             raise ValueError(
                 f"filter_level (k) must be in [0, depth={self.depth}], got {k}: "
-                f"k > ℓ has no level k (pass depth >= {k} for config 'k{k}')"
+                f"k > ℓ has no level k (pass depth >= {k} for config {self.name or f'k{k}'!r})"
             )
-        self.filter_level = check_int("filter_level", k, 0, self.depth)
-        self.name = f"k{self.filter_level}"
-        self.num_symbols = check_param("num_symbols", self.num_symbols)
-        self.sigma = check_sigma(self.sigma)
-        self.seed = check_param("grammar_seed", self.seed, as_name="seed")
+        self.filter_level = k
         for split in SPLITS:
             setattr(self, f"num_{split}", _check_size(f"num_{split}", getattr(self, f"num_{split}")))
+        self.name = config_name(self.seed, self.sigma, self.filter_level, self.num_symbols, self.depth)
         super().__post_init__()
 
     @property
@@ -141,9 +263,10 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
 
     @property
     def config_id(self) -> str:
-        """The cache key: every parameter, readable (so different configs never share a cache entry)."""
+        """The cache key: every parameter, readable (so different configs never share a cache entry, and every
+        spelling of one config shares its entry)."""
         return (
-            f"{self.name}-depth{self.depth}-q{self.num_symbols}-sigma{self.sigma!r}-seed{self.seed}"
+            f"seed{self.seed}-sigma{self.sigma!r}-q{self.num_symbols}-depth{self.depth}-k{self.filter_level}"
             f"-n{self.num_train}.{self.num_validation}.{self.num_test}"
         )
 
@@ -186,13 +309,6 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
             "input_ids are the 2**ℓ leaves, root the root symbol, ancestors_level_m the 2**m nodes of level m.\n\n"
             f"{METADATA_MARKER}\n{json.dumps(self.metadata(), separators=(',', ':'))}\n"
         )
-
-
-def _filter_level_from_name(name: str) -> int:
-    match = _CONFIG_NAME.fullmatch(name)
-    if match is None:
-        raise ValueError(f"config name must be 'k<filter_level>' (named configs: k0 .. k4), got {name!r}")
-    return int(match.group(1))
 
 
 def split_seed(config: TreeLangBuilderConfig, split: str) -> int:
@@ -243,29 +359,56 @@ def source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def _listed_config(name: str) -> TreeLangBuilderConfig:
+    """A config of ``BUILDER_CONFIGS``, listed under ``name`` (``get_dataset_config_names`` shows the listed names;
+    the short names ``k<k>`` must stay distinct from the canonical names they load as)."""
+    config = TreeLangBuilderConfig(name=name)
+    config.name = name
+    return config
+
+
 class TreeLang(datasets.ArrowBasedBuilder):
     """Builder of the filtered hierarchical tree data (see the module docstring)."""
 
     BUILDER_CONFIG_CLASS = TreeLangBuilderConfig
-    BUILDER_CONFIGS = [TreeLangBuilderConfig(name=f"k{k}") for k in NAMED_FILTER_LEVELS]
+    BUILDER_CONFIGS = [_listed_config(f"k{k}") for k in NAMED_FILTER_LEVELS] + [
+        _listed_config(config_name(seed, sigma, k))
+        for seed in PAPER_GRAMMAR_SEEDS
+        for sigma in PAPER_SIGMAS
+        for k in NAMED_FILTER_LEVELS
+    ]
     DEFAULT_CONFIG_NAME = None
 
     def _create_builder_config(self, config_name=None, custom_features=None, config_id=None, **config_kwargs):
-        # Every config, named or not, is rebuilt (and so validated) from its keywords, and its cache key lists every
-        # parameter: the base class would setattr overrides unvalidated and key the cache by the overrides given.
+        # Every config, named or not, is rebuilt (and so validated) from its name and keywords, and its cache key
+        # lists every parameter: the base class would look the name up in BUILDER_CONFIGS (a finite list), setattr
+        # overrides unvalidated and key the cache by the overrides given.
         if custom_features is not None:
             raise ValueError("treelang defines its own features: features= must not be given")
-        fields = {f.name for f in dataclasses.fields(TreeLangBuilderConfig)} - {"version", "description"}
-        unknown = sorted(set(config_kwargs) - fields)
-        if unknown:
-            allowed = sorted(fields - {"name", "data_dir", "data_files"})
-            raise ValueError(f"unknown treelang keyword(s) {unknown}; allowed: {allowed}")
+        check_config_keywords(config_kwargs)
         if config_name is None and config_kwargs.get("filter_level") is None:
-            names = [c.name for c in self.BUILDER_CONFIGS]
-            raise ValueError(f"config name is missing: pick one of {names} or pass filter_level=, e.g. "
-                             "load_dataset('treelang', 'k2')")
+            raise ValueError(f"config name is missing: pick a name {NAME_PATTERNS}, e.g. "
+                             "load_dataset('treelang', 'seed15-sigma1.0-k2'), or pass filter_level=")
         config = TreeLangBuilderConfig(name=config_name or "", **config_kwargs)
         return config, config.config_id
+
+    def _prepare_split(self, split_generator, *args, **kwargs):
+        # datasets labels the progress bar "Generating test split" whatever the config; a training run builds one
+        # test split per k_test, so the label names the config (and with it k): "Generating test split of
+        # treelang seed0-sigma1.0-k3". The label is datasets' own hf_tqdm call, relabelled for this split only.
+        plain = f"Generating {split_generator.name} split"
+        labelled = f"{plain} of {DATASET_NAME} {self.config.name}"
+        original = getattr(datasets.builder, "hf_tqdm", None)
+        if original is None:  # a datasets without the hook: keep its label
+            return super()._prepare_split(split_generator, *args, **kwargs)
+
+        def hf_tqdm(*tqdm_args, **tqdm_kwargs):
+            if tqdm_kwargs.get("desc") == plain:
+                tqdm_kwargs["desc"] = labelled
+            return original(*tqdm_args, **tqdm_kwargs)
+
+        with mock.patch.object(datasets.builder, "hf_tqdm", hf_tqdm):
+            return super()._prepare_split(split_generator, *args, **kwargs)
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(

@@ -140,6 +140,11 @@ def test_different_configs_never_share_a_cache_entry(cache):
         ("k9", {}, "filter_level"),
         ("k3", {"depth": 2}, "filter_level"),
         ("x2", {}, "config name"),
+        ("seed1-k2", {}, r"unknown treelang config name 'seed1-k2': a config name is 'seed<grammar seed>-sigma<σ>"),
+        ("seed1-sigma1.0-k2", {"sigma": 0.5}, r"sigma=0.5 contradicts the config name 'seed1-sigma1.0-k2' \(sigma 1.0\)"),
+        ("seed1-sigma1e4-k2", {}, r"config name 'seed1-sigma1e4-k2': `sigma` must be a real number in \[0, 1000\]"),
+        ("seed4294967296-sigma1.0-k2", {}, r"`seed` must be an integer in \[0, 4294967295\], got 4294967296"),
+        ("seed0-sigma1.0-depth3-k4", {}, r"filter_level \(k\) must be in \[0, depth=3\], got 4"),
         ("k2", {"colour": "red"}, "unknown treelang keyword"),
         ("k2", {"num_train": -1}, "num_train"),
         ("k2", {"num_symbols": 1}, r"`num_symbols` must be an integer in \[2, 256\], got 1"),
@@ -191,3 +196,86 @@ def test_vocab_size_keyword_still_works_with_a_future_warning(cache):
         old = datasets.load_dataset_builder("treelang", "k2", cache_dir=cache, **{**SMALL, "vocab_size": 5})
     new = datasets.load_dataset_builder("treelang", "k2", cache_dir=cache, **{**SMALL, "num_symbols": 5})
     assert old.cache_dir == new.cache_dir
+
+
+def test_config_names_list_the_short_names_and_the_paper_grid():
+    names = datasets.get_dataset_config_names("treelang")
+    grid = [f"seed{seed}-sigma1.0-k{k}" for seed in (0, 1, 15, 31) for k in range(5)]
+    assert names == [f"k{k}" for k in range(5)] + grid
+
+
+@pytest.mark.parametrize(
+    "seed, sigma, k, q, depth, name",
+    [
+        (15, 1, 2, 4, 4, "seed15-sigma1.0-k2"),
+        (0, 0.5, 3, 8, 6, "seed0-sigma0.5-q8-depth6-k3"),
+        (31, 0.1, 0, 4, 5, "seed31-sigma0.1-depth5-k0"),
+        (7, 1e-5, 1, 3, 4, "seed7-sigma1e-05-q3-k1"),
+        (2**32 - 1, 1000.0, 4, 256, 4, "seed4294967295-sigma1000.0-q256-k4"),
+    ],
+)
+def test_config_name_carries_every_generating_parameter_and_reads_back_exactly(seed, sigma, k, q, depth, name):
+    from hf_treelang.dataset_builder.treelang import config_name, parse_config_name
+
+    assert config_name(seed, sigma, k, num_symbols=q, depth=depth) == name
+    named = parse_config_name(name)
+    assert (named.seed, named.sigma, named.filter_level) == (seed, float(sigma), k)
+    assert named.num_symbols == (None if q == 4 else q) and named.depth == (None if depth == 4 else depth)
+    config = TreeLangBuilderConfig(name=name)
+    assert (config.seed, config.sigma, config.num_symbols, config.depth, config.filter_level) == (seed, sigma, q, depth, k)
+    assert config.name == name
+
+
+def test_every_spelling_of_a_config_is_one_config_with_one_cache_entry(cache):
+    spellings = [
+        ("seed15-sigma0.5-k2", {}),
+        ("seed015-sigma0.50-k2", {}),
+        ("k2", {"seed": 15, "sigma": 0.5}),
+        ("seed15-sigma0.5-k2", {"seed": 15, "sigma": 0.5, "filter_level": 2, "num_symbols": 4, "depth": 4}),
+        (None, {"filter_level": 2, "seed": 15, "sigma": 0.5}),
+    ]
+    builders = [datasets.load_dataset_builder("treelang", name, cache_dir=cache, **{**SMALL, **kw}) for name, kw in spellings]
+    assert {b.config.name for b in builders} == {"seed15-sigma0.5-k2"}
+    assert len({b.cache_dir for b in builders}) == 1
+    assert datasets.load_dataset_builder("treelang", "seed15-sigma0.5-k3", cache_dir=cache, **SMALL).cache_dir != builders[0].cache_dir
+
+
+def test_k2_keeps_its_meaning_grammar_seed_0_and_sigma_1(cache):
+    short = load(cache, "k2", num_validation=0, num_test=0)["train"]
+    full = load(cache, "seed0-sigma1.0-k2", num_validation=0, num_test=0)["train"]
+    assert short.info.config_name == full.info.config_name == "seed0-sigma1.0-k2"
+    assert short.data.table.equals(full.data.table)
+    assert grammar_from_dataset(short) == Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+
+
+def test_a_named_grammar_is_the_grammar_of_the_data(cache):
+    ds = load(cache, "seed15-sigma0.5-q5-depth3-k1", num_validation=0, num_test=0)["train"]
+    assert grammar_from_dataset(ds) == Grammar.random(num_symbols=5, sigma=0.5, grammar_seed=15)
+    assert ds.features["input_ids"].length == 8 and ds.features["root"].num_classes == 5
+    assert hf_treelang.dataset_params(ds) == {"filter_level": 1, "depth": 3, "num_symbols": 5, "sigma": 0.5, "seed": 15,
+                                              "num_train": 300, "num_validation": 0, "num_test": 0}
+
+
+@pytest.mark.parametrize("keyword, value", [("seed", 1), ("sigma", 2.0), ("num_symbols", 8), ("depth", 5),
+                                            ("filter_level", 1)])
+def test_a_keyword_that_disagrees_with_the_name_is_an_error(tmp_path, keyword, value):
+    with pytest.raises(ValueError, match=f"{keyword}={value!r} contradicts the config name 'seed0-sigma1.0-q4-depth4-k2'"):
+        datasets.load_dataset("treelang", "seed0-sigma1.0-q4-depth4-k2", cache_dir=str(tmp_path / "cache"),
+                              **{keyword: value})
+    assert not (tmp_path / "cache").exists()
+
+
+def test_progress_label_names_the_config_of_each_test_split(cache, monkeypatch):
+    labels = []
+    original = datasets.builder.hf_tqdm
+
+    def recording_tqdm(*args, **kwargs):
+        labels.append(kwargs.get("desc"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(datasets.builder, "hf_tqdm", recording_tqdm)
+    for k in (1, 3):
+        load(cache, f"k{k}", num_train=0, num_validation=0, num_test=5)
+    assert labels == ["Generating test split of treelang seed0-sigma1.0-k1",
+                      "Generating test split of treelang seed0-sigma1.0-k3"]
+    assert datasets.builder.hf_tqdm is recording_tqdm  # put back after each split
