@@ -68,17 +68,17 @@ def _seed(data_args: DataArguments, filter_level: int, split: str) -> int:
 
 
 def _from_builder(data_args: DataArguments, level: int, sizes: dict) -> dict:
-    """``{split: EvaluationSet}`` of config ``k<level>`` through ``load_dataset("treelang", ...)``."""
+    """``{split: EvaluationSet}`` of config ``seed<s>-sigma<σ>[-q<q>][-depth<ℓ>]-k<level>`` through
+    ``load_dataset("treelang", ...)`` (the name carries every generating parameter, so the progress bars say which
+    k_test each test split is)."""
     import datasets
 
     from hf_treelang.data.registration import register_dataset_builder
+    from hf_treelang.dataset_builder.treelang import config_name
 
     register_dataset_builder()
-    dataset = datasets.load_dataset(
-        "treelang", f"k{level}", seed=data_args.grammar_seed, sigma=float(data_args.sigma),
-        num_symbols=data_args.num_symbols, depth=data_args.depth,
-        **{f"num_{split}": sizes.get(split, 0) for split in SPLITS},
-    )
+    name = config_name(data_args.grammar_seed, float(data_args.sigma), level, data_args.num_symbols, data_args.depth)
+    dataset = datasets.load_dataset("treelang", name, **{f"num_{split}": sizes.get(split, 0) for split in SPLITS})
     out = {}
     for split in sizes:
         columns = dataset[split].with_format("numpy", columns=["input_ids", "root"])
