@@ -30,6 +30,20 @@ def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def num_labels_message(num_labels, num_symbols: int) -> str:
+    """Why `num_labels` cannot differ from q, and what to do instead (the config and the model both say it)."""
+    if _is_int(num_labels) and 2 <= num_labels <= MAX_NUM_SYMBOLS:
+        other_data = f"TreeLangConfig.from_data(num_symbols={num_labels}, ...)"
+    else:
+        other_data = "TreeLangConfig.from_data(num_symbols=...)"
+    return (
+        f"`num_labels` must equal the number of symbols q = {num_symbols}, got {num_labels!r}: the root classifier "
+        f"predicts the root symbol, one of the q symbols, so TreeLang derives num_labels (and id2label) from "
+        f"vocab_size = q + 1. For data with another number of symbols build the config with {other_data}; "
+        f"for another set of classes, put your own head on the states of TreeLangModel."
+    )
+
+
 class TreeLangConfig(PreTrainedConfig):
     r"""Configuration of [`TreeLangModel`] and its heads. `TreeLangConfig()` is the paper's model (q=4, ℓ=4).
 
@@ -57,6 +71,11 @@ class TreeLangConfig(PreTrainedConfig):
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+
+    `num_labels` is not a free parameter: the root classifier predicts the root symbol, so `num_labels` is always q
+    (`id2label` names the symbols `symbol_0 .. symbol_{q-1}`). Passing or setting another value raises, also through
+    `from_pretrained(..., num_labels=k)`; for data with k symbols build the config with `from_data(num_symbols=k)`.
+    `problem_type` can only be `None` or `"single_label_classification"`.
     """
 
     model_type = "treelang"
@@ -81,18 +100,39 @@ class TreeLangConfig(PreTrainedConfig):
         # A derived size saved by `to_dict` of older files or passed by callers must agree with `depth`.
         max_positions = kwargs.pop("max_position_embeddings", None)
         num_labels = kwargs.pop("num_labels", None)
-        super().__post_init__(**kwargs)
+        # Checked before the base class runs: its `__post_init__` sets `num_labels`, which reads `vocab_size`.
         self._check()
-        if num_labels is not None and num_labels != self.num_symbols:
-            raise ValueError(f"num_labels must equal the number of symbols q = {self.num_symbols}, got {num_labels}")
+        if num_labels is not None:
+            self.num_labels = num_labels  # refused unless it is q, see the `num_labels` setter
         if max_positions is not None and max_positions != 2**self.depth:
             raise ValueError(
                 f"max_position_embeddings must equal 2**depth = {2**self.depth}, got {max_positions}"
             )
+        super().__post_init__(**kwargs)
         if self.id2label is None or len(self.id2label) != self.num_symbols:
-            # The root classifier predicts one of the q symbols.
-            self.id2label = {i: f"symbol_{i}" for i in range(self.num_symbols)}
-            self.label2id = {label: i for i, label in self.id2label.items()}
+            self._name_symbol_labels()
+
+    def _name_symbol_labels(self) -> None:
+        # The root classifier predicts one of the q symbols.
+        self.id2label = {i: f"symbol_{i}" for i in range(self.num_symbols)}
+        self.label2id = {label: i for i, label in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        """Number of classes of the root classifier: always the number of symbols q (derived, not stored).
+
+        The root head predicts the root symbol, one of the q symbols, so `num_labels` follows `vocab_size = q + 1`.
+        Setting it to q is accepted (and names the labels `symbol_i`); any other value raises, rather than leaving
+        `id2label` out of step with the head.
+        """
+        return self.num_symbols
+
+    @num_labels.setter
+    def num_labels(self, num_labels: int) -> None:
+        if num_labels != self.num_symbols:
+            raise ValueError(num_labels_message(num_labels, self.num_symbols))
+        if self.id2label is None or len(self.id2label) != self.num_symbols:
+            self._name_symbol_labels()
 
     def _check(self):
         def positive_int(value):
@@ -111,6 +151,8 @@ class TreeLangConfig(PreTrainedConfig):
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
             ("initializer", self.initializer in INITIALIZERS, f"one of {INITIALIZERS}"),
+            ("problem_type", self.problem_type in (None, "single_label_classification"),
+             'None or "single_label_classification" (the root head is a q-way classifier)'),
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
              f"an integer in [0, {self.depth}] (depth)"),
             ("sigma", _is_real(self.sigma) and 0.0 <= self.sigma <= MAX_SIGMA,

@@ -10,6 +10,18 @@ Glossary: `B` batch, `T = 2**l` sequence length (l = depth ℓ), `C` hidden size
 Heads: root classification reads the final tokens concatenated position-wise (a `d * 2**l` vector) with one linear
 layer to q logits; masked language modelling applies one linear layer d -> q to every token.
 
+Attention goes through transformers' attention interface (`config._attn_implementation`: "sdpa" by default, "eager",
+or any registered kernel), so `attn_implementation=` and `set_attn_implementation` take effect; `output_attentions=True`
+always computes the maps on the eager path. The layers are `GradientCheckpointingLayer`s.
+
+Input checks and host syncs. `forward` reads no tensor value on the host when it runs on an accelerator or under
+`torch.compile` / `torch.export`, so the whole forward is one graph and never waits for the device. It checks only
+what needs no value: types, dtypes (named in the error) and shapes. The value ranges (ids in `[0, q]`, labels in
+`[0, q)` or -100, an all-ones `attention_mask`) are checked by the public `check_input_ids`, `check_labels` and
+`check_attention_mask`, which the collators and the training data path call, so bad data fails with a clear error
+before training starts. `forward` also calls them itself in plain eager mode on CPU tensors, where reading a value
+costs no device sync; on CUDA or under compile/export bad values are not detected by the model.
+
 This file depends on torch and transformers only (it is copied next to checkpoints for `trust_remote_code=True`).
 """
 
@@ -20,11 +32,138 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .configuration_treelang import TreeLangConfig
+from .configuration_treelang import TreeLangConfig, num_labels_message
 
 IGNORE_INDEX = -100
+INPUT_ID_DTYPES = (torch.int64, torch.int32)
+LABEL_DTYPES = (torch.int64, torch.int32)
+
+
+# ---------------------------------------------------------------- input checks
+
+
+def _check_integer_tensor(name: str, tensor, dtypes: tuple, expected_shape: str) -> None:
+    """Type and dtype only (no value is read): the error names the dtype received."""
+    allowed = " or ".join(str(dtype) for dtype in dtypes)
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of dtype {allowed} and shape {expected_shape}, got a "
+                        f"{type(tensor).__name__}")
+    if tensor.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {allowed}, got dtype {tensor.dtype} (shape {tuple(tensor.shape)})")
+
+
+def _value_range(values: torch.Tensor) -> str:
+    return f"[{int(values.min())}, {int(values.max())}]"
+
+
+def can_read_values(tensor: torch.Tensor) -> bool:
+    """Whether `forward` may read `tensor`'s values: plain eager mode on a CPU tensor (no device sync, no graph break)."""
+    return (
+        tensor.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and not torch.jit.is_scripting()
+    )
+
+
+def check_input_ids(
+    input_ids: torch.Tensor,
+    num_symbols: int,
+    sequence_length: int | None = None,
+    *,
+    allow_mask: bool = True,
+    check_values: bool = True,
+) -> None:
+    """Check token ids: an int64/int32 tensor (batch, 2**ℓ) with values in `[0, q]` (`[0, q)` if not `allow_mask`).
+
+    Args:
+        input_ids: (batch, 2**ℓ) token ids; q is the mask id.
+        num_symbols: q, the number of symbols (`config.num_symbols`).
+        sequence_length: 2**ℓ (`config.sequence_length`), or None to accept any length.
+        allow_mask: whether the mask id q may appear (False for unmasked leaves).
+        check_values: False checks only type, dtype and shape, which read no value (what `forward` does on an
+            accelerator or under compile/export).
+
+    Raises:
+        TypeError: not a tensor, or a dtype other than int64/int32 (the message names the dtype).
+        ValueError: another shape, or a value out of range (the message gives the range received).
+    """
+    shape = f"(batch, {sequence_length})" if sequence_length is not None else "(batch, 2**depth)"
+    _check_integer_tensor("input_ids", input_ids, INPUT_ID_DTYPES, shape)
+    if input_ids.dim() != 2 or (sequence_length is not None and input_ids.shape[1] != sequence_length):
+        depth = f" for depth={int(math.log2(sequence_length))}" if sequence_length is not None else ""
+        raise ValueError(f"input_ids must have shape (batch, 2**depth) = {shape}{depth}, got {tuple(input_ids.shape)}")
+    if not check_values or input_ids.numel() == 0:
+        return
+    high = num_symbols if allow_mask else num_symbols - 1
+    if int(input_ids.min()) < 0 or int(input_ids.max()) > high:
+        allowed = f"[0, q] = [0, {num_symbols}] (q is the mask token)" if allow_mask else (
+            f"[0, q) = [0, {num_symbols}) (the symbols; the mask id q is added by masking)"
+        )
+        raise ValueError(f"input_ids must lie in {allowed}, got values in {_value_range(input_ids)}")
+
+
+def check_labels(
+    labels: torch.Tensor,
+    num_symbols: int,
+    shape: tuple | None = None,
+    *,
+    allow_ignored: bool = False,
+    check_values: bool = True,
+) -> None:
+    """Check targets: an int64/int32 tensor of symbols in `[0, q)`, or -100 where `allow_ignored` (MLM labels).
+
+    Args:
+        labels: root labels (batch,) or MLM labels (batch, 2**ℓ).
+        num_symbols: q (`config.num_symbols`).
+        shape: the expected shape, or None to accept any.
+        allow_ignored: whether -100 marks positions without a target (MLM); at least one position must have one.
+        check_values: False checks only type, dtype and shape.
+
+    Raises:
+        TypeError: not a tensor, or a dtype other than int64/int32 (the message names the dtype).
+        ValueError: another shape, a value out of range, or MLM labels with no target at all.
+    """
+    expected = "(batch, 2**depth) with -100 on unmasked positions" if allow_ignored else "(batch,) of root symbols"
+    _check_integer_tensor("labels", labels, LABEL_DTYPES, expected)
+    if shape is not None and tuple(labels.shape) != tuple(shape):
+        if allow_ignored:
+            raise ValueError(
+                f"labels must have the shape of input_ids (batch, 2**depth) = {tuple(shape)}, with -100 on "
+                f"unmasked positions, got {tuple(labels.shape)}"
+            )
+        raise ValueError(
+            f"labels must have shape (batch,) = {tuple(shape)} holding the root symbols, got {tuple(labels.shape)}"
+        )
+    if not check_values or labels.numel() == 0:
+        return
+    targets = labels[labels != IGNORE_INDEX] if allow_ignored else labels
+    if allow_ignored and targets.numel() == 0:
+        raise ValueError("labels must have at least one position with a target (not -100): nothing to predict")
+    if int(targets.min()) < 0 or int(targets.max()) >= num_symbols:
+        ignored = " or be -100" if allow_ignored else ""
+        raise ValueError(
+            f"labels must lie in [0, q) = [0, {num_symbols}){ignored}, got values in {_value_range(targets)}"
+        )
+
+
+def check_attention_mask(
+    attention_mask: torch.Tensor, input_shape: tuple, *, check_values: bool = True
+) -> None:
+    """Tree sequences have no padding: an `attention_mask`, if given, has the shape of input_ids and is all ones."""
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a tensor of shape {tuple(input_shape)}, got a "
+                        f"{type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(input_shape):
+        raise ValueError(
+            f"attention_mask must have the shape of input_ids {tuple(input_shape)}, got {tuple(attention_mask.shape)}"
+        )
+    if check_values and attention_mask.numel() and not bool((attention_mask == 1).all()):
+        raise ValueError("attention_mask must be all ones: tree sequences have no padding")
 
 
 def sinusoidal_positional_encoding(num_positions: int, hidden_size: int) -> torch.Tensor:
@@ -67,38 +206,68 @@ class AttentionOutProjection(nn.Linear):
     """The attention output projection; a type of its own so that it is initialised like `out_proj`."""
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`softmax(Q Kᵀ · scaling + mask) V`, the eager entry of transformers' attention interface.
+
+    `query`, `key`, `value` are (B, nh, T, hs); returns the output (B, T, nh, hs) and the attention probabilities
+    (B, nh, T, T), taken before dropout.
+    """
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scaling  # (B, nh, T, T)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)  # (B, nh, T, T)
+    y = torch.matmul(F.dropout(weights, p=dropout, training=module.training), value)  # (B, nh, T, hs)
+    return y.transpose(1, 2).contiguous(), weights  # (B, T, nh, hs), (B, nh, T, T)
+
+
 class TreeLangSelfAttention(nn.Module):
     """Multi-head self-attention with a fused query/key/value projection, as `torch.nn.MultiheadAttention`.
 
-    `in_proj` holds `[W_Q; W_K; W_V]` (3C, C) like `in_proj_weight`; `out_proj` is the output projection.
+    `in_proj` holds `[W_Q; W_K; W_V]` (3C, C) like `in_proj_weight`; `out_proj` is the output projection. The product
+    itself is `config._attn_implementation`'s function from transformers' attention interface.
     """
+
+    is_causal = False  # read by the interface's kernels: every leaf attends to every leaf
 
     def __init__(self, config: TreeLangConfig):
         super().__init__()
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_size**-0.5
         self.dropout = config.attention_probs_dropout_prob
         self.in_proj = AttentionInProjection(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = AttentionOutProjection(config.hidden_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`need_weights=True` runs the eager path and returns the (B, nh, T, T) attention maps; otherwise SDPA."""
+    def forward(
+        self, x: torch.Tensor, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns the attended states (B, T, C) and, with `output_attentions` (eager path), the maps (B, nh, T, T)."""
         B, T, C = x.shape
         qkv = self.in_proj(x)  # (B, T, 3C)
-        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:
-            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
-            weights = torch.softmax(scores, dim=-1)
-            y = torch.matmul(F.dropout(weights, p=dropout, training=self.training), v)  # (B, nh, T, hs)
+        query, key, value = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        if output_attentions:
+            # SDPA and the fused kernels return no maps; the analyses need them whatever the implementation is.
+            attention = eager_attention_forward
         else:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return self.out_proj(y), weights
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        y, weights = attention(
+            self, query, key, value, None, dropout=self.dropout if self.training else 0.0, scaling=self.scaling
+        )  # (B, T, nh, hs)
+        y = y.reshape(B, T, C)  # (B, T, C)
+        return self.out_proj(y), weights if output_attentions else None
 
 
-class TreeLangLayer(nn.Module):
+class TreeLangLayer(GradientCheckpointingLayer):
     """One post-LN encoder block: `x = LN(x + SA(x)); x = LN(x + FC(x))` with the dropouts of torch's layer."""
 
     def __init__(self, config: TreeLangConfig):
@@ -111,8 +280,11 @@ class TreeLangLayer(nn.Module):
         self.activation = F.relu if config.hidden_act == "relu" else F.gelu
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attention(x, need_weights=need_weights)  # (B, T, C)
+    def forward(
+        self, x: torch.Tensor, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # `x` stays positional: gradient checkpointing passes only positional arguments through the checkpoint.
+        attended, weights = self.attention(x, output_attentions=output_attentions)  # (B, T, C)
         x = self.attention_norm(x + self.dropout(attended))
         hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, C')
         x = self.feed_forward_norm(x + self.dropout(self.linear2(hidden)))
@@ -126,7 +298,7 @@ class TreeLangPreTrainedModel(PreTrainedModel):
     config: TreeLangConfig
     base_model_prefix = "treelang"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["TreeLangLayer"]
     # The losses are means over the batch; Trainer must not pass `num_items_in_batch`.
@@ -179,20 +351,15 @@ class TreeLangPreTrainedModel(PreTrainedModel):
         for parameter in self.base_model.parameters():
             parameter.requires_grad_(not frozen)
 
-    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
-        T = self.config.max_position_embeddings
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"input_ids must be an int64/int32 tensor of shape (batch, {T}), got {type(input_ids)}")
-        if input_ids.dim() != 2 or input_ids.shape[1] != T:
-            raise ValueError(
-                f"input_ids must have shape (batch, 2**depth) = (batch, {T}) for depth={self.config.depth}, "
-                f"got {tuple(input_ids.shape)}"
-            )
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) > self.config.mask_token_id):
-            raise ValueError(
-                f"input_ids must lie in [0, q] = [0, {self.config.mask_token_id}] (q is the mask token), got values "
-                f"in [{int(input_ids.min())}, {int(input_ids.max())}]"
-            )
+    def _check_inputs(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
+                      mlm_labels: bool = False) -> None:
+        """Types, dtypes and shapes always; value ranges only where no device sync or graph break follows."""
+        config = self.config
+        check_input_ids(input_ids, config.num_symbols, config.sequence_length, check_values=can_read_values(input_ids))
+        if labels is not None:
+            shape = tuple(input_ids.shape) if mlm_labels else (input_ids.shape[0],)
+            check_labels(labels, config.num_symbols, shape, allow_ignored=mlm_labels,
+                         check_values=can_read_values(labels))
 
 
 class TreeLangModel(TreeLangPreTrainedModel):
@@ -219,11 +386,12 @@ class TreeLangModel(TreeLangPreTrainedModel):
         return_dict: bool | None = None,
     ) -> BaseModelOutput | tuple:
         r"""
-        input_ids (`torch.LongTensor` of shape `(batch, 2**depth)`): symbols in `[0, q)` or the mask id `q`.
-        attention_mask (optional): accepted for API compatibility; tree sequences have no padding, so it must be
-            all ones.
+        input_ids (`torch.LongTensor` of shape `(batch, 2**depth)`): symbols in `[0, q)` or the mask id `q`
+            (int64 or int32; values are checked in eager mode on CPU only, see the module docstring).
+        attention_mask (optional): accepted for API compatibility; tree sequences have no padding, so it must have
+            the shape of `input_ids` and be all ones.
         output_attentions: return the attention maps, a tuple over layers of `(batch, heads, 2**depth, 2**depth)`.
-            They are computed on an eager path, whatever `attn_implementation` is.
+            They are computed on the eager path, whatever `attn_implementation` is.
         output_hidden_states: return the embedding output and every layer's output, a tuple of `num_layers + 1`
             tensors `(batch, 2**depth, hidden_size)`.
         """
@@ -232,16 +400,16 @@ class TreeLangModel(TreeLangPreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        self._check_input_ids(input_ids)
-        if attention_mask is not None and not bool((attention_mask == 1).all()):
-            raise ValueError("attention_mask must be all ones: tree sequences have no padding")
+        self._check_inputs(input_ids)
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, input_ids.shape, check_values=can_read_values(attention_mask))
 
-        need_weights = bool(output_attentions) or self.config._attn_implementation == "eager"
+        output_attentions = bool(output_attentions)
         x = self.embeddings(input_ids)  # (B, T, C)
         all_hidden = (x,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
-            x, weights = layer(x, need_weights=need_weights)
+            x, weights = layer(x, output_attentions=output_attentions)
             if output_hidden_states:
                 all_hidden = all_hidden + (x,)
             if output_attentions:
@@ -263,11 +431,19 @@ def _encode(model, input_ids, attention_mask, output_attentions, output_hidden_s
 
 class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
     """Root classification (Sec. 3.2): the final tokens, concatenated position-wise into a `d * 2**ℓ` vector (or
-    averaged with `classifier_pooling="mean"`), go through one linear readout to `q` logits."""
+    averaged with `classifier_pooling="mean"`), go through one linear readout to `q` logits.
+
+    The classes are the q symbols, so `num_labels` is always q: `from_pretrained(..., num_labels=k)` with k ≠ q
+    raises. For data with k symbols build the config with `TreeLangConfig.from_data(num_symbols=k)`; for other
+    classes, put your own head on [`TreeLangModel`]'s states.
+    """
 
     _keys_to_ignore_on_load_unexpected = [r"lm_head\..*"]
 
     def __init__(self, config: TreeLangConfig):
+        if config.id2label is not None and len(config.id2label) != config.num_symbols:
+            raise ValueError(f"config.id2label has {len(config.id2label)} labels. "
+                             + num_labels_message(len(config.id2label), config.num_symbols))
         super().__init__(config)
         self.treelang = TreeLangModel(config)
         positions = config.max_position_embeddings if config.classifier_pooling == "concat" else 1
@@ -293,23 +469,14 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
         Returns `logits` of shape `(batch, q)`.
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        if labels is not None and (labels.dim() != 1 or labels.shape[0] != input_ids.shape[0]):
-            raise ValueError(
-                f"labels must have shape (batch,) = ({input_ids.shape[0]},) holding the root symbols, "
-                f"got {tuple(labels.shape)}"
-            )
+        self._check_inputs(input_ids, labels)
         encoded = _encode(self, input_ids, attention_mask, output_attentions, output_hidden_states)
         x = encoded.last_hidden_state  # (B, T, C)
         pooled = x.flatten(1) if self.config.classifier_pooling == "concat" else x.mean(dim=1)  # (B, T*C) or (B, C)
         logits = self.classifier(pooled)  # (B, q)
         loss = None
         if labels is not None:
-            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.config.num_symbols):
-                raise ValueError(
-                    f"labels must lie in [0, q) = [0, {self.config.num_symbols}), got values in "
-                    f"[{int(labels.min())}, {int(labels.max())}]"
-                )
-            loss = F.cross_entropy(logits, labels)
+            loss = F.cross_entropy(logits, labels.long())
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=encoded.hidden_states, attentions=encoded.attentions
         )
@@ -350,23 +517,13 @@ class TreeLangForMaskedLM(TreeLangPreTrainedModel):
         Returns `logits` of shape `(batch, 2**depth, q)`.
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        if labels is not None and tuple(labels.shape) != tuple(input_ids.shape):
-            raise ValueError(
-                f"labels must have the shape of input_ids (batch, 2**depth) = {tuple(input_ids.shape)}, with -100 on "
-                f"unmasked positions, got {tuple(labels.shape)}"
-            )
+        self._check_inputs(input_ids, labels, mlm_labels=True)
         encoded = _encode(self, input_ids, attention_mask, output_attentions, output_hidden_states)
         logits = self.lm_head(encoded.last_hidden_state)  # (B, T, q)
         loss = None
         if labels is not None:
-            targets = labels[labels != IGNORE_INDEX]
-            if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= self.config.num_symbols):
-                raise ValueError(
-                    f"labels must lie in [0, q) = [0, {self.config.num_symbols}) or be -100, got values in "
-                    f"[{int(targets.min())}, {int(targets.max())}]"
-                )
             loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX
+                logits.reshape(-1, logits.shape[-1]), labels.long().reshape(-1), ignore_index=IGNORE_INDEX
             )
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=encoded.hidden_states, attentions=encoded.attentions
@@ -388,6 +545,10 @@ TreeLangForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 TreeLangForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
+    "check_attention_mask",
+    "check_input_ids",
+    "check_labels",
+    "eager_attention_forward",
     "TreeLangPreTrainedModel",
     "TreeLangModel",
     "TreeLangForMaskedLM",
