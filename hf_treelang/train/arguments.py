@@ -200,6 +200,11 @@ class TreeLangTrainingArguments(TrainingArguments):
     cpu_threads: int | None = field(
         default=None, metadata={"help": "torch.set_num_threads for this process (default: torch's choice)."}
     )
+    remove_unused_columns: bool = field(
+        default=False,
+        metadata={"help": "Keep every column of the training data (False, required for MLM: the collator keys each "
+                  "example's masks by its example_index column)."},
+    )
     dataloader_drop_last: bool = field(default=False, metadata={"help": "Drop the last incomplete batch."})
     dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin memory (only useful on GPUs)."})
 

@@ -9,12 +9,16 @@ Glossary: ``b`` batch, ``l`` depth (ℓ), a sequence has ``2**l`` leaves with sy
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from transformers import TrainerCallback
 
 from hf_treelang.core.masking import mask_single_leaf, training_positions
+
+EXAMPLE_INDEX = "example_index"  # the training set's row number, the key of an example's training masks
 
 
 def _stack_input_ids(features: list) -> torch.Tensor:
@@ -29,9 +33,17 @@ class MaskedLeafCollator:
         mask_token_id: the mask id, q (``config.mask_token_id``).
         mask_rate: ``None`` (default) masks exactly one leaf per sequence at a uniformly random position; a float in
             (0, 1] masks every leaf independently with that probability, and one random leaf where none was drawn.
-        seed: ``None`` (default) draws positions from torch's global generator, which ``Trainer`` seeds with
-            ``TrainingArguments.seed`` and restores when resuming from a checkpoint; an int gives the collator its
-            own generator, so the masks depend only on this seed and the order of the batches.
+        seed: ``None`` (default) draws positions from torch's global generator; an int gives the collator its own
+            generator, so the masks depend only on this seed and the order of the batches.
+
+    Training runs key the masks by example (what :func:`hf_treelang.train.loop.train` does): when the examples carry
+    an ``example_index`` column, the masks of a batch are a function of (``seed``, :attr:`epoch`, the batch's
+    example indices) alone, drawn from a generator seeded with their hash. Why: the Trainer collates batches ahead
+    of the step that uses them (accelerate prefetches one), so a mask stream shared with dropout (torch's global
+    generator) or a generator whose state is saved at a checkpoint is one batch ahead of the weights saved with it,
+    and a run resumed from that checkpoint drew other masks than the uninterrupted run. Keyed masks need
+    no state: a resumed run, which skips the trained batches without collating them, masks every later batch
+    exactly as the uninterrupted run did. :class:`MaskEpochCallback` sets :attr:`epoch` at every epoch start.
 
     Example:
         >>> collate = MaskedLeafCollator(mask_token_id=4, seed=0)
@@ -43,6 +55,7 @@ class MaskedLeafCollator:
     mask_token_id: int
     mask_rate: float | None = None
     seed: int | None = None
+    epoch: int = 0  # the training epoch of the batches being collated (keyed masks), see MaskEpochCallback
     _generator: torch.Generator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
@@ -59,16 +72,40 @@ class MaskedLeafCollator:
             return PremaskedCollator()(features)
         input_ids = _stack_input_ids(features)  # (b, 2**l)
         b, n_leaves = input_ids.shape
-        positions = training_positions(b, n_leaves, self._generator)  # (b,)
+        generator = self.keyed_generator(features) if EXAMPLE_INDEX in features[0] else self._generator
+        positions = training_positions(b, n_leaves, generator)  # (b,)
         masked, labels = mask_single_leaf(input_ids, self.mask_token_id, positions)
         if self.mask_rate is not None:
-            extra = torch.rand((b, n_leaves), generator=self._generator) < float(self.mask_rate)  # (b, 2**l)
+            extra = torch.rand((b, n_leaves), generator=generator) < float(self.mask_rate)  # (b, 2**l)
             has_any = extra.any(-1)  # (b,)
             # rows where the Bernoulli draw masked something use it instead of the single random leaf
             chosen = torch.where(has_any.unsqueeze(-1), extra, labels != -100)  # (b, 2**l)
             masked = torch.where(chosen, torch.full_like(input_ids, self.mask_token_id), input_ids)
             labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
         return {"input_ids": masked, "labels": labels}
+
+    def keyed_generator(self, features: list) -> torch.Generator:
+        """The generator of a batch's masks, seeded with a hash of (``seed``, ``epoch``, the example indices)."""
+        if self.seed is None:
+            raise ValueError(f"MaskedLeafCollator needs an int `seed` to key the masks of examples that carry "
+                             f"{EXAMPLE_INDEX!r}, got seed=None")
+        key = np.asarray([int(self.seed), int(self.epoch), *(int(f[EXAMPLE_INDEX]) for f in features)], dtype="<i8")
+        digest = hashlib.blake2b(key.tobytes(), digest_size=8, person=b"treelang-masks").digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest, "little"))
+
+
+class MaskEpochCallback(TrainerCallback):
+    """Set the epoch of a :class:`MaskedLeafCollator` at the start of every epoch (its keyed masks depend on it).
+
+    ``state.epoch`` is the whole number of finished epochs at the start of an epoch, and ``e + f`` (f < 1) when a run
+    resumes in the middle of epoch e, so its integer part is the epoch about to run.
+    """
+
+    def __init__(self, collator: MaskedLeafCollator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.epoch = int(state.epoch or 0)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 
 from .arguments import TASKS, DataArguments, ModelArguments, TreeLangTrainingArguments
 from .callbacks import BPKLCallback, LogSpacedScheduleCallback, MetricsHistoryCallback, evaluation_history
-from .collators import MaskedLeafCollator, RootClassificationCollator
+from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, RootClassificationCollator
 from .data import RunData, load_run_data, to_datasets
 from .launch import relaunch_data_parallel_cpu
 from .outputs import format_value, write_outputs
@@ -156,8 +156,13 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
     model = build_model(task, data_args, model_args)
     if training_args.num_evaluations > 0 and training_args.resume_from_checkpoint is None:
         training_args.eval_on_start = True
-    collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate) if task == "mlm" \
-        else RootClassificationCollator()
+    if task == "mlm":
+        # each example's training masks are keyed by its row (MaskedLeafCollator): a resumed run draws the same ones
+        train_set = train_set.add_column(EXAMPLE_INDEX, np.arange(len(train_set), dtype=np.int64))
+        collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate, seed=training_args.seed)
+        mask_epochs = [MaskEpochCallback(collator)]
+    else:
+        collator, mask_epochs = RootClassificationCollator(), []
     schedule = LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)
     trainer = Trainer(
         model=model,
@@ -167,7 +172,7 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
         data_collator=collator,
         compute_metrics=accuracy_metrics,
         preprocess_logits_for_metrics=argmax_logits,
-        callbacks=[schedule, MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
+        callbacks=[schedule, *mask_epochs, MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
     )
     _tensorboard_dir(trainer, output_dir)
     bp_callback = BPKLCallback(
