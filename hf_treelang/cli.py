@@ -57,9 +57,15 @@ def _convert_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", help="output directory (written atomically; must not exist unless --overwrite)")
-    parser.add_argument("--configs", nargs="+", required=True, help="config names k0 .. kℓ, e.g. --configs k0 k2")
-    parser.add_argument("--seed", type=int, default=0, help="grammar seed (default: 0, the paper's)")
-    parser.add_argument("--sigma", type=float, default=1.0, help="σ, log-normal width of the rule weights")
+    parser.add_argument("--seeds", "--seed", dest="seeds", type=int, nargs="+", default=None,
+                        help="grammar seeds of the grid, e.g. --seeds 0 1 15 31 (default: 0, the paper's)")
+    parser.add_argument("--sigmas", "--sigma", dest="sigmas", type=float, nargs="+", default=None,
+                        help="σ values of the grid, log-normal widths of the rule weights (default: 1.0)")
+    parser.add_argument("--filter-levels", dest="filter_levels", type=int, nargs="+", default=None,
+                        help="k values of the grid; one config per (seed, σ, k) (default: every k = 0 .. ℓ)")
+    parser.add_argument("--configs", nargs="+", default=None,
+                        help="config names instead of a grid, e.g. --configs seed15-sigma1.0-k2 k0; 'k<k>' takes "
+                             "a single --seed / --sigma, else 0 and 1.0 (default: none, the grid)")
     parser.add_argument("--num-symbols", "--vocab-size", dest="num_symbols", type=int, default=4,
                         help="q, the number of symbols; --vocab-size is its former name")
     parser.add_argument("--depth", type=int, default=4, help="ℓ, the tree depth")
@@ -172,7 +178,8 @@ COMMANDS = {
     "publish-dataset": (
         "hf_treelang.data.publish",
         "write a Hub-ready dataset repository (Parquet + card)",
-        "Write a Hub-ready dataset repository: Parquet per config and split, README.md card, grammar.json.",
+        "Write a Hub-ready dataset repository: one config per (grammar seed, σ, k), named like seed15-sigma1.0-k2, "
+        "with Parquet per split and its grammar.json; README.md card with BP accuracies.",
         _publish_arguments,
     ),
     "calibration": (

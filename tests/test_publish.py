@@ -1,4 +1,5 @@
-"""``hf-treelang publish-dataset``: a Hub-ready repository that stock ``datasets`` loads without hf_treelang."""
+"""``hf-treelang publish-dataset``: a Hub-ready repository of one config per (grammar seed, σ, k), each with its
+grammar, that stock ``datasets`` loads without hf_treelang."""
 
 import json
 import os
@@ -8,79 +9,188 @@ import sys
 import numpy as np
 import pytest
 
-from hf_treelang import Grammar
+from hf_treelang import Grammar, dataset_params, grammar_from_dataset
 from hf_treelang.cli import main as cli_main
-from hf_treelang.data.publish import bp_accuracy, publish_dataset
+from hf_treelang.data.publish import bp_accuracy, plan_configs, publish_dataset
 
 SIZES = ["--num-train", "200", "--num-validation", "40", "--num-test", "300"]
+GRID = ["--seeds", "0", "15", "--sigmas", "1.0", "--filter-levels", "2", "0"]
+NAMES = ["seed0-sigma1.0-k2", "seed0-sigma1.0-k0", "seed15-sigma1.0-k2", "seed15-sigma1.0-k0"]
 
 _LOAD_WITHOUT_HF_TREELANG = """
-import sys
+import json, sys
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "hf_treelang":
             raise ImportError("hf_treelang is blocked in this test")
 sys.meta_path.insert(0, Block())
 import datasets
-ds = datasets.load_dataset(sys.argv[1], "k2", cache_dir=sys.argv[2])
+names = datasets.get_dataset_config_names(sys.argv[1])
+ds = datasets.load_dataset(sys.argv[1], sys.argv[3], cache_dir=sys.argv[2])
 assert "hf_treelang" not in sys.modules
-print(len(ds["train"]), len(ds["validation"]), len(ds["test"]), ds["test"][0]["input_ids"], ds["test"][0]["root"])
+print(json.dumps({"names": names, "sizes": [len(ds[s]) for s in ("train", "validation", "test")],
+                  "config_name": ds["test"].info.config_name,
+                  "input_ids": ds["test"][0]["input_ids"], "root": ds["test"][0]["root"]}))
 """
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     out = tmp_path_factory.mktemp("pub") / "treelang-repo"
-    assert cli_main(["publish-dataset", str(out), "--configs", "k2", "k0", *SIZES]) == 0
+    assert cli_main(["publish-dataset", str(out), *GRID, *SIZES]) == 0
     return out
 
 
-def test_repository_layout(repo):
+def _load(repo, name, cache):
+    import datasets
+
+    return datasets.load_dataset(str(repo), name, cache_dir=str(cache))
+
+
+def test_repository_layout_has_one_folder_with_its_grammar_per_config(repo):
     files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file())
-    assert files == [
-        "README.md", "data/k0/test-00000-of-00001.parquet", "data/k0/train-00000-of-00001.parquet",
-        "data/k0/validation-00000-of-00001.parquet", "data/k2/test-00000-of-00001.parquet",
-        "data/k2/train-00000-of-00001.parquet", "data/k2/validation-00000-of-00001.parquet",
-        "generation.json", "grammar.json",
-    ]
-    assert Grammar.load(repo / "grammar.json") == Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+    per_config = ["grammar.json", "test-00000-of-00001.parquet", "train-00000-of-00001.parquet",
+                  "validation-00000-of-00001.parquet"]
+    assert files == sorted(["README.md", "generation.json", *(f"data/{n}/{f}" for n in NAMES for f in per_config)])
+    for name in NAMES:
+        seed = int(name.split("-")[0][len("seed"):])
+        assert Grammar.load(repo / "data" / name / "grammar.json") == Grammar.random(4, 1.0, seed)
 
 
-def test_stock_datasets_loads_k2_without_hf_treelang(repo, tmp_path):
+def test_stock_datasets_loads_a_config_of_a_multi_grammar_repository_without_hf_treelang(repo, tmp_path):
+    import datasets
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", _LOAD_WITHOUT_HF_TREELANG, str(repo), str(tmp_path / "cache")],
+        [sys.executable, "-c", _LOAD_WITHOUT_HF_TREELANG, str(repo), str(tmp_path / "cache"), "seed15-sigma1.0-k2"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[:3] == ["200", "40", "300"]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(loaded["names"]) == sorted(NAMES)
+    assert loaded["sizes"] == [200, 40, 300] and loaded["config_name"] == "seed15-sigma1.0-k2"
+    built = datasets.load_dataset("treelang", "seed15-sigma1.0-k2", split="test", cache_dir=str(tmp_path / "built"),
+                                  num_train=0, num_validation=0, num_test=1)[0]
+    assert (loaded["input_ids"], loaded["root"]) == (built["input_ids"], built["root"])
 
 
 def test_published_rows_equal_the_builder_rows(repo, tmp_path):
     import datasets
 
-    published = datasets.load_dataset(str(repo), "k0", split="test", cache_dir=str(tmp_path / "a"))
-    built = datasets.load_dataset("treelang", "k0", split="test", cache_dir=str(tmp_path / "b"),
+    published = _load(repo, "seed15-sigma1.0-k0", tmp_path / "a")["test"]
+    built = datasets.load_dataset("treelang", "seed15-sigma1.0-k0", split="test", cache_dir=str(tmp_path / "b"),
                                   num_train=200, num_validation=40, num_test=300)
     assert published.features == built.features
     assert published.data.table.equals(built.data.table)
 
 
-def test_card_has_yaml_configs_and_the_bp_accuracies(repo):
+def test_grammar_from_dataset_finds_the_grammar_of_each_config(repo, tmp_path):
+    grammars = {}
+    for name in ("seed0-sigma1.0-k2", "seed15-sigma1.0-k2"):
+        ds = _load(repo, name, tmp_path / "cache")
+        grammars[name] = grammar_from_dataset(ds, repository=repo)
+        params = dataset_params(ds["test"], repository=str(repo))
+        assert (params["seed"], params["sigma"], params["filter_level"], params["num_test"]) == (
+            int(name[4:name.index("-")]), 1.0, 2, 300)
+    assert grammars["seed0-sigma1.0-k2"] == Grammar.random(4, 1.0, 0)
+    assert grammars["seed15-sigma1.0-k2"] == Grammar.random(4, 1.0, 15)
+    assert grammars["seed0-sigma1.0-k2"] != grammars["seed15-sigma1.0-k2"]
+
+
+def test_grammar_from_a_published_copy_needs_its_repository(repo, tmp_path):
+    ds = _load(repo, "seed15-sigma1.0-k0", tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"config 'seed15-sigma1.0-k0'\) carries no hf-treelang metadata.*repository="):
+        grammar_from_dataset(ds)
+    other = tmp_path / "other"
+    publish_dataset(other, ["k1"], num_train=5, num_validation=0, num_test=0)
+    with pytest.raises(ValueError, match=r"config 'seed15-sigma1.0-k0' is not in repository .*\['seed0-sigma1.0-k1'\]"):
+        grammar_from_dataset(ds, repository=other)
+    with pytest.raises(ValueError, match="has no generation.json"):
+        grammar_from_dataset(ds, repository=tmp_path)
+
+
+def test_a_hub_repository_id_is_read_through_hf_hub_download(repo, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    requested = []
+
+    def fake_download(repo_id, filename, repo_type):
+        requested.append((repo_id, filename, repo_type))
+        return str(repo / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    ds = _load(repo, "seed15-sigma1.0-k2", tmp_path / "cache")
+    assert grammar_from_dataset(ds["test"], repository="someone/treelang") == Grammar.random(4, 1.0, 15)
+    assert requested == [("someone/treelang", "generation.json", "dataset"),
+                         ("someone/treelang", "data/seed15-sigma1.0-k2/grammar.json", "dataset")]
+
+
+def test_card_has_yaml_configs_the_grammars_and_the_bp_accuracies(repo):
     from huggingface_hub import DatasetCard
 
     card = DatasetCard.load(repo / "README.md")
     configs = {c["config_name"]: c for c in card.data.configs}
-    assert set(configs) == {"k0", "k2"} and configs["k2"]["default"] is True
-    assert {f["split"] for f in configs["k2"]["data_files"]} == {"train", "validation", "test"}
-    assert {info["config_name"] for info in card.data.dataset_info} == {"k0", "k2"}
+    assert set(configs) == set(NAMES) and configs[NAMES[0]]["default"] is True
+    assert sum(bool(c.get("default")) for c in configs.values()) == 1
+    assert {f["split"] for f in configs["seed15-sigma1.0-k2"]["data_files"]} == {"train", "validation", "test"}
+    assert {info["config_name"] for info in card.data.dataset_info} == set(NAMES)
     generation = json.loads((repo / "generation.json").read_text())["configs"]
-    assert generation["k2"]["params"]["filter_level"] == 2
-    for name in ("k0", "k2"):
+    assert generation["seed15-sigma1.0-k2"]["params"]["filter_level"] == 2
+    assert generation["seed15-sigma1.0-k2"]["params"]["seed"] == 15
+    assert generation["seed15-sigma1.0-k2"]["grammar"] == "data/seed15-sigma1.0-k2/grammar.json"
+    for name in NAMES:
         accuracy = generation[name]["bp_accuracy"]
-        assert f"{accuracy['root']:.4f} | {accuracy['single_mask']:.4f}" in card.text
-    for section in ("## Summary", "## Generation", "## Citation", "garnierbrun2025hierarchical"):
+        assert f"{accuracy['root']:.4f} | {accuracy['single_mask']:.4f} |" in card.text
+    for seed in (0, 15):
+        assert f"`Grammar.random(num_symbols=4, sigma=1.0, grammar_seed={seed})`" in card.text
+    for section in ("## Summary", "## Usage", "## Generation", "## Limitations", "## Citation",
+                    "garnierbrun2025hierarchical"):
         assert section in card.text
+
+
+def test_the_paper_grid_is_twenty_configs_seed_major():
+    names = [c.name for c in plan_configs(seeds=[0, 1, 15, 31], sigmas=[1.0], filter_levels=[0, 1, 2, 3, 4])]
+    assert names == [f"seed{s}-sigma1.0-k{k}" for s in (0, 1, 15, 31) for k in range(5)]
+    assert [c.name for c in plan_configs(depth=2)] == ["seed0-sigma1.0-depth2-k0", "seed0-sigma1.0-depth2-k1",
+                                                       "seed0-sigma1.0-depth2-k2"]
+
+
+def test_config_names_keep_their_order_and_short_names_take_a_single_seed_and_sigma():
+    assert [c.name for c in plan_configs(["k2", "k0"], seeds=[15], sigmas=[0.5])] == ["seed15-sigma0.5-k2",
+                                                                                     "seed15-sigma0.5-k0"]
+    assert [c.name for c in plan_configs(["seed1-sigma0.5-q3-k1", "k2"])] == ["seed1-sigma0.5-q3-k1", "seed0-sigma1.0-k2"]
+    assert [c.name for c in plan_configs(["k2"], seed=31)] == ["seed31-sigma1.0-k2"]  # the 0.1 keyword
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "0", "15", "0"], r"`seeds` must not repeat a value .* \[0\] repeated"),
+        (["--sigmas", "1", "0.5", "1.0"], r"`sigmas` must not repeat a value .* \[1.0\] repeated"),
+        (["--filter-levels", "1", "1"], r"`filter_levels` must not repeat"),
+        (["--filter-levels", "5"], r"`filter_levels` must be an integer in \[0, 4\], got 5"),
+        (["--depth", "2", "--filter-levels", "3"], r"`filter_levels` must be an integer in \[0, 2\], got 3"),
+        (["--seeds", "-1"], r"`seeds` must be an integer in \[0, 4294967295\], got -1"),
+        (["--sigmas", "nan"], r"`sigmas` must be a real number in \[0, 1000\], got nan"),
+        (["--sigmas", "1001"], r"`sigmas` must be a real number in \[0, 1000\], got 1001.0"),
+        (["--configs", "k2", "--filter-levels", "1"], "not both"),
+        (["--configs", "k2", "seed0-sigma1-k2"], r"\['k2', 'seed0-sigma1-k2'\] are all 'seed0-sigma1.0-k2'"),
+        (["--configs", "k2", "--seeds", "0", "1"], r"`seeds` gives one value"),
+        (["--configs", "seed1-sigma1.0-k2", "--seed", "2"], r"seed=2 contradicts the config name 'seed1-sigma1.0-k2'"),
+        (["--configs", "k2", "k9"], "filter_level"),
+        (["--configs", "bogus"], "unknown treelang config name 'bogus'"),
+        (["--configs", "k2", "--num-test", "-3"], r"`num_test` must be an integer in \[0, 2147483647\], got -3"),
+        (["--num-symbols", "1"], r"`num_symbols` must be an integer in \[2, 256\], got 1"),
+    ],
+)
+def test_bad_arguments_are_refused_before_writing(tmp_path, capsys, args, message):
+    import re
+
+    out = tmp_path / "repo"
+    assert cli_main(["publish-dataset", str(out), *args, "--num-train", "5"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("hf-treelang publish-dataset: error: ") and re.search(message, error), error
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bp_accuracies_are_bayes_optimal_values():
@@ -107,21 +217,15 @@ def test_failure_leaves_no_partial_output(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_bad_configs_are_refused_before_writing(tmp_path, capsys):
-    out = tmp_path / "repo"
-    assert cli_main(["publish-dataset", str(out), "--configs", "k2", "k9"]) == 2
-    assert "filter_level" in capsys.readouterr().err
-    assert cli_main(["publish-dataset", str(out), "--configs", "k2", "--num-test", "-3"]) == 2
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_existing_output_needs_overwrite(tmp_path):
     out = tmp_path / "repo"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(FileExistsError):
         publish_dataset(out, ["k3"], num_train=5, num_validation=5, num_test=5)
-    publish_dataset(out, ["k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)
-    assert not (out / "keep.txt").exists() and (out / "data/k3/train-00000-of-00001.parquet").exists()
+    result = publish_dataset(out, ["k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)
+    assert result.configs == ["seed0-sigma1.0-k3"]
+    assert not (out / "keep.txt").exists() and (out / "data/seed0-sigma1.0-k3/train-00000-of-00001.parquet").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
-    assert np.isfinite(json.loads((out / "generation.json").read_text())["configs"]["k3"]["bp_accuracy"]["root"])
+    generation = json.loads((out / "generation.json").read_text())["configs"]
+    assert np.isfinite(generation["seed0-sigma1.0-k3"]["bp_accuracy"]["root"])

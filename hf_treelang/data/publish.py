@@ -1,15 +1,19 @@
-"""``hf-treelang publish-dataset OUT --configs k0 k2 ...``: write a Hub-ready dataset repository.
+"""``hf-treelang publish-dataset OUT --seeds 0 1 15 31 --sigmas 1.0 --filter-levels 0 1 2 3 4``: a Hub-ready dataset.
 
-Layout of OUT (what ``push_to_hub`` / ``huggingface-cli upload`` take as is)::
+One config per (grammar seed, σ, k) of the grid (or per name of ``--configs``), each named by its generating
+parameters (``seed15-sigma1.0-k2``, see :func:`hf_treelang.dataset_builder.treelang.config_name`) and each with its
+grammar, so several grammars travel as one dataset. Layout of OUT (what ``push_to_hub`` /
+``huggingface-cli upload`` take as is)::
 
     README.md                       dataset card: YAML (configs + dataset_info) and the sections below
-    grammar.json                    the grammar shared by every config (Grammar.load reads it)
     generation.json                 per config: parameters, split seeds, BP accuracies
+    data/<config>/grammar.json      the grammar of that config (Grammar.load reads it; plain JSON otherwise)
     data/<config>/<split>-00000-of-00001.parquet
 
-``datasets.load_dataset(OUT, "k2")`` loads it with the stock Parquet builder: hf_treelang is not needed to read it.
-The repository is written to a temporary sibling of OUT and renamed into place at the end, so a failure never
-leaves a partial OUT.
+``datasets.load_dataset(OUT, "seed15-sigma1.0-k2")`` loads a config with the stock Parquet builder: hf_treelang is not
+needed to read it; ``hf_treelang.grammar_from_dataset(ds, repository=OUT)`` finds that config's grammar. Every
+argument is checked before anything is written; the repository is written to a temporary sibling of OUT and renamed
+into place at the end, so a failure never leaves a partial OUT.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from hf_treelang.citation import BIBTEX
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.oracle import bp_accuracy as bp_accuracy_of
 from hf_treelang.core.oracle import task_inputs
+from hf_treelang.core.params import check_filter_level, check_param, check_sigma
 from hf_treelang.core.sampling import sample_trees
+from hf_treelang.data.metadata import GENERATION_FILE, GRAMMAR_FILE
 
 _LEAVES_PER_FILE = 1 << 27  # ~128 MiB of uint8 leaves per Parquet file
 
@@ -52,7 +58,14 @@ class BPAccuracy:
 
 @dataclass
 class PublishResult:
-    """What :func:`publish_dataset` wrote."""
+    """What :func:`publish_dataset` wrote.
+
+    Attributes:
+        out_dir: the repository folder.
+        configs: the canonical config names, in the card's order (the first is the default config).
+        files: every file written, relative to ``out_dir``.
+        bp_accuracy: ``{config name: BPAccuracy}`` (``None`` for a config without a test split).
+    """
 
     out_dir: Path
     configs: list
@@ -110,6 +123,92 @@ def _size_category(n: int) -> str:
     return "10M<n<100M"
 
 
+def _distinct(name: str, values, check) -> list:
+    """``values`` (a non-empty sequence) with ``check`` applied to each; a repeated value is an error."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"`{name}` must be a list of values, got {values!r}")
+    checked = [check(value) for value in values]
+    if not checked:
+        raise ValueError(f"`{name}` must list at least one value, got {list(values)!r}")
+    repeated = sorted({value for value in checked if checked.count(value) > 1})
+    if repeated:
+        raise ValueError(f"`{name}` must not repeat a value (each config is published once), got {list(values)!r}: "
+                         f"{repeated} repeated")
+    return checked
+
+
+def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, **overrides) -> list:
+    """The builder configs a repository holds, checked, in the card's order; nothing is generated.
+
+    Either a grid — every (grammar seed, σ, k) of ``seeds`` x ``sigmas`` x ``filter_levels``, seed-major — or the
+    config names ``configs`` (``"seed15-sigma1.0-k2"``, or ``"k2"`` whose seed and σ come from a single-valued
+    ``seeds`` / ``sigmas``, else 0 and 1.0). ``overrides`` are builder keywords shared by every config (q, ℓ, split
+    sizes; ``seed`` / ``sigma`` as single values).
+
+    Args:
+        configs: config names, or ``None`` for the grid.
+        seeds: grammar seeds in [0, 2**32 - 1] (default: ``[0]``).
+        sigmas: σ values in [0, 1000] (default: ``[1.0]``).
+        filter_levels: k values in [0, depth] (default: every k = 0 .. ℓ); grid only.
+
+    Raises ValueError (naming the argument, the value and the allowed range) for a value out of range, a repeated
+    value, two spellings of one config, or names and a grid at once.
+    """
+    from hf_treelang.dataset_builder.treelang import PAPER_DEPTH, TreeLangBuilderConfig, check_config_keywords
+
+    check_config_keywords(overrides)
+    if "filter_level" in overrides:
+        raise ValueError("pass filter_levels= (a list) or config names, not filter_level=")
+    seed, sigma = overrides.pop("seed", None), overrides.pop("sigma", None)  # single values (the 0.1 keywords)
+    if seed is not None:
+        if seeds is not None:
+            raise ValueError("pass `seeds` or `seed`, not both")
+        seeds = [seed]
+    if sigma is not None:
+        if sigmas is not None:
+            raise ValueError("pass `sigmas` or `sigma`, not both")
+        sigmas = [sigma]
+    seeds = None if seeds is None else _distinct(
+        "seeds", seeds, lambda v: check_param("grammar_seed", v, as_name="seeds"))
+    sigmas = None if sigmas is None else _distinct("sigmas", sigmas, lambda v: check_sigma(v, name="sigmas"))
+
+    if configs is not None:
+        if filter_levels is not None:
+            raise ValueError("pass config names (configs=, --configs) or a grid (filter_levels=, --filter-levels), "
+                             "not both")
+        for plural, values in (("seeds", seeds), ("sigmas", sigmas)):
+            if values is not None and len(values) > 1:
+                raise ValueError(f"with config names, `{plural}` gives one value for the names that do not carry "
+                                 f"one (e.g. 'k2'), got {values}; for a grid pass filter_levels= instead of names")
+        if isinstance(configs, (str, bytes)) or not configs:
+            raise ValueError(f"configs must be a non-empty list of config names, e.g. ['seed15-sigma1.0-k2'], "
+                             f"got {configs!r}")
+        keywords = {**overrides, **({"seed": seeds[0]} if seeds else {}), **({"sigma": sigmas[0]} if sigmas else {})}
+        planned = [TreeLangBuilderConfig(name=name, **keywords) for name in configs]
+        spellings: dict = {}
+        for given, config in zip(configs, planned):
+            spellings.setdefault(config.name, []).append(given)
+        repeated = {name: given for name, given in spellings.items() if len(given) > 1}
+        if repeated:
+            raise ValueError(f"configs must name each config once, got {list(configs)!r}: "
+                             + "; ".join(f"{given} are all {name!r}" for name, given in repeated.items()))
+        return planned
+
+    depth = check_param("depth", overrides.get("depth") if overrides.get("depth") is not None else PAPER_DEPTH)
+    seeds = [0] if seeds is None else seeds
+    sigmas = [1.0] if sigmas is None else sigmas
+    if filter_levels is None:
+        filter_levels = list(range(depth + 1))
+    filter_levels = _distinct("filter_levels", filter_levels,
+                              lambda v: check_filter_level(v, depth, name="filter_levels"))
+    return [
+        TreeLangBuilderConfig(filter_level=k, seed=seed, sigma=sigma, **overrides)
+        for seed in seeds
+        for sigma in sigmas
+        for k in filter_levels
+    ]
+
+
 def _card(configs, infos, accuracies, total_examples: int) -> str:
     """README.md: YAML metadata (configs, dataset_info) and the card body."""
     from datasets.info import DatasetInfosDict
@@ -139,36 +238,51 @@ def _card(configs, infos, accuracies, total_examples: int) -> str:
     metadata_configs.to_dataset_card_data(card_data)
     DatasetInfosDict(infos).to_dataset_card_data(card_data)
 
-    p = configs[0].params
-
     def accuracy_cells(accuracy):
         return f"{accuracy.root:.4f} | {accuracy.single_mask:.4f} |" if accuracy else "- | - |"
 
+    def values(key):
+        return ", ".join(str(v) for v in dict.fromkeys(c.params[key] for c in configs))
+
     rows = "\n".join(
-        f"| `{c.name}` | {c.filter_level} | {c.num_train} | {c.num_validation} | {c.num_test} | "
-        + accuracy_cells(accuracies[c.name])
+        f"| `{c.name}` | {c.seed} | {c.sigma} | {c.num_symbols} | {c.depth} | {c.filter_level} | {c.num_train} | "
+        f"{c.num_validation} | {c.num_test} | " + accuracy_cells(accuracies[c.name])
         for c in configs
     )
-    levels = "\n".join(f"- `{c.name}`: " + ", ".join(f"`ancestors_level_{m}`" for m in c.levels()) for c in configs)
+    grammars: dict = {}
+    for c in configs:
+        grammars.setdefault((c.seed, c.num_symbols, c.sigma), []).append(c.name)
+    grammar_lines = "\n".join(
+        f"  - `Grammar.random(num_symbols={q}, sigma={sigma!r}, grammar_seed={seed})`: "
+        + ", ".join(f"`{name}`" for name in names)
+        for (seed, q, sigma), names in grammars.items()
+    )
+    levels = "\n".join(f"  - `{c.name}`: " + (", ".join(f"`ancestors_level_{m}`" for m in c.levels()) or "none")
+                       for c in configs)
+    first = configs[0].name
     body = f"""
 # Filtered hierarchical tree languages (treelang)
 
 ## Summary
 
 Synthetic sequences generated by the *filtered hierarchical model* of Garnier-Brun, Mézard, Moscato and Saglietti,
-"How transformers learn structured data: insights from hierarchical filtering". A random grammar of q = {p['num_symbols']}
-symbols generates full binary trees of depth ℓ = {p['depth']}; the 2**ℓ = {2 ** p['depth']} leaves form a sequence, the
-root is its class label. Filtering at level k keeps the branching process below level k and draws the 2**k nodes of
-level k independently given the root, which removes the correlations longer than 2**(ℓ-k) leaves. The exact
-Bayes-optimal predictor, belief propagation BP_k, is known, so models can be compared with the optimum.
+"How transformers learn structured data: insights from hierarchical filtering". A random grammar of q symbols
+(here q = {values('num_symbols')}) generates full binary trees of depth ℓ (here ℓ = {values('depth')}); the 2**ℓ leaves
+form a sequence, the root is its class label. Filtering at level k keeps the branching process below level k and
+draws the 2**k nodes of level k independently given the root, which removes the correlations longer than 2**(ℓ-k)
+leaves. The exact Bayes-optimal predictor, belief propagation BP_k, is known, so models can be compared with the
+optimum.
 
-| config | k | train | validation | test | BP root accuracy | BP single-mask accuracy |
-|---|---|---|---|---|---|---|
+This repository holds {len(configs)} config(s) of {len(grammars)} grammar(s). A config is named by its generating
+parameters, `seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<k>` (q and ℓ are left out at the paper's 4).
+
+| config | grammar seed | σ | q | ℓ | k | train | validation | test | BP root accuracy | BP single-mask accuracy |
+|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 ## Columns
 
-- `input_ids`: the {2 ** p['depth']} leaves, symbols in [0, {p['num_symbols']}) (use id {p['num_symbols']} as the mask token).
+- `input_ids`: the 2**ℓ leaves, symbols in [0, q) (use id q as the mask token).
 - `root`: the root symbol (ClassLabel), the target of root classification.
 - `filter_level`: k, constant within a config (to group mixtures of configs).
 - `ancestors_level_m`: the 2**m nodes of level m, left to right, for the levels 0 < m < ℓ the filtered model draws;
@@ -179,18 +293,20 @@ Bayes-optimal predictor, belief propagation BP_k, is known, so models can be com
 
 ```python
 from datasets import load_dataset
-ds = load_dataset("path/or/repo-id", "{configs[0].name}")
+ds = load_dataset("path/or/repo-id", "{first}")
 ```
 
-With hf-treelang installed, `load_dataset("treelang", "k2", ...)` regenerates any config locally, and
-`hf_treelang.Grammar.load("grammar.json")` with `hf_treelang.BeliefPropagation(grammar, depth, filter_level)` gives the
-exact posteriors.
+The grammar of a config is `data/<config>/grammar.json` (JSON: the rule tensor `M[a, b, c]` = P(a -> b c) and the
+root prior). With hf-treelang installed, `hf_treelang.grammar_from_dataset(ds, repository="path/or/repo-id")` reads it
+for the loaded config, `hf_treelang.BeliefPropagation(grammar, depth, filter_level)` gives the exact posteriors, and
+`load_dataset("treelang", "{first}", ...)` regenerates the config locally (bit-identical with the sizes above:
+example i of a split does not depend on the split sizes).
 
 ## Generation
 
-- Grammar: `Grammar.random(num_symbols={p['num_symbols']}, sigma={p['sigma']}, grammar_seed={p['seed']})` (paper App. A:
-  log-normal weights of width σ on q non-overlapping sets of q child pairs), stored in `grammar.json`. It depends
-  only on (seed, q, σ), so all configs here share it.
+- Grammars (paper App. A: log-normal weights of width σ on q non-overlapping sets of q child pairs; a grammar depends
+  only on (seed, q, σ), so the configs of one grammar share it):
+{grammar_lines}
 - Trees: `hf_treelang.sample_trees(grammar, n, depth, filter_level, seed)` with one sampling seed per split, derived
   from (seed, q, σ, ℓ, k, split) with a numpy `SeedSequence` (listed in `generation.json`): splits never share draws.
 - BP accuracies: the matched BP_k on the test split; root = argmax of the root posterior, single-mask = one leaf per
@@ -199,8 +315,8 @@ exact posteriors.
 
 ## Limitations
 
-Synthetic data: no natural language, and every config of this repository uses a single grammar. Accuracies are
-estimates on {configs[0].num_test} test sequences.
+Synthetic data: no natural language. The grammars are the {len(grammars)} listed above; accuracies are estimates on
+the test splits ({values('num_test')} sequences per config).
 
 ## Citation
 
@@ -211,32 +327,56 @@ estimates on {configs[0].num_test} test sequences.
     return str(DatasetCard(f"---\n{card_data.to_yaml()}\n---\n{body}"))
 
 
-def publish_dataset(out_dir, configs, *, overwrite: bool = False, progress: bool = False, **overrides) -> PublishResult:
-    """Write the repository of the named ``configs`` (e.g. ``["k0", "k2"]``) with keyword ``overrides`` to ``out_dir``.
+def publish_dataset(
+    out_dir,
+    configs=None,
+    *,
+    seeds=None,
+    sigmas=None,
+    filter_levels=None,
+    overwrite: bool = False,
+    progress: bool = False,
+    **overrides,
+) -> PublishResult:
+    """Write a repository to ``out_dir``: one config per (seed, σ, k) of the grid, or per name of ``configs``.
 
-    Every config is validated before anything is written. ``overwrite`` replaces an existing ``out_dir``.
+    Example: the paper's four grammars, k = 0 .. 4, as one dataset of 20 configs::
+
+        publish_dataset("treelang-paper", seeds=[0, 1, 15, 31], sigmas=[1.0], filter_levels=[0, 1, 2, 3, 4])
+
+    Args:
+        out_dir: the repository folder (must not exist unless ``overwrite``).
+        configs, seeds, sigmas, filter_levels, overrides: the configs, see :func:`plan_configs` (q, ℓ and the split
+            sizes go in ``overrides``: ``num_symbols=``, ``depth=``, ``num_train=`` ...).
+        overwrite: replace an existing ``out_dir``.
+        progress: a progress bar over the configs.
+
+    Every config is checked before anything is written.
     """
     import datasets
 
-    from hf_treelang.dataset_builder.treelang import SPLITS, TreeLangBuilderConfig
+    from hf_treelang.dataset_builder.treelang import DATASET_FORMAT, SPLITS
 
     out_dir = Path(out_dir)
-    if not configs:
-        raise ValueError("configs must name at least one config, e.g. ['k0', 'k2']")
-    if len(set(configs)) != len(configs):
-        raise ValueError(f"configs must be distinct, got {list(configs)}")
-    builder_configs = [TreeLangBuilderConfig(name=name, **overrides) for name in configs]
+    builder_configs = plan_configs(configs, seeds=seeds, sigmas=sigmas, filter_levels=filter_levels, **overrides)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; pass overwrite=True (--overwrite) to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    grammar = builder_configs[0].grammar()
+    grammars: dict = {}  # (seed, q, σ) -> Grammar, built once per grammar
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         infos, accuracies, generation, files = {}, {}, {}, []
         for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):
+            key = (config.seed, config.num_symbols, config.sigma)
+            if key not in grammars:
+                grammars[key] = config.grammar()
+            grammar = grammars[key]
             data_dir = tmp / "data" / config.name
             data_dir.mkdir(parents=True)
+            grammar_file = GRAMMAR_FILE.format(config=config.name)
+            grammar.save(tmp / grammar_file)
+            files.append(Path(grammar_file))
             splits = datasets.SplitDict()
             download_size = 0
             for split in SPLITS:
@@ -258,15 +398,15 @@ def publish_dataset(out_dir, configs, *, overwrite: bool = False, progress: bool
             generation[config.name] = {
                 "params": meta["params"],
                 "split_seeds": meta["split_seeds"],
+                "grammar": grammar_file,
                 "bp_accuracy": accuracies[config.name].__dict__ if accuracies[config.name] else None,
             }
-        grammar.save(tmp / "grammar.json")
-        with open(tmp / "generation.json", "w", encoding="utf-8") as f:
-            json.dump({"format": meta["format"], "configs": generation}, f, indent=1)
+        with open(tmp / GENERATION_FILE, "w", encoding="utf-8") as f:
+            json.dump({"format": DATASET_FORMAT, "configs": generation}, f, indent=1)
             f.write("\n")
         total = sum(c.num_train + c.num_validation + c.num_test for c in builder_configs)
         (tmp / "README.md").write_text(_card(builder_configs, infos, accuracies, total), encoding="utf-8")
-        files += [Path("README.md"), Path("grammar.json"), Path("generation.json")]
+        files += [Path("README.md"), Path(GENERATION_FILE)]
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
             os.replace(out_dir, old / out_dir.name)
@@ -277,7 +417,8 @@ def publish_dataset(out_dir, configs, *, overwrite: bool = False, progress: bool
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return PublishResult(out_dir=out_dir, configs=list(configs), files=sorted(files), bp_accuracy=accuracies)
+    return PublishResult(out_dir=out_dir, configs=[c.name for c in builder_configs], files=sorted(files),
+                         bp_accuracy=accuracies)
 
 
 def run(args) -> int:
@@ -286,10 +427,11 @@ def run(args) -> int:
         result = publish_dataset(
             args.out,
             args.configs,
+            seeds=args.seeds,
+            sigmas=args.sigmas,
+            filter_levels=args.filter_levels,
             overwrite=args.overwrite,
             progress=True,
-            seed=args.seed,
-            sigma=args.sigma,
             num_symbols=args.num_symbols,
             depth=args.depth,
             num_train=args.num_train,
@@ -299,7 +441,7 @@ def run(args) -> int:
     except (ValueError, TypeError, FileExistsError) as error:
         sys.stderr.write(f"hf-treelang publish-dataset: error: {error}\n")
         return 2
-    sys.stdout.write(f"wrote {len(result.files)} files to {result.out_dir}\n")
+    sys.stdout.write(f"wrote {len(result.configs)} configs ({len(result.files)} files) to {result.out_dir}\n")
     for name, accuracy in result.bp_accuracy.items():
         if accuracy is not None:
             sys.stdout.write(f"  {name}: BP root accuracy {accuracy.root:.4f}, single-mask {accuracy.single_mask:.4f}\n")
