@@ -132,3 +132,208 @@ def test_callback_keys_reach_log_history_json_and_tensorboard(tmp_path):
     events.Reload()
     assert {"eval/kl_bp_k0", "eval/acc_ktest2", "eval/bp_acc_ktest2"} <= set(events.Tags()["scalars"])
     assert os.path.isfile(tmp_path / "history.json")
+
+
+# ---------------------------------------------------------------- BP's reference accuracy
+
+
+def _evaluation_sets(grammar, n, levels, seed=7):
+    from hf_treelang.train.data import EvaluationSet
+
+    sets = {}
+    for k in levels:
+        trees = sample_trees(grammar, n, DEPTH, k, sampling_seed=seed + k)
+        sets[k] = EvaluationSet(trees.leaves, trees.roots, seed + k)
+    return sets
+
+
+@pytest.mark.parametrize("task", ["root", "mlm"])
+def test_bp_reference_accuracy_comes_from_the_split_stream_continuing_the_test_set(task):
+    from hf_treelang.core.oracle import bp_accuracy, task_inputs
+
+    grammar = Grammar.random(Q, 1.0, 0)
+    tests = _evaluation_sets(grammar, 40, (0, 3))
+    callback = BPKLCallback(grammar, DEPTH, 1, task, tests[0], tests, reference_size=300)
+    targets = callback.prepare()
+    matched = BeliefPropagation(grammar, DEPTH, 1)
+    for k in (0, 3):
+        assert targets.reference_sizes[k] == 300
+        assert len(targets.tests[k]) == 40  # the network is still evaluated on the run's own test set
+        trees = sample_trees(grammar, 300, DEPTH, k, sampling_seed=7 + k)
+        expected = task_inputs(task, trees.leaves, trees.roots, mask_token_id=Q, sampling_seed=7 + k)
+        assert targets.bp_accuracy[k] == bp_accuracy(matched, expected)
+        reference = callback.reference(k, targets.tests[k], 7 + k)
+        assert torch.equal(reference.inputs[:40], targets.tests[k].inputs)  # the test set is the prefix
+        if task == "mlm":
+            assert torch.equal(reference.positions[:40], targets.tests[k].positions)
+
+
+def test_bp_reference_is_the_test_set_without_reference_size_or_when_the_test_set_is_larger():
+    grammar = Grammar.random(Q, 1.0, 0)
+    tests = _evaluation_sets(grammar, 50, (2,))
+    plain = BPKLCallback(grammar, DEPTH, 0, "root", tests[2], tests).prepare()
+    larger = BPKLCallback(grammar, DEPTH, 0, "root", tests[2], tests, reference_size=20).prepare()
+    assert plain.reference_sizes == larger.reference_sizes == {2: 50}
+    assert plain.bp_accuracy == larger.bp_accuracy
+
+
+def test_reference_count_is_at_least_the_asked_size_and_bounded_in_leaves_for_deep_trees():
+    from hf_treelang.train.callbacks import REFERENCE_SIZE, reference_count
+
+    assert REFERENCE_SIZE >= 2000
+    assert reference_count(256, 4, REFERENCE_SIZE) == REFERENCE_SIZE
+    assert reference_count(10_000, 4, REFERENCE_SIZE) == 10_000
+    assert reference_count(256, 4, None) == 256
+    assert reference_count(10, 16, 2000) == 2**24 // 2**16  # 256 sequences of 65536 leaves
+    assert reference_count(1000, 16, 2000) == 1000
+
+
+def test_callback_rejects_a_reference_size_below_one_naming_it():
+    grammar = Grammar.random(Q, 1.0, 0)
+    leaves = sample_trees(grammar, 4, DEPTH, 0).leaves
+    with pytest.raises(ValueError, match="reference_size.*got 0"):
+        BPKLCallback(grammar, DEPTH, 0, "root", leaves, reference_size=0)
+
+
+# ---------------------------------------------------------------- the console
+
+
+def test_evaluation_line_gives_loss_closest_bp_kl_and_accuracies_in_one_line():
+    from hf_treelang.train.callbacks import evaluation_line
+
+    metrics = {"eval_loss": 0.4123, "eval_kl_bp_k0": 0.31, "eval_kl_bp_k1": 0.12, "eval_kl_bp_k2": 0.05,
+               "eval_acc_ktest0": 0.81, "eval_bp_acc_ktest0": 0.84, "eval_acc_ktest2": 0.9,
+               "eval_bp_acc_ktest2": 0.91, "eval_spearman_bp": 0.5, "epoch": 1.0}
+    assert evaluation_line(metrics, step=1200, k_train=0) == (
+        "step 1200 · loss 0.412 · closest BP_2 · KL BP_0..2 0.310 0.120 0.050 · "
+        "acc k_test 0,2 (model/BP_0) 0.810/0.840 0.900/0.910"
+    )
+
+
+def test_evaluation_line_skips_nan_for_the_closest_bp_and_shows_it_as_n_a():
+    from hf_treelang.train.callbacks import evaluation_line
+
+    metrics = {"eval_kl_bp_k0": float("nan"), "eval_kl_bp_k1": 0.00012, "eval_acc_ktest1": 0.5}
+    line = evaluation_line(metrics, step=3)
+    assert line == "step 3 · closest BP_1 · KL BP_0..1 n/a 1.2e-04 · acc k_test 1 (model/BP) 0.500/n/a"
+
+
+def test_console_prints_one_line_per_evaluation_and_no_raw_dicts(tmp_path, capsys):
+    import io
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from hf_treelang.train.callbacks import ConsoleCallback
+
+    grammar = Grammar.random(Q, 1.0, 0)
+    train = sample_trees(grammar, 48, DEPTH, 0, sampling_seed=3)
+    validation = sample_trees(grammar, 16, DEPTH, 0, sampling_seed=4)
+    to_rows = lambda s: [{"input_ids": x.tolist(), "labels": int(r)} for x, r in zip(s.leaves, s.roots)]
+    config = TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH, hidden_size=8, num_hidden_layers=1,
+                                      intermediate_size=8)
+    torch.manual_seed(0)
+    args = TreeLangTrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=16,
+                                     report_to="none", num_evaluations=0, disable_tqdm=False, logging_steps=2,
+                                     save_strategy="no")
+    trainer = Trainer(model=TreeLangForSequenceClassification(config), args=args, train_dataset=to_rows(train),
+                      eval_dataset=to_rows(validation), data_collator=RootClassificationCollator(),
+                      callbacks=[LogSpacedScheduleCallback(num_evaluations=2, num_checkpoints=0)])
+    BPKLCallback(grammar, DEPTH, 0, "root", validation.leaves, {2: (validation.leaves, validation.roots)}).attach(trainer)
+    stream = io.StringIO()  # not a terminal: no progress bar although disable_tqdm is False
+    console = ConsoleCallback(0, stream=stream).attach(trainer)
+    callbacks = trainer.callback_handler.callbacks
+    assert not any(isinstance(c, (PrinterCallback, ProgressCallback)) and c is not console for c in callbacks)
+    trainer.train()
+    text = stream.getvalue()
+    assert "{" not in text and "\r" not in text and "\x1b" not in text
+    evaluations = [line for line in text.splitlines() if "closest BP_" in line]
+    assert [line.split(" · ")[0] for line in evaluations] == ["step 1", "step 4"]
+    assert all("acc k_test 2 (model/BP_0)" in line and " loss " in line for line in evaluations)
+    assert "step 2 · epoch 0.67 · train loss " in text
+    assert capsys.readouterr().out == ""  # nothing else printed
+
+
+def test_progress_bars_are_turned_off_only_off_a_terminal():
+    import io
+
+    import datasets
+
+    from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    import transformers.utils.logging as transformers_logging
+
+    was_enabled = datasets.is_progress_bar_enabled(), transformers_logging.is_progress_bar_enabled()
+    try:
+        datasets.enable_progress_bars()
+        transformers_logging.enable_progress_bar()
+        assert quiet_progress_bars_off_terminal(Terminal()) is False
+        assert datasets.is_progress_bar_enabled() and transformers_logging.is_progress_bar_enabled()
+        assert quiet_progress_bars_off_terminal(io.StringIO()) is True
+        assert not datasets.is_progress_bar_enabled() and not transformers_logging.is_progress_bar_enabled()
+    finally:
+        datasets.enable_progress_bars() if was_enabled[0] else datasets.disable_progress_bars()
+        transformers_logging.enable_progress_bar() if was_enabled[1] else transformers_logging.disable_progress_bar()
+
+
+# ---------------------------------------------------------------- what a run writes (hf_treelang/train/outputs.py)
+
+
+def _history(depth=4, levels=(0, 2, 4)):
+    history = []
+    for step in (0, 10, 100):
+        entry = {"step": step, "eval_loss": 1.5 / (1 + step), "eval_match_bp": 0.5, "eval_spearman_bp": 0.4}
+        entry.update({f"eval_kl_bp_k{k}": 0.1 * (k + 1) / (1 + step) for k in range(depth + 1)})
+        entry.update({f"eval_acc_ktest{k}": 0.3 + 0.001 * step for k in levels})
+        entry.update({f"eval_bp_acc_ktest{k}": 0.7 for k in levels})
+        history.append(entry)
+    return history
+
+
+def test_curves_use_the_paper_colours_panel_titles_and_separate_axes_for_loss_and_agreement(tmp_path, monkeypatch):
+    from matplotlib.colors import to_rgba
+
+    from hf_treelang.plotting import level_color, pyplot
+    from hf_treelang.train import outputs
+
+    figures = []
+    monkeypatch.setattr(outputs, "save_figure", lambda fig, path: figures.append(fig))
+    outputs.plot_curves(_history(), 4, 0, [0, 2, 4], tmp_path / "curves.png", tmp_path / "kl_curves.png",
+                        num_eval=64, num_test=256, reference_sizes={0: 2000, 2: 2000, 4: 2000})
+    kl_figure, curves = figures
+    try:
+        for figure_axes in (kl_figure.axes[0], curves.axes[0]):
+            assert [to_rgba(line.get_color()) for line in figure_axes.lines] == [
+                to_rgba(level_color(k, 4)) for k in range(5)]
+        assert to_rgba(level_color(1, 4))[1] > to_rgba(level_color(4, 4))[1]  # k = 1 light green, k = ℓ purple
+        kl, accuracy, loss, agreement = curves.axes
+        assert all(ax.get_title() for ax in curves.axes)
+        assert [to_rgba(line.get_color()) for line in accuracy.lines[::2]] == [
+            to_rgba(level_color(k, 4)) for k in (0, 2, 4)]  # each model curve, then its dashed BP line
+        assert "256" in accuracy.get_title() and "2000" in accuracy.get_title()
+        assert len(loss.lines) == 1 and "nats" in loss.get_ylabel()
+        assert len(agreement.lines) == 2 and "unitless" in agreement.get_ylabel()
+    finally:
+        for figure in figures:
+            pyplot().close(figure)
+
+
+def test_model_card_states_the_model_and_bp_sizes_with_their_standard_errors(tmp_path):
+    from hf_treelang.citation import BIBTEX
+    from hf_treelang.train.arguments import DataArguments, ModelArguments
+    from hf_treelang.train.outputs import render_model_card
+
+    data_args = DataArguments(num_train=64, num_eval=512, num_test=256, k_test=[0, 2])
+    training_args = TreeLangTrainingArguments(output_dir=str(tmp_path), report_to="none")
+    final = {"eval_acc_ktest0": 0.5, "eval_bp_acc_ktest0": 0.713, "eval_acc_ktest2": 0.25}
+    card = render_model_card("mlm", data_args, ModelArguments(), training_args, final, 1.0, 10,
+                             reference_sizes={0: 2000, 2: 2000})
+    assert "| k_test | model accuracy (n = 256) | BP_0 accuracy (n = 2000) |" in card
+    assert "| 0 | 0.5000 | 0.7130 |" in card and "| 2 | 0.2500 | n/a |" in card
+    assert "±0.031 for the network, ±0.011 for BP" in card
+    assert BIBTEX.strip() in card and card.count("@inproceedings") == 1
+    default = render_model_card("mlm", data_args, ModelArguments(), training_args, final, 1.0, 10)
+    assert "BP_0 accuracy (n = 256)" in default  # without reference sizes: BP on the test sets themselves

@@ -5,8 +5,14 @@
   agreement and Spearman correlation with every BP_k (``eval_match_bp_k{k}``, ``eval_spearman_bp_k{k}``, and the
   matched BP_{k_train} as ``eval_match_bp`` / ``eval_spearman_bp``), and for every k_test set the network's accuracy
   and the matched BP_{k_train} accuracy on the same inputs (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``).
+  BP's reference accuracy comes from at least ``reference_size`` sequences per k_test (2,000 in a training run,
+  :data:`REFERENCE_SIZE`): the first ``max(n_test, reference_size)`` trees of the test set's own split stream, of
+  which the run's test set is the prefix, so that BP's number is not the noisy estimate a 256-sequence test set
+  gives (±0.03); the network's accuracy stays on the run's test set.
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
+* :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
+  Trainer's raw dicts, and a progress bar only when the output is a terminal.
 
 Why ``trainer.log``: in transformers 5, ``Trainer.evaluate`` appends its metrics to ``state.log_history`` and calls
 ``on_log`` (TensorBoard, JSON) *before* ``on_evaluate``, so keys a callback adds to ``metrics`` in ``on_evaluate``
@@ -23,17 +29,23 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilities
 from hf_treelang.core.oracle import TASKS, TaskInputs, bp_accuracy, predicted_marginals, task_inputs
-from hf_treelang.core.params import check_int, check_param
+from hf_treelang.core.params import MAX_SIZE, check_int, check_param
+from hf_treelang.core.sampling import sample_trees
+
+REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
+MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
 
 
 @dataclass
@@ -43,14 +55,30 @@ class BPTargets:
     Attributes:
         in_sample: the in-sample inputs (the training distribution, one masked leaf for MLM).
         marginals: ``marginals[k]`` (n, q) float64, BP_k's distribution of the predicted variable, k = 0..ℓ.
-        tests: ``tests[k_test]`` the inputs, masked positions and labels of the k_test set.
-        bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test set.
+        tests: ``tests[k_test]`` the inputs, masked positions and labels of the k_test set (the network's).
+        bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test reference set.
+        reference_sizes: ``reference_sizes[k_test]`` the sequences of that reference set (``len(tests[k_test])``
+            when no larger reference was asked for).
     """
 
     in_sample: TaskInputs
     marginals: dict
     tests: dict = field(default_factory=dict)
     bp_accuracy: dict = field(default_factory=dict)
+    reference_sizes: dict = field(default_factory=dict)
+
+
+def reference_count(num_test: int, depth: int, reference_size: int | None) -> int:
+    """Sequences behind BP's reference accuracy for a test set of ``num_test``: ``max(num_test, reference_size)``,
+    the extra sequences capped at 2**24 leaves (a deep tree gets fewer); ``num_test`` when ``reference_size`` is None.
+
+    Example:
+        >>> reference_count(256, depth=4, reference_size=2000), reference_count(10_000, 4, 2000)
+        (2000, 10000)
+    """
+    if reference_size is None:
+        return num_test
+    return max(num_test, min(reference_size, max(1, MAX_REFERENCE_LEAVES >> depth)))
 
 
 def _evaluation_set(value, default_seed: int) -> tuple:
@@ -78,6 +106,11 @@ class BPKLCallback(TrainerCallback):
         seed: the sampling seed of sets given as bare arrays (set k_test gets ``seed + 1 + k_test``); an
             EvaluationSet's masks come from its own sampling seed (:mod:`hf_treelang.core.masking`).
         batch_size: inputs per forward pass of the network.
+        reference_size: at least this many sequences per k_test behind BP_{k_train}'s reference accuracy: the first
+            ``max(n_test, reference_size)`` trees ``sample_trees(grammar, ·, depth, k_test, sampling_seed)`` of the
+            set's split stream (its masks from the same seed), whose prefix the test set is when it was drawn from
+            that stream; capped at 2**24 leaves. ``None`` (default): BP on the test sets themselves. Training runs
+            pass :data:`REFERENCE_SIZE`.
 
     Use :meth:`attach` to add the callback to a ``Trainer`` (it needs ``Trainer.log``, see the module docstring).
     """
@@ -93,6 +126,7 @@ class BPKLCallback(TrainerCallback):
         *,
         seed: int = 0,
         batch_size: int = 1024,
+        reference_size: int | None = None,
     ):
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
@@ -109,6 +143,8 @@ class BPKLCallback(TrainerCallback):
             check_int("k_test", k_test, 0, self.depth)
             self.test_sets[int(k_test)] = _evaluation_set(value, self.seed + 1 + int(k_test))
         self.batch_size = check_int("batch_size", batch_size, 1)
+        self.reference_size = None if reference_size is None else check_int("reference_size", reference_size, 1,
+                                                                            MAX_SIZE)
         self.targets: BPTargets | None = None
         self.trainer = None
 
@@ -133,9 +169,21 @@ class BPKLCallback(TrainerCallback):
         for k_test, (leaves, roots, seed) in self.test_sets.items():
             data = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
             targets.tests[k_test] = data
-            targets.bp_accuracy[k_test] = bp_accuracy(bps[self.k_train], data)
+            reference = self.reference(k_test, data, seed)
+            targets.bp_accuracy[k_test] = bp_accuracy(bps[self.k_train], reference)
+            targets.reference_sizes[k_test] = len(reference)
         self.targets = targets
         return targets
+
+    def reference(self, k_test: int, data: TaskInputs, sampling_seed: int) -> TaskInputs:
+        """BP's reference inputs for the k_test set ``data``: the set itself, or the first
+        :func:`reference_count` trees of its split stream (masked at that stream's evaluation positions)."""
+        n = reference_count(len(data), self.depth, self.reference_size)
+        if n == len(data):
+            return data
+        trees = sample_trees(self.grammar, n, self.depth, k_test, sampling_seed)  # leaves (n, 2**l)
+        return task_inputs(self.task, trees.leaves, trees.roots, mask_token_id=self.grammar.num_symbols,
+                           sampling_seed=sampling_seed)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         config = getattr(model, "config", None)
@@ -263,3 +311,147 @@ class MetricsHistoryCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.write(state)
+
+
+# ---------------------------------------------------------------- the console
+
+def _levels(metrics: dict, prefix: str) -> list:
+    """The sorted levels k of the keys ``<prefix><k>`` of ``metrics``."""
+    return sorted(int(key[len(prefix):]) for key in metrics if key.startswith(prefix) and key[len(prefix):].isdigit())
+
+
+def _number(value, digits: int = 3) -> str:
+    """A short console number: ``n/a`` for None/NaN, ``1.2e-04`` below 10**-digits, else ``digits`` decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    value = float(value)
+    return f"{value:.{digits}f}" if value == 0 or abs(value) >= 10**-digits else f"{value:.1e}"
+
+
+def _level_range(levels: list) -> str:
+    """``0..4`` for consecutive levels, ``0,2,4`` otherwise."""
+    if len(levels) > 1 and levels == list(range(levels[0], levels[-1] + 1)):
+        return f"{levels[0]}..{levels[-1]}"
+    return ",".join(map(str, levels))
+
+
+def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str:
+    """One console line for one evaluation, from the merged metrics of the Trainer and :class:`BPKLCallback`.
+
+    Example:
+        >>> evaluation_line({"eval_loss": 0.41, "eval_kl_bp_k0": 0.31, "eval_kl_bp_k1": 0.05,
+        ...                  "eval_acc_ktest0": 0.81, "eval_bp_acc_ktest0": 0.84}, step=1200, k_train=0)
+        'step 1200 · loss 0.410 · closest BP_1 · KL BP_0..1 0.310 0.050 · acc k_test 0 (model/BP_0) 0.810/0.840'
+    """
+    parts = [f"step {step}"]
+    if "eval_loss" in metrics:
+        parts.append(f"loss {_number(metrics['eval_loss'])}")
+    kl_levels = _levels(metrics, "eval_kl_bp_k")
+    if kl_levels:
+        kl = {k: float(metrics[f"eval_kl_bp_k{k}"]) for k in kl_levels}
+        finite = {k: v for k, v in kl.items() if math.isfinite(v)}
+        if finite:
+            parts.append(f"closest BP_{min(finite, key=finite.get)}")
+        parts.append(f"KL BP_{_level_range(kl_levels)} " + " ".join(_number(kl[k]) for k in kl_levels))
+    acc_levels = _levels(metrics, "eval_acc_ktest")
+    if acc_levels:
+        bp = "BP" if k_train is None else f"BP_{k_train}"
+        pairs = [f"{_number(metrics[f'eval_acc_ktest{k}'])}/{_number(metrics.get(f'eval_bp_acc_ktest{k}'))}"
+                 for k in acc_levels]
+        parts.append(f"acc k_test {_level_range(acc_levels)} (model/{bp}) " + " ".join(pairs))
+    elif "eval_accuracy" in metrics:
+        parts.append(f"accuracy {_number(metrics['eval_accuracy'])}")
+    return " · ".join(parts)
+
+
+def quiet_progress_bars_off_terminal(stream=None) -> bool:
+    """Turn off the progress bars of ``datasets`` and ``transformers`` (``Generating train split``, ``Writing model
+    shards``) when ``stream`` (default ``sys.stderr``, where tqdm draws) is not a terminal, so that a log file holds
+    no ``\r`` redraws; returns whether it did. The scripts call it; a library caller keeps its own settings."""
+    stream = sys.stderr if stream is None else stream
+    if getattr(stream, "isatty", lambda: False)():
+        return False
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    return True
+
+
+class ConsoleCallback(ProgressCallback):
+    """What a training run shows on the console: one line per evaluation (:func:`evaluation_line`), one short line
+    per training-loss log, and a progress bar only when stderr is a terminal (no ``\\r`` escapes in a log file).
+
+    It replaces the Trainer's ``PrinterCallback`` / ``ProgressCallback``, which print every log as a raw dict (two
+    dicts of ~30 keys per evaluation here: the Trainer's and the BP-KL callback's). Add it with :meth:`attach`
+    *after* :class:`BPKLCallback`, so that the BP-KL keys are in the metrics when its ``on_evaluate`` runs.
+
+    Args:
+        k_train: the matched BP's level, named in the line (``model/BP_<k_train>``).
+        progress_bar: show a tqdm bar; ``None`` (default): when ``args.disable_tqdm`` is false and stderr is a TTY.
+        stream: where the lines go (default: ``sys.stdout`` at the time of writing).
+    """
+
+    def __init__(self, k_train: int | None = None, *, progress_bar: bool | None = None, stream=None):
+        super().__init__()
+        self.k_train = None if k_train is None else check_int("k_train", k_train, 0)
+        self.progress_bar = progress_bar
+        self.stream = stream
+        self.pending: dict = {}
+        self._bar = False
+
+    def attach(self, trainer) -> "ConsoleCallback":
+        """Replace ``trainer``'s printing and progress callbacks by this one; returns self."""
+        handler = trainer.callback_handler
+        for callback in list(handler.callbacks):
+            if isinstance(callback, (PrinterCallback, ProgressCallback)) or \
+                    type(callback).__name__ == "NotebookProgressCallback":
+                handler.remove_callback(callback)
+        trainer.add_callback(self)
+        return self
+
+    def write(self, line: str) -> None:
+        stream = self.stream or sys.stdout
+        if self.training_bar is not None:
+            self.training_bar.write(line, file=stream)  # clears and redraws the bar around the line
+        else:
+            stream.write(line + "\n")
+            stream.flush()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._bar = self.progress_bar if self.progress_bar is not None else \
+            (not args.disable_tqdm and sys.stderr.isatty())
+        self.current_step = 0
+        if self._bar:
+            super().on_train_begin(args, state, control, **kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if self._bar:
+            super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if any(key.startswith("eval_") for key in logs):
+            self.pending.update(logs)  # printed as one line in on_evaluate
+        elif "loss" in logs:
+            epoch = f" · epoch {logs['epoch']:.2f}" if isinstance(logs.get("epoch"), (int, float)) else ""
+            self.write(f"step {state.global_step}{epoch} · train loss {_number(logs['loss'], 4)}")
+        elif "train_runtime" in logs:
+            self.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f} s · mean train loss "
+                       f"{_number(logs.get('train_loss'), 4)}")
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        super().on_evaluate(args, state, control, metrics=metrics, **kwargs)  # closes the evaluation bar
+        if state.is_world_process_zero:
+            self.write(evaluation_line({**self.pending, **(metrics or {})}, state.global_step, self.k_train))
+        self.pending = {}
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_train_end(args, state, control, **kwargs)

@@ -26,11 +26,21 @@ import numpy as np
 import torch
 
 from .arguments import TASKS, DataArguments, ModelArguments, TreeLangTrainingArguments
-from .callbacks import BPKLCallback, LogSpacedScheduleCallback, MetricsHistoryCallback, evaluation_history
+from .callbacks import (
+    REFERENCE_SIZE,
+    BPKLCallback,
+    ConsoleCallback,
+    LogSpacedScheduleCallback,
+    MetricsHistoryCallback,
+    evaluation_history,
+    evaluation_line,
+    quiet_progress_bars_off_terminal,
+    reference_count,
+)
 from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, RootClassificationCollator
 from .data import RunData, load_run_data, to_datasets
 from .launch import relaunch_data_parallel_cpu
-from .outputs import format_value, write_outputs
+from .outputs import write_outputs
 
 
 @dataclass
@@ -177,8 +187,9 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
     _tensorboard_dir(trainer, output_dir)
     bp_callback = BPKLCallback(
         data.grammar, data_args.depth, data_args.k_train, _model_task(task), data.validation, data.tests,
-        batch_size=training_args.per_device_eval_batch_size,
+        batch_size=training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
     ).attach(trainer)
+    ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     train_runtime = time.perf_counter() - start
@@ -207,15 +218,15 @@ def main(task: str, argv: list | None = None) -> int:
     if code is not None:
         return code
     data_args, model_args, training_args = parse_arguments(task, argv)
+    quiet_progress_bars_off_terminal()
     result = train(task, data_args, model_args, training_args)
     if training_args.process_index == 0:
         final = result.final_metrics
+        bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
-        for k in data_args.test_levels():
-            print(f"  k_test={k}: accuracy {format_value(final.get(f'eval_acc_ktest{k}'))} "
-                  f"(BP_{data_args.k_train} {format_value(final.get(f'eval_bp_acc_ktest{k}'))})")
-        print("  KL(BP_k || model): " + ", ".join(
-            f"k={k} {format_value(final.get(f'eval_kl_bp_k{k}'))}" for k in range(data_args.depth + 1)))
+        print("final: " + evaluation_line(final, result.global_step, data_args.k_train))
+        print(f"(accuracy per k_test: the model on {data_args.num_test} test sequences, BP_{data_args.k_train} on "
+              f"{bp_size}; KL on {data_args.num_eval} in-sample sequences)")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 * :func:`write_outputs` — every file below, from the run's arguments, final metrics and evaluation history;
 * :func:`plot_curves` — ``kl_curves.png`` (mean D_KL(BP_k || model) against the step, every k) and ``curves.png``
-  (KL, the k_test accuracies, the loss and the agreement with the matched BP);
+  (KL, the k_test accuracies, the loss and the agreement with the matched BP, each on its own axes);
 * :func:`render_model_card` — ``README.md`` from the template ``model_cards/treelang_model_card.md``.
 """
 
@@ -15,9 +15,8 @@ import os
 import string
 from dataclasses import asdict
 
-import numpy as np
-
 from hf_treelang.citation import BIBTEX
+from hf_treelang.plotting import level_color, pyplot, save_figure
 
 from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 
@@ -31,63 +30,91 @@ TASK_TITLES = {
 }
 
 
-def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path_all: str, path_kl: str) -> None:
-    """``kl_curves.png`` (mean D_KL(BP_k || model) vs step, every k) and ``curves.png`` (KL, accuracies, loss)."""
-    import matplotlib
+def _series(history: list, key: str) -> tuple:
+    """(steps, values) of ``key`` over the evaluations that logged a finite value; step 0 drawn at 0.5 (log axis)."""
+    points = [(max(e["step"], 0.5), e[key]) for e in history
+              if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])]
+    return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    colors = plt.cm.viridis(np.linspace(0.0, 0.9, depth + 1))
+def _kl_panel(ax, history: list, depth: int, k_train: int, num_eval: int | None) -> None:
+    for k in range(depth + 1):
+        x, y = _series(history, f"eval_kl_bp_k{k}")
+        matched = k == k_train
+        ax.plot(x, y, marker="o", ms=3, color=level_color(k, depth), lw=2.4 if matched else 1.3,
+                label=f"BP$_{{{k}}}$" + (" (matched)" if matched else ""))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step (step 0 drawn at 0.5)")
+    ax.set_ylabel(r"mean $D_{KL}(\mathrm{BP}_k \,\|\, \mathrm{model})$ (nats)")
+    on = f" on {num_eval} in-sample sequences" if num_eval else ""
+    ax.set_title(f"Alignment with BP$_k${on}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
 
-    def series(key):
-        points = [(max(e["step"], 0.5), e[key]) for e in history if key in e and e[key] == e[key]]
-        return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
 
-    def kl_panel(ax):
-        for k in range(depth + 1):
-            x, y = series(f"eval_kl_bp_k{k}")
-            style = {"color": "black", "lw": 2.2} if k == k_train else {"color": colors[k], "lw": 1.4}
-            ax.plot(x, y, marker="o", ms=3, label=f"BP$_{{{k}}}$" + (" (matched)" if k == k_train else ""), **style)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("training step (step 0 drawn at 0.5)")
-        ax.set_ylabel(r"mean $D_{KL}(\mathrm{BP}_k \,\|\, \mathrm{model})$ (nats)")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path_all: str, path_kl: str, *,
+                num_eval: int | None = None, num_test: int | None = None, reference_sizes: dict | None = None) -> None:
+    """``kl_curves.png`` (mean D_KL(BP_k || model) vs step, every k) and ``curves.png`` (four panels: the KL curves,
+    the accuracy per k_test with BP's reference as dashed lines, the validation loss, and the argmax agreement and
+    Spearman correlation with the matched BP), in the paper's colours (:func:`hf_treelang.plotting.level_color`).
 
+    Args:
+        history: the evaluation history, one dict per evaluated step (:func:`~.callbacks.evaluation_history`).
+        depth, k_train, test_levels: ℓ, the training filter level and the k_test sets.
+        num_eval, num_test, reference_sizes: the sizes written on the panels: in-sample sequences, test sequences
+            per k_test (the model) and ``{k_test: n}`` behind BP's reference accuracy.
+    """
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.0))
-    kl_panel(ax)
-    ax.set_title("In-sample alignment with BP$_k$")
-    fig.tight_layout()
-    fig.savefig(path_kl, dpi=120)
-    plt.close(fig)
+    _kl_panel(ax, history, depth, k_train, num_eval)
+    save_figure(fig, path_kl)
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    kl_panel(axes[0])
-    for i, k in enumerate(test_levels):
-        color = plt.cm.plasma(i / max(len(test_levels), 1))
-        x, y = series(f"eval_acc_ktest{k}")
-        axes[1].plot(x, y, marker="o", ms=3, color=color, label=f"$k_{{test}}={k}$")
-        _, by = series(f"eval_bp_acc_ktest{k}")
-        if by:
-            axes[1].axhline(by[-1], color=color, ls="--", lw=1)
-    axes[1].set_xscale("log")
-    axes[1].set_xlabel("training step")
-    axes[1].set_ylabel(f"test accuracy (dashed: BP$_{{{k_train}}}$)")
-    axes[1].legend(fontsize=8)
-    axes[1].grid(alpha=0.3)
-    for key, label in (("eval_loss", "validation loss"), ("eval_match_bp", "argmax match with matched BP"),
-                       ("eval_spearman_bp", "Spearman with matched BP")):
-        x, y = series(key)
-        axes[2].plot(x, y, marker="o", ms=3, label=label)
-    axes[2].set_xscale("log")
-    axes[2].set_xlabel("training step")
-    axes[2].legend(fontsize=8)
-    axes[2].grid(alpha=0.3)
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
+    _kl_panel(axes[0, 0], history, depth, k_train, num_eval)
+
+    ax = axes[0, 1]
+    for k in test_levels:
+        color = level_color(k, depth)
+        x, y = _series(history, f"eval_acc_ktest{k}")
+        ax.plot(x, y, marker="o", ms=3, color=color, label=f"$k_{{test}}={k}$")
+        _, reference = _series(history, f"eval_bp_acc_ktest{k}")
+        if reference:
+            ax.axhline(reference[-1], color=color, ls="--", lw=1)
+    sizes = sorted(set((reference_sizes or {}).values()))
+    bp_on = f" on {sizes[0]}" if len(sizes) == 1 else ""
+    model_on = f" on {num_test}" if num_test else ""
+    ax.set_title(f"Test accuracy per $k_{{test}}$: model{model_on}, BP$_{{{k_train}}}$ (dashed){bp_on} sequences",
+                 fontsize=10)
+    ax.set_xscale("log")
+    ax.set_xlabel("training step (step 0 drawn at 0.5)")
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    ax = axes[1, 0]
+    x, y = _series(history, "eval_loss")
+    ax.plot(x, y, marker="o", ms=3, color="black")
+    ax.set_xscale("log")
+    ax.set_xlabel("training step (step 0 drawn at 0.5)")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title("Validation loss", fontsize=10)
+    ax.grid(alpha=0.3)
+
+    ax = axes[1, 1]
+    color = level_color(k_train, depth)
+    for key, label, style in (("eval_match_bp", "argmax agreement", "-"), ("eval_spearman_bp", "Spearman correlation",
+                                                                              ":")):
+        x, y = _series(history, key)
+        ax.plot(x, y, marker="o", ms=3, ls=style, color=color, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("training step (step 0 drawn at 0.5)")
+    ax.set_ylabel("agreement (unitless)")
+    ax.set_title(f"Agreement with the matched BP$_{{{k_train}}}$", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path_all, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path_all)
 
 
 def format_value(value) -> str:
@@ -96,14 +123,22 @@ def format_value(value) -> str:
 
 def render_model_card(task: str, data_args: DataArguments, model_args: ModelArguments,
                       training_args: TreeLangTrainingArguments, final: dict, train_runtime: float,
-                      global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE) -> str:
-    """The model card (README.md) of a finished run, from ``model_cards/treelang_model_card.md``."""
+                      global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE, *,
+                      reference_sizes: dict | None = None) -> str:
+    """The model card (README.md) of a finished run, from ``model_cards/treelang_model_card.md``.
+
+    ``reference_sizes``: ``{k_test: n}``, the sequences behind BP's reference accuracy of each k_test set
+    (:attr:`~.callbacks.BPTargets.reference_sizes`; default: the test sets themselves, ``num_test``). The card
+    states both sizes and the largest sampling standard error they allow, 0.5/sqrt(n).
+    """
     rows = [
         f"| {k} | {format_value(final.get(f'eval_acc_ktest{k}'))} | {format_value(final.get(f'eval_bp_acc_ktest{k}'))} |"
         for k in data_args.test_levels()
     ]
     kl_rows = [f"| BP_{k} | {format_value(final.get(f'eval_kl_bp_k{k}'))} | {format_value(final.get(f'eval_match_bp_k{k}'))} |"
                for k in range(data_args.depth + 1)]
+    sizes = sorted({int(n) for n in (reference_sizes or {}).values()} or {int(data_args.num_test)})
+    num_reference = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
     model_class = "AutoModelForMaskedLM" if task == "mlm" else "AutoModelForSequenceClassification"
     if task == "finetune":
         origin = (f"initialised from the MLM checkpoint `{model_args.model_name_or_path}`, encoder "
@@ -123,6 +158,9 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         "num_train": data_args.num_train,
         "num_eval": data_args.num_eval,
         "num_test": data_args.num_test,
+        "num_reference": num_reference,
+        "model_error": f"{0.5 / math.sqrt(data_args.num_test):.3f}",
+        "bp_error": f"{0.5 / math.sqrt(sizes[0]):.3f}",
         "hidden_size": model_args.hidden_size,
         "num_hidden_layers": model_args.model_kwargs(data_args.depth)["num_hidden_layers"],
         "intermediate_size": model_args.intermediate_size,
@@ -145,30 +183,44 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         return string.Template(handle.read()).substitute(values)
 
 
-def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,
-                   train_output, global_step) -> None:
-    output_dir = training_args.output_dir
+def write_run_config(task, data_args, model_args, training_args) -> None:
+    """``run_config.json``: the task and every argument. Training writes it first (the folder is then a run folder,
+    :mod:`hf_treelang.train.folders`) and again with the other outputs."""
     run_config = {
         "task": task,
         "data_args": asdict(data_args),
         "model_args": asdict(model_args),
         "training_args": json.loads(training_args.to_json_string()),
     }
-    with open(os.path.join(output_dir, "run_config.json"), "w") as handle:
+    with open(os.path.join(training_args.output_dir, "run_config.json"), "w") as handle:
         json.dump(run_config, handle, indent=1, sort_keys=True)
+
+
+def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,
+                   train_output, global_step) -> None:
+    """Write ``run_config.json``, ``metrics.json``, ``curves.png``, ``kl_curves.png`` and the model card into
+    ``training_args.output_dir``."""
+    output_dir = training_args.output_dir
+    write_run_config(task, data_args, model_args, training_args)
+    targets = bp_callback.prepare()
     summary = {
         "task": task,
         "global_step": global_step,
         "train_runtime_s": train_runtime,
         "train_loss": train_output.training_loss,
         "final": final,
-        "bp_accuracy": {str(k): v for k, v in bp_callback.prepare().bp_accuracy.items()},
+        "bp_accuracy": {str(k): v for k, v in targets.bp_accuracy.items()},
+        "bp_reference_size": {str(k): n for k, n in targets.reference_sizes.items()},
+        "num_test": data_args.num_test,
+        "num_eval": data_args.num_eval,
         "history": history,
     }
     with open(os.path.join(output_dir, "metrics.json"), "w") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
     plot_curves(history, data_args.depth, data_args.k_train, data_args.test_levels(),
-                os.path.join(output_dir, "curves.png"), os.path.join(output_dir, "kl_curves.png"))
-    card = render_model_card(task, data_args, model_args, training_args, final, train_runtime, global_step)
+                os.path.join(output_dir, "curves.png"), os.path.join(output_dir, "kl_curves.png"),
+                num_eval=data_args.num_eval, num_test=data_args.num_test, reference_sizes=targets.reference_sizes)
+    card = render_model_card(task, data_args, model_args, training_args, final, train_runtime, global_step,
+                             reference_sizes=targets.reference_sizes)
     with open(os.path.join(output_dir, "README.md"), "w") as handle:
         handle.write(card)
