@@ -88,6 +88,38 @@ def test_invalid_config_raises_naming_the_parameter(kwargs, message):
         TreeLangConfig(**kwargs)
 
 
+def test_num_labels_is_q_and_cannot_be_set_to_another_value():
+    config = tiny_config()
+    assert config.num_labels == Q and len(config.id2label) == Q
+    with pytest.raises(ValueError, match="`num_labels` must equal the number of symbols q = 4, got 3: the root"):
+        config.num_labels = 3
+    assert config.num_labels == Q and config.id2label == {i: f"symbol_{i}" for i in range(Q)}
+    config.num_labels = Q  # the one value that agrees with the head
+    assert config.id2label == {i: f"symbol_{i}" for i in range(Q)}
+    model = TreeLangForSequenceClassification(config)
+    assert model.classifier.out_features == config.num_labels == len(model.config.id2label)
+
+
+def test_from_pretrained_with_another_num_labels_says_why_and_what_instead(tmp_path):
+    tiny_model(TreeLangForSequenceClassification).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"predicts the root symbol.*from_data\(num_symbols=3, \.\.\.\)"):
+        TreeLangForSequenceClassification.from_pretrained(tmp_path, num_labels=3)
+    loaded = TreeLangForSequenceClassification.from_pretrained(tmp_path, num_labels=Q)
+    assert loaded.classifier.out_features == Q
+
+
+def test_classifier_refuses_an_id2label_of_another_length():
+    config = tiny_config()
+    config.id2label = {0: "a", 1: "b"}
+    with pytest.raises(ValueError, match="config.id2label has 2 labels"):
+        TreeLangForSequenceClassification(config)
+
+
+def test_problem_type_other_than_single_label_is_refused():
+    with pytest.raises(ValueError, match="problem_type"):
+        tiny_config(problem_type="multi_label_classification")
+
+
 def test_from_data_rejects_fewer_than_two_symbols():
     with pytest.raises(ValueError, match="num_symbols"):
         TreeLangConfig.from_data(num_symbols=1)
@@ -388,9 +420,29 @@ def test_token_ids_outside_zero_to_q_raise(bad):
         tiny_model(TreeLangModel)(x)
 
 
-def test_float_input_ids_raise_type_error():
-    with pytest.raises(TypeError, match="input_ids"):
-        tiny_model(TreeLangModel)(tokens().float())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.int16, torch.bool])
+def test_input_ids_of_another_dtype_raise_naming_the_dtype(dtype):
+    with pytest.raises(TypeError, match=f"input_ids must have dtype torch.int64 or torch.int32, got dtype {dtype}"):
+        tiny_model(TreeLangModel)(tokens().to(dtype))
+
+
+def test_input_ids_that_are_not_a_tensor_raise_naming_the_type():
+    with pytest.raises(TypeError, match="input_ids must be a tensor .* got a list"):
+        tiny_model(TreeLangModel)(tokens().tolist())
+
+
+def test_int32_ids_and_labels_give_the_int64_outputs():
+    model = tiny_model(TreeLangForMaskedLM)
+    x = tokens()
+    labels = torch.full_like(x, -100)
+    labels[:, 1] = x[:, 1].clamp(max=Q - 1)
+    wide, narrow = model(x, labels=labels), model(x.int(), labels=labels.int())
+    assert torch.equal(wide.logits, narrow.logits) and torch.equal(wide.loss, narrow.loss)
+
+
+def test_labels_of_another_dtype_raise_naming_the_dtype():
+    with pytest.raises(TypeError, match="labels must have dtype .* got dtype torch.float32"):
+        tiny_model(TreeLangForSequenceClassification)(tokens(), labels=torch.zeros(5))
 
 
 @pytest.mark.parametrize("labels", [torch.zeros(5, 1, dtype=torch.long), torch.zeros(4, dtype=torch.long)])

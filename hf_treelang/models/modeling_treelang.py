@@ -63,7 +63,8 @@ def _value_range(values: torch.Tensor) -> str:
 def can_read_values(tensor: torch.Tensor) -> bool:
     """Whether `forward` may read `tensor`'s values: plain eager mode on a CPU tensor (no device sync, no graph break)."""
     return (
-        tensor.device.type == "cpu"
+        isinstance(tensor, torch.Tensor)
+        and tensor.device.type == "cpu"
         and not torch.compiler.is_compiling()
         and not torch.jit.is_tracing()
         and not torch.jit.is_scripting()
