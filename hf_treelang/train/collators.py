@@ -17,12 +17,25 @@ import torch
 from transformers import TrainerCallback
 
 from hf_treelang.core.masking import mask_single_leaf, training_positions
+from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 
 EXAMPLE_INDEX = "example_index"  # the training set's row number, the key of an example's training masks
 
 
+def _stack_integers(name: str, rows: list) -> torch.Tensor:
+    """Stack a batch's rows into an int64 tensor; ragged or non-integer rows fail here, before the model sees them."""
+    try:
+        array = np.asarray(rows)
+    except ValueError as error:  # ragged rows
+        raise ValueError(f"{name} of a batch must all have the same length, got lengths "
+                         f"{sorted({len(row) for row in rows})}") from error
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}")
+    return torch.as_tensor(array.astype(np.int64))
+
+
 def _stack_input_ids(features: list) -> torch.Tensor:
-    return torch.as_tensor(np.asarray([f["input_ids"] for f in features], dtype=np.int64))  # (b, 2**l)
+    return _stack_integers("input_ids", [f["input_ids"] for f in features])  # (b, 2**l)
 
 
 @dataclass
@@ -69,8 +82,9 @@ class MaskedLeafCollator:
     def __call__(self, features: list) -> dict:
         if "labels" in features[0]:
             # a fixed, already masked evaluation set: the Trainer uses one collator for training and evaluation
-            return PremaskedCollator()(features)
+            return PremaskedCollator(num_symbols=self.mask_token_id)(features)
         input_ids = _stack_input_ids(features)  # (b, 2**l)
+        check_input_ids(input_ids, self.mask_token_id, allow_mask=False)  # the leaves to mask are symbols in [0, q)
         b, n_leaves = input_ids.shape
         generator = self.keyed_generator(features) if EXAMPLE_INDEX in features[0] else self._generator
         positions = training_positions(b, n_leaves, generator)  # (b,)
@@ -110,22 +124,37 @@ class MaskEpochCallback(TrainerCallback):
 
 @dataclass
 class RootClassificationCollator:
-    """Collate ``{"input_ids": [...], "root": int}`` examples into ``input_ids`` (b, 2**ℓ) and ``labels`` (b,)."""
+    """Collate ``{"input_ids": [...], "root": int}`` examples into ``input_ids`` (b, 2**ℓ) and ``labels`` (b,).
+
+    With ``num_symbols`` (q) the leaves are checked to lie in [0, q) and the roots in [0, q), so bad data fails
+    here with a clear error (the model checks values itself only in eager mode on CPU).
+    """
 
     label_column: str = "labels"
+    num_symbols: int | None = None
 
     def __call__(self, features: list) -> dict:
         input_ids = _stack_input_ids(features)  # (b, 2**l)
-        labels = torch.as_tensor([int(f[self.label_column]) for f in features], dtype=torch.int64)  # (b,)
+        labels = _stack_integers("labels", [f[self.label_column] for f in features])  # (b,)
+        if self.num_symbols is not None:
+            check_input_ids(input_ids, self.num_symbols, allow_mask=False)
+            check_labels(labels, self.num_symbols, (input_ids.shape[0],))
         return {"input_ids": input_ids, "labels": labels}
 
 
 @dataclass
 class PremaskedCollator:
-    """Collate examples that already carry ``input_ids`` and ``labels`` (a fixed MLM evaluation set)."""
+    """Collate examples that already carry ``input_ids`` and ``labels`` (a fixed MLM evaluation set).
+
+    With ``num_symbols`` (q) the ids are checked to lie in [0, q] and the labels in [0, q) or -100.
+    """
+
+    num_symbols: int | None = None
 
     def __call__(self, features: list) -> dict:
-        return {
-            "input_ids": _stack_input_ids(features),
-            "labels": torch.as_tensor(np.asarray([f["labels"] for f in features], dtype=np.int64)),
-        }
+        input_ids = _stack_input_ids(features)  # (b, 2**l)
+        labels = _stack_integers("labels", [f["labels"] for f in features])  # (b, 2**l)
+        if self.num_symbols is not None:
+            check_input_ids(input_ids, self.num_symbols)
+            check_labels(labels, self.num_symbols, tuple(input_ids.shape), allow_ignored=True)
+        return {"input_ids": input_ids, "labels": labels}

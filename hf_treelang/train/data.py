@@ -111,13 +111,36 @@ def load_run_data(data_args: DataArguments) -> RunData:
     return RunData(grammar=grammar, train=main["train"], validation=main["validation"], tests=tests)
 
 
+def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
+    """Leaves (n, 2**ℓ) and roots (n,) of a split must be symbols in [0, q): the error names the split.
+
+    The model reads no value in its forward on an accelerator or under compile, so the data path checks them here,
+    before training starts.
+    """
+    import torch
+
+    from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
+
+    leaves, roots = torch.as_tensor(split.leaves), torch.as_tensor(split.roots)
+    try:
+        check_input_ids(leaves, num_symbols, allow_mask=False)
+        check_labels(roots, num_symbols, (leaves.shape[0],))
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"the {name} split: {error}") from None
+
+
 def to_datasets(task: str, data: RunData, mask_token_id: int):
     """``datasets.Dataset`` objects for the Trainer: ``(train, validation)``.
 
     The MLM validation set is premasked at its fixed evaluation positions; root tasks carry the root as ``labels``.
+    Every split is checked first (:func:`check_split`, with q = ``mask_token_id``).
     """
     import datasets
 
+    for name, split in [("train", data.train), ("validation", data.validation)] + [
+        (f"k_test={k} test", test) for k, test in data.tests.items()
+    ]:
+        check_split(name, split, mask_token_id)
     if task == "mlm":
         train = datasets.Dataset.from_dict({"input_ids": data.train.leaves})
         masked, labels, _ = mask_evaluation_set(data.validation.leaves, mask_token_id, data.validation.sampling_seed)
@@ -128,4 +151,4 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
     return train, validation
 
 
-__all__ = ["EvaluationSet", "RunData", "load_run_data", "to_datasets"]
+__all__ = ["EvaluationSet", "RunData", "check_split", "load_run_data", "to_datasets"]
