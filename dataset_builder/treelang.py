@@ -75,7 +75,7 @@ PAPER_GRAMMAR_SEEDS = (0, 1, 15, 31)  # the four grammars of the paper's figures
 PAPER_SIGMAS = (1.0,)
 PAPER_NUM_SYMBOLS = 4  # q, left out of config names
 PAPER_DEPTH = 4  # ℓ, left out of config names
-NAMED_FILTER_LEVELS = range(0, PAPER_DEPTH + 1)  # the configs k0 .. k4 of the paper's ℓ = 4
+NAMED_FILTER_LEVELS = range(PAPER_DEPTH + 1)  # the configs k0 .. k4 of the paper's ℓ = 4
 NAME_PATTERNS = (
     "'seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<filter level>' (e.g. 'seed15-sigma1.0-k2') "
     "or 'k<filter level>' (grammar seed 0, σ = 1)"

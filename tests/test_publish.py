@@ -205,7 +205,7 @@ def test_bp_accuracies_are_bayes_optimal_values():
 
 
 def test_failure_leaves_no_partial_output(tmp_path, monkeypatch):
-    import hf_treelang.data.publish as publish
+    from hf_treelang.data import publish
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")

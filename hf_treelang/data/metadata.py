@@ -91,7 +91,7 @@ def dataset_metadata(dataset, repository=None) -> dict:
     from hf_treelang.dataset_builder.treelang import METADATA_MARKER
 
     split = _first_split(dataset)
-    head, marker, tail = (split.info.description or "").partition(METADATA_MARKER)
+    _, marker, tail = (split.info.description or "").partition(METADATA_MARKER)
     if marker:
         return json.loads(tail.strip().splitlines()[0])
     if repository is None:
