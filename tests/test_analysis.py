@@ -66,9 +66,11 @@ def test_a_predictor_that_outputs_bp_is_perfectly_calibrated(task, filter_level)
         assert result.in_sample.metrics["bp_accuracy"] == 1.0  # the full hierarchy determines its root
 
 
-def test_calibration_command_writes_scatter_and_sane_metrics(checkpoints, tmp_path):
+def test_calibration_command_writes_scatter_and_sane_metrics(checkpoints, tmp_path, capsys):
     out = tmp_path / "calibration"
     assert calibration.main([str(checkpoints["mlm"]), "--out", str(out), "--num-samples", "300"]) == 0
+    printed = capsys.readouterr().out
+    assert "None" not in printed and "uniform: " in printed and "accuracy n/a (no true symbol)" in printed
     assert (out / "calibration.png").stat().st_size > 1000
     report = json.loads((out / "calibration.json").read_text())
     assert report["task"] == "mlm" and report["depth"] == DEPTH
@@ -235,3 +237,39 @@ def test_sample_complexity_needs_an_mlm_checkpoint_and_sizes(checkpoints, tmp_pa
     assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="sizes"):
         sample_complexity.sample_complexity_sweep(checkpoints["mlm"], [], tmp_path / "y", train=lambda s: {})
+
+
+def test_attention_maps_have_position_ticks_a_colour_bar_each_and_faint_block_boundaries(checkpoints):
+    from hf_treelang.plotting import pyplot
+
+    result = attention.average_attention(checkpoints["mlm"], num_samples=50)
+    figure = attention.plot_attention([result])
+    try:
+        maps = [ax for ax in figure.axes if ax.images]
+        assert len(maps) == 2 and len(figure.axes) == 4  # one colour bar per layer's map
+        for ax in maps:
+            assert list(ax.get_xticks()) == list(range(2**DEPTH)) == list(ax.get_yticks())
+            vertical = sorted(line.get_xdata()[0] for line in ax.lines if line.get_xdata()[0] == line.get_xdata()[1])
+            assert vertical == [1.5, 3.5, 5.5]  # level 1 (between the halves), then level 2 (quarters)
+            assert all(line.get_alpha() <= 0.5 for line in ax.lines)
+    finally:
+        pyplot().close(figure)
+
+
+def test_dynamics_draws_the_paper_colours_and_states_the_sizes_of_the_run(tmp_path):
+    from matplotlib.colors import to_rgba
+
+    from hf_treelang.plotting import level_color, pyplot
+
+    (tmp_path / "eval_history.json").write_text(json.dumps({"history": _history("eval_")}))
+    (tmp_path / "metrics.json").write_text(json.dumps({"num_test": 256, "bp_reference_size": {"0": 2000, "1": 2000,
+                                                                                            "2": 2000}}))
+    result = dynamics.learning_dynamics(tmp_path)
+    assert result.num_test == 256 and result.reference_sizes == {0: 2000, 1: 2000, 2: 2000}
+    figure = dynamics.plot_dynamics(result)
+    try:
+        kl, accuracy = figure.axes[:2]
+        assert [to_rgba(line.get_color()) for line in kl.lines] == [to_rgba(level_color(k, 2)) for k in range(3)]
+        assert "model on 256, BP on 2000" in accuracy.get_title()
+    finally:
+        pyplot().close(figure)

@@ -109,26 +109,53 @@ def attention_grid(checkpoints, **kwargs) -> list:
     return [average_attention(c, **kwargs) for c in loaded]
 
 
+def _block_boundaries(ax, depth: int, levels: int = 3) -> None:
+    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of 2**(ℓ-m) leaves), fainter
+    for deeper levels, on both axes of an attention map."""
+    num_leaves = 2**depth
+    for m in range(1, min(levels, depth - 1) + 1):
+        block = 2 ** (depth - m)
+        for edge in range(block, num_leaves, block):
+            if edge % (2 * block) == 0 and m > 1:
+                continue  # already drawn, stronger, by a higher level
+            style = {"color": "white", "lw": 0.8 / m, "alpha": 0.5 / m}
+            ax.axvline(edge - 0.5, **style)
+            ax.axhline(edge - 0.5, **style)
+
+
 def plot_attention(results: list):
-    """One row per checkpoint, one panel per layer (heads averaged), as the paper's Fig. 4."""
+    """One row per checkpoint, one panel per layer (heads averaged), as the paper's Fig. 4.
+
+    Each panel has its own colour bar (attention weight, rows sum to 1), position ticks and the boundaries of the
+    tree's blocks (subtrees of levels 1-3) drawn faintly.
+    """
     plt = pyplot()
     rows = len(results)
     cols = max(r.maps.shape[0] for r in results)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols, 2.4 * rows + 0.3), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.7 * rows + 0.4), squeeze=False)
     for row, result in enumerate(results):
+        num_leaves = result.maps.shape[-1]
+        ticks = list(range(0, num_leaves, max(1, num_leaves // 8)))
         for layer in range(cols):
             ax = axes[row][layer]
-            ax.set_xticks([])
-            ax.set_yticks([])
             if layer >= result.maps.shape[0]:
                 ax.axis("off")
                 continue
-            ax.imshow(result.maps[layer].mean(0), cmap="viridis", vmin=0.0, interpolation="nearest")
+            image = ax.imshow(result.maps[layer].mean(0), cmap="viridis", vmin=0.0, interpolation="nearest")
+            _block_boundaries(ax, result.depth)
+            ax.set_xticks(ticks)
+            ax.set_yticks(ticks)
+            ax.tick_params(labelsize=6, length=2)
+            bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+            bar.ax.tick_params(labelsize=6)
             if row == 0:
                 ax.set_title(f"layer {layer + 1}", fontsize=9)
+            if row == rows - 1:
+                ax.set_xlabel("attended position", fontsize=7)
             if layer == 0:
-                ax.set_ylabel(result.label, fontsize=9)
-    fig.suptitle(f"Average attention over {results[0].num_samples} in-sample inputs", fontsize=10)
+                ax.set_ylabel(f"{result.label}\nquery position", fontsize=8)
+    fig.suptitle(f"Average attention over {results[0].num_samples} in-sample inputs (faint lines: the tree's blocks)",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -221,6 +221,26 @@ def write_outputs(result: CalibrationResult, out_dir) -> dict:
     return paths
 
 
+def _number(value, digits: int = 4) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and not np.isfinite(value)) else f"{value:.{digits}f}"
+
+
+def summary_lines(result: CalibrationResult) -> list:
+    """One console line per input set; accuracies read ``n/a (no true symbol)`` where the inputs have no label
+    (uniform sequences) and the impossible inputs left out are counted."""
+    lines = []
+    for name, s in result.sets.items():
+        m = s.metrics
+        if m["model_accuracy"] is None:
+            accuracy = "accuracy n/a (no true symbol)"
+        else:
+            accuracy = f"accuracy model {_number(m['model_accuracy'])} / BP {_number(m['bp_accuracy'])}"
+        impossible = f"  ({m['num_impossible']} impossible under BP left out)" if m.get("num_impossible") else ""
+        lines.append(f"{name:>9}: KL={m['kl_mean']:.4g}  argmax match={_number(m['argmax_match'])}  "
+                     f"Spearman={_number(m['spearman_mean'])}  {accuracy}{impossible}")
+    return lines
+
+
 def run(args) -> int:
     """``hf-treelang calibration`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
@@ -229,10 +249,8 @@ def run(args) -> int:
     except (ValueError, TypeError) as error:
         return cli_error("calibration", error)
     paths = write_outputs(result, args.out)
-    for name, s in result.sets.items():
-        m = s.metrics
-        print(f"{name:>9}: KL={m['kl_mean']:.4g}  argmax match={m['argmax_match']:.4f}  "
-              f"Spearman={m['spearman_mean']:.4f}  model acc={m['model_accuracy']}  BP acc={m['bp_accuracy']}")
+    for line in summary_lines(result):
+        print(line)
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
 

@@ -44,6 +44,8 @@ class DynamicsResult:
         match: k_bp -> (E,) argmax agreement with BP_k (App. E.4), when logged.
         spearman: k_bp -> (E,) mean Spearman correlation with BP_k (App. E.4), when logged.
         source: the file the history was read from.
+        num_test: test sequences per k_test behind the model's accuracies, when the run's ``metrics.json`` says.
+        reference_sizes: k_test -> sequences behind BP's reference accuracy, when the run's ``metrics.json`` says.
     """
 
     steps: np.ndarray
@@ -54,6 +56,8 @@ class DynamicsResult:
     match: dict = field(default_factory=dict)
     spearman: dict = field(default_factory=dict)
     source: str = ""
+    num_test: int | None = None
+    reference_sizes: dict = field(default_factory=dict)
 
     @property
     def closest_bp(self) -> list:
@@ -94,6 +98,8 @@ class DynamicsResult:
             },
             "closest_bp": self.closest_bp,
             "alignment_sequence": self.alignment_sequence,
+            "num_test": self.num_test,
+            "bp_reference_size_ktest": {f"k{k}": n for k, n in sorted(self.reference_sizes.items())},
         }
 
 
@@ -173,6 +179,7 @@ def learning_dynamics(run) -> DynamicsResult:
         if finite.size:
             bp_accuracy[k] = float(finite[-1])
     epochs = np.array([float(row["epoch"]) if row.get("epoch") is not None else np.nan for row in rows])
+    num_test, reference_sizes = _sizes(source.parent / "metrics.json")
     return DynamicsResult(
         steps=steps,
         epochs=epochs,
@@ -182,7 +189,23 @@ def learning_dynamics(run) -> DynamicsResult:
         match=series(_MATCH),
         spearman=series(_SPEARMAN),
         source=str(source),
+        num_test=num_test,
+        reference_sizes=reference_sizes,
     )
+
+
+def _sizes(path: Path) -> tuple:
+    """(num_test, {k_test: BP reference size}) from a run's ``metrics.json``; (None, {}) where it does not say."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None, {}
+    if not isinstance(summary, dict):
+        return None, {}
+    num_test = summary.get("num_test")
+    sizes = summary.get("bp_reference_size")
+    sizes = {int(k): int(n) for k, n in sizes.items()} if isinstance(sizes, dict) else {}
+    return (int(num_test) if isinstance(num_test, int) else None), sizes
 
 
 def plot_dynamics(result: DynamicsResult, title: str = ""):
@@ -212,7 +235,11 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
                 if k in result.bp_accuracy:
                     ax.axhline(result.bp_accuracy[k], color=color, ls="--", lw=0.9)
             ax.set_ylabel("test accuracy (dashed: BP)")
-            ax.set_title("accuracy per $k_{test}$ (Fig. 2b, 3a)", fontsize=9)
+            sizes = sorted(set(result.reference_sizes.values()))
+            on = ""
+            if result.num_test and len(sizes) == 1:
+                on = f"\nmodel on {result.num_test}, BP on {sizes[0]} sequences per $k_{{test}}$"
+            ax.set_title(f"accuracy per $k_{{test}}$ (Fig. 2b, 3a){on}", fontsize=9)
         else:
             for k, values in sorted(getattr(result, panel).items()):
                 ax.plot(x, values, marker=".", color=level_color(k, k_max), label=f"BP$_{{{k}}}$")

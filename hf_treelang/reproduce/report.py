@@ -53,9 +53,15 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
     ]
     bp = read_json(out / "bp" / "bp_baselines.json")
     runs = {task: read_json(out / "runs" / task / "run_done.json") for task in ("root", "mlm")}
+    reference = sorted({n for task in ("root", "mlm")
+                        for n in ((read_json(out / "runs" / task / "metrics.json") or {}).get("bp_reference_size")
+                                  or {}).values()})
+    bp_on = f"{reference[0]} sequences per k_test of the same split stream (the test set and its continuation)" \
+        if len(reference) == 1 else "the test sets"
     lines += ["## Model vs BP", "",
-              f"Test accuracy of the trained models on data of every filter level k_test, against BP_{k} (the oracle "
-              "matched to the training data, evaluated on the same inputs) and the optimal BP_{k_test}.", ""]
+              f"Test accuracy of the trained models on data of every filter level k_test ({p.num_test} sequences "
+              f"each), against BP_{k} (the oracle matched to the training data, on {bp_on}) and the optimal "
+              "BP_{k_test} (on the same sequences).", ""]
     lines += ["| task | k_test | model | BP_k_train | BP_k_test (optimal) |", "|---|---|---|---|---|"]
     for task, title in (("root", "root"), ("mlm", "masked leaf")):
         final = (runs[task] or {}).get("final", {})
