@@ -546,6 +546,7 @@ TreeLangForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 TreeLangForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
+    "can_read_values",
     "check_attention_mask",
     "check_input_ids",
     "check_labels",
