@@ -106,12 +106,23 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="filter level k of the probing data (default: the checkpoint's k_train)")
     parser.add_argument("--positions", choices=PROBE_POSITIONS, default="all",
                         help="train on all positions, or on the first and last only (App. E.7)")
-    parser.add_argument("--num-train", type=int, default=2**14, help="labelled training sequences (default: 2^14)")
-    parser.add_argument("--num-test", type=int, default=2**12, help="held-out sequences (default: 2^12)")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs (the paper used 100)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sequences per step")
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
-    parser.add_argument("--probe-hidden", type=int, default=64, help="hidden units of each readout (paper: 64)")
+    parser.add_argument("--layers", type=int, nargs="+", default=None,
+                        help="layers to probe, 0 = embedding, n_L = the complete encoding (default: every layer)")
+    from hf_treelang.train import paper_settings as paper  # imports nothing
+
+    parser.add_argument("--num-train", type=int, default=paper.PROBE_TRAIN,
+                        help="labelled training sequences (default: 2^14)")
+    parser.add_argument("--num-validation", type=int, default=paper.PROBE_VALIDATION,
+                        help="sequences on which each probe's best epoch is chosen (default: 10^4, the authors')")
+    parser.add_argument("--num-test", type=int, default=2**12,
+                        help="held-out sequences the accuracies are reported on (default: 2^12)")
+    parser.add_argument("--epochs", type=int, default=paper.PROBE_EPOCHS, help="training epochs (App. E.5)")
+    parser.add_argument("--batch-size", type=int, default=paper.PROBE_BATCH_SIZE,
+                        help="sequences per step (the authors' notebook)")
+    parser.add_argument("--learning-rate", type=float, default=paper.PROBE_LEARNING_RATE,
+                        help="Adam learning rate (the authors' notebook)")
+    parser.add_argument("--probe-hidden", type=int, default=paper.PROBE_HIDDEN,
+                        help="hidden units of each readout (App. E.5: 64; 0: a linear readout)")
     parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
     parser.add_argument("--device", default="cpu", help="torch device")
 

@@ -1,12 +1,26 @@
-"""`hf-treelang reproduce`: the whole pipeline at the hidden tiny preset, its report, and resuming."""
+"""`hf-treelang reproduce`: the whole pipeline at the hidden tiny preset, its report, resuming, the sweeps of the
+missing figures (Fig. 2a, App. E.1-E.3, E.5, E.7 right), and the authors' settings behind the paper preset."""
 
 import json
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from hf_treelang import reproduce as reproduce_module
+from hf_treelang.analysis import accuracy_curves, probing
 from hf_treelang.reproduce import PRESETS, reproduce, steps_of
+from hf_treelang.reproduce.presets import FIGURE_STEPS
+from hf_treelang.train import paper_settings as paper
+from hf_treelang.train.arguments import PRESETS as TRAINING_PRESETS
+from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_arguments
+from hf_treelang.train.loop import build_model, check_checkpoint_epochs, validate_arguments
+from hf_treelang.train.readout import MLPReadout, load_root_classifier
+from hf_treelang.train.runs import RunSpec, run_training
+
+TINY = PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -18,32 +32,41 @@ def tiny_run(tmp_path_factory):
     return out, first, second, markers
 
 
+def _done(out, name):
+    return json.loads((out / "runs" / name / "run_done.json").read_text())
+
+
 def test_tiny_preset_runs_every_step_and_embeds_every_figure(tiny_run):
     out, first, _, _ = tiny_run
-    names = [name for name, _ in steps_of(PRESETS["tiny"])]
+    names = [name for name, _ in steps_of(TINY)]
+    assert set(FIGURE_STEPS) <= set(names)  # the tiny preset sizes every sweep
     assert [r.name for r in first.steps] == names
     assert all(r.status == "ran" for r in first.steps)
     report = first.report.read_text()
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     expected = {"bp/bp_baselines.png", "dynamics/root.png", "dynamics/mlm.png", "calibration/mlm/calibration.png",
                 "calibration/root/calibration.png", "attention/mlm/attention.png", "attention/root/attention.png",
-                "probe/probe.png", "probe/probe_ends.png", "sample_complexity/sample_complexity.png"}
+                "probe/probe.png", "probe/probe_ends.png", "sample_complexity/sample_complexity.png",
+                "accuracy_vs_samples/fig2a_e3.png", "accuracy_vs_samples/e1_layers.png",
+                "accuracy_vs_samples/e2_grammar_seeds.png", "attention/classifier/attention.png",
+                "probe/probe_filtered.png"}
     assert expected <= set(figures)
     for figure in figures:
         assert (out / figure).stat().st_size > 1000
+        assert (out / figure).with_suffix(".json").is_file()  # every figure has its numbers next to it
     assert "| step | status | seconds |" in report and "missing" not in report
 
 
 def test_report_compares_models_with_bp_on_the_same_inputs(tiny_run):
     out, _, _, _ = tiny_run
     baselines = json.loads((out / "bp" / "bp_baselines.json").read_text())["accuracy"]
-    depth = PRESETS["tiny"].depth
+    depth = TINY.depth
     assert sorted(baselines) == [str(k) for k in range(depth + 1)]
     assert baselines["0"]["root_optimal"] == 1.0  # the full hierarchy determines its root
     for task in ("root", "mlm"):
-        final = json.loads((out / "runs" / task / "run_done.json").read_text())["final"]
+        final = _done(out, task)["final"]
         for k, row in baselines.items():
-            # the baselines and the training callback's BP reference use the same test inputs and masks
+            # the baselines and the training callback's BP reference use the same inputs and masks
             assert row[f"{task}_k_train"] == pytest.approx(final[f"eval_bp_acc_ktest{k}"])
             assert 0.0 <= final[f"eval_acc_ktest{k}"] <= 1.0
         assert baselines["0"][f"{task}_optimal"] == baselines["0"][f"{task}_k_train"]  # k_train = 0: same BP
@@ -65,3 +88,213 @@ def test_a_folder_of_another_preset_or_an_unknown_preset_is_refused(tmp_path, ca
     assert reproduce_module.main([str(tmp_path / "new"), "--preset", "huge"]) == 2
     assert "quick" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+# ---------------------------------------------------------------- the missing figures
+
+
+def test_fig2a_and_e3_read_every_run_out_of_and_in_sample(tiny_run):
+    out, _, _, _ = tiny_run
+    figure = json.loads((out / "accuracy_vs_samples" / "fig2a_e3.json").read_text())
+    full, in_sample = figure["panels"]
+    assert (full["k_test"], in_sample["k_test"]) == ("full", "train")
+    assert [c["filter_level"] for c in full["curves"]] == sorted(TINY.sweep_filter_levels)
+    for panel, k_test in ((full, lambda k: 0), (in_sample, lambda k: k)):
+        for curve in panel["curves"]:
+            k = curve["filter_level"]
+            assert curve["sizes"] == sorted(TINY.sweep_sizes_of(k))
+            finals = [json.loads(Path(run, "run_done.json").read_text())["final"] for run in curve["runs"]]
+            assert curve["accuracy"] == [f[f"eval_acc_ktest{k_test(k)}"] for f in finals]
+            assert curve["bp_accuracy"] == finals[-1][f"eval_bp_acc_ktest{k_test(k)}"]
+    # the run with the main root run's settings is the main root run, not a second training
+    k0 = full["curves"][0]
+    assert k0["runs"][k0["sizes"].index(TINY.root_train)] == str(out / "runs" / "root")
+    # BP_0 is exact on the full hierarchy; BP_k of filtered data is not, out of sample
+    assert k0["bp_accuracy"] == 1.0 and full["curves"][1]["bp_accuracy"] < 1.0
+
+
+def test_e1_varies_the_encoder_blocks_and_e2_the_grammar(tiny_run):
+    out, _, _, _ = tiny_run
+    layers = json.loads((out / "accuracy_vs_samples" / "e1_layers.json").read_text())["panels"][0]
+    assert [c["num_layers"] for c in layers["curves"]] == list(TINY.layer_counts)
+    for curve in layers["curves"]:
+        for run in curve["runs"]:
+            assert json.loads(Path(run, "config.json").read_text())["num_hidden_layers"] == curve["num_layers"]
+    seeds = json.loads((out / "accuracy_vs_samples" / "e2_grammar_seeds.json").read_text())["panels"]
+    assert [panel["grammar_seed"] for panel in seeds] == list(TINY.grammar_seeds)
+    run = seeds[0]["curves"][0]["runs"][0]
+    grammar = json.loads(Path(run, "grammar.json").read_text())
+    main = json.loads((out / "runs" / "root" / "grammar.json").read_text())
+    assert grammar["params"]["grammar_seed"] == TINY.grammar_seeds[0] and grammar["M"] != main["M"]
+
+
+def test_e5_shows_the_classifier_of_every_k_train_at_its_largest_p(tiny_run):
+    out, _, _, _ = tiny_run
+    models = json.loads((out / "attention" / "classifier" / "attention.json").read_text())["models"]
+    assert [m["filter_level"] for m in models] == sorted(TINY.sweep_filter_levels)
+    assert all(m["task"] == "root" and m["masked"] is False for m in models)
+    sizes = json.loads((out / ".done" / "classifier_attention.json").read_text())["summary"]["sizes"]
+    assert sizes == [max(TINY.sweep_sizes_of(k)) for k in sorted(TINY.sweep_filter_levels)]
+    maps = np.array(models[0]["maps"])  # (layers, heads, L, L)
+    assert np.allclose(maps.sum(-1), 1.0, atol=1e-5)
+
+
+def test_e7_right_probes_the_complete_encoding_of_each_k_train_model(tiny_run):
+    out, _, _, _ = tiny_run
+    result = json.loads((out / "probe" / "probe_filtered.json").read_text())
+    assert result["filter_levels"] == [TINY.filter_level, *TINY.attention_filter_levels]
+    n_layers = TINY.model["num_hidden_layers"]
+    for model in result["models"]:
+        assert model["layers"] == [n_layers] and model["data_filter_level"] == 0
+        assert model["probe_hidden"] == TINY.filtered_probe_hidden  # the notebook's linear readout
+        assert np.array(model["accuracy"]).shape == (1, len(model["levels"]))
+
+
+def test_fig1f_pretrained_arms_get_the_preset_readout(tiny_run):
+    out, _, _, _ = tiny_run
+    for arm in ("frozen", "finetuned"):
+        config = json.loads(next((out / "runs" / "sample_complexity" / arm).glob("P*/config.json")).read_text())
+        assert (config["readout"], config["readout_hidden_size"]) == (TINY.finetune_readout, paper.FINETUNE_HIDDEN)
+    scratch = json.loads(next((out / "runs" / "sample_complexity" / "scratch").glob("P*/config.json")).read_text())
+    assert scratch.get("readout", "linear") == "linear"
+
+
+def test_accuracy_panel_refuses_runs_without_the_k_test_set():
+    point = accuracy_curves.SweepPoint(filter_level=2, num_train=64, num_layers=2, grammar_seed=0,
+                                       final={"eval_acc_ktest2": 0.5}, output_dir="runs/x")
+    with pytest.raises(ValueError, match="no test accuracy on k_test=0"):
+        accuracy_curves.accuracy_panel([point], k_test="full", vary="filter_level", title="t")
+    with pytest.raises(ValueError, match="k_test must be one of"):
+        accuracy_curves.accuracy_panel([point], k_test="all", vary="filter_level", title="t")
+    other = accuracy_curves.SweepPoint(2, 128, 2, 1, {"eval_acc_ktest2": 0.6})
+    with pytest.raises(ValueError, match="one grammar seed"):
+        accuracy_curves.accuracy_panel([point, other], k_test="train", vary="filter_level", title="t")
+
+
+# ---------------------------------------------------------------- the authors' settings
+
+
+def test_paper_preset_follows_the_authors_scripts():
+    """The numbers of scripts/Transformer_RootInference*.py and Transformer_MLM.py, recomputed from their formulas."""
+    p = PRESETS["paper"]
+    assert (p.root_train, p.root_epochs, p.mlm_train, p.mlm_epochs, p.num_test) == (2**17, 200, 2**18, 2000, 10**4)
+    assert list(p.root_checkpoint_epochs) == np.unique(np.logspace(0, np.log10(200), 12).astype(int)).tolist()
+    mlm_epochs = set(np.logspace(0, 3, 8).astype(int).tolist()) | set(range(500, 2001, 500))
+    assert list(p.mlm_checkpoint_epochs) == sorted(mlm_epochs)
+    assert list(p.sweep_sizes) == (2 ** np.arange(9, 18)).tolist()
+    assert list(p.sweep_sizes_filtered) == (2 ** np.arange(9, 21)).tolist()
+    assert p.sweep_sizes_of(0)[-1] == 2**17 and p.sweep_sizes_of(3)[-1] == 2**20  # App. E.5's P per k
+    assert (p.sweep_epochs, p.layer_counts, p.grammar_seeds) == (200, (1, 2, 3, 4), (1, 15, 31))
+    assert (p.probe_train, p.probe_validation, p.probe_epochs, p.probe_batch_size, p.probe_learning_rate) == (
+        2**14, 10**4, 100, 32, 1e-4)
+    assert p.sample_epochs == p.root_epochs  # Fig. 1f's scratch arm trains like the root runs
+    assert set(p.figure_steps()) == set(FIGURE_STEPS)
+    for task, epochs in (("root", 200), ("mlm", 2000)):
+        training = TRAINING_PRESETS[task]["paper"]
+        assert training["num_train_epochs"] == epochs and max(training["checkpoint_epochs"]) == epochs
+
+
+def test_no_gradient_clipping_by_default(tmp_path):
+    assert TreeLangTrainingArguments(output_dir=str(tmp_path)).max_grad_norm == 0
+    for preset in ("default", "paper"):
+        _, _, training_args = parse_arguments("root", ["--preset", preset, "--output_dir", str(tmp_path)])
+        assert training_args.max_grad_norm == 0
+
+
+def test_checkpoint_epochs_evaluate_and_save_at_the_end_of_those_epochs(tmp_path):
+    # 64 sequences in batches of 32: 2 steps per epoch, so epochs 1 and 3 end at steps 2 and 6
+    spec = RunSpec(task="root", output_dir=tmp_path / "run", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
+                   filter_level=0, num_train=64, num_test=16, k_tests=(0,),
+                   model_kwargs={"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 16}, epochs=3,
+                   num_evaluations=0, checkpoint_epochs=(1, 3), use_dataset_builder=False, progress=False)
+    run_training(spec)
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+    history = json.loads((tmp_path / "run" / "eval_history.json").read_text())["history"]
+    assert {2, 6} <= {entry["step"] for entry in history}
+
+
+def test_checkpoint_epochs_and_readout_out_of_range_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"`checkpoint_epochs` must hold integers in \[1, num_train_epochs=3\], "
+                                         r"got 4"):
+        check_checkpoint_epochs([1, 4], 3.0)
+    data_args, model_args, training_args = parse_arguments("root", ["--output_dir", str(tmp_path / "r")])
+    model_args.readout = "mlp"
+    with pytest.raises(ValueError, match="only used by run_finetune.py"):
+        validate_arguments("root", data_args, model_args, training_args)
+    model_args.readout = "conv"
+    with pytest.raises(ValueError, match=r"`readout` must be one of \('linear', 'mlp'\), got 'conv'"):
+        validate_arguments("root", data_args, model_args, training_args)
+    assert not (tmp_path / "r").exists()
+
+
+def _finetune_model(out, readout="mlp", freeze=True):
+    data_args = DataArguments(depth=TINY.depth, num_symbols=TINY.num_symbols)
+    model_args = ModelArguments(model_name_or_path=str(out / "runs" / "mlm"), freeze_encoder=freeze, readout=readout)
+    return build_model("finetune", data_args, model_args)
+
+
+def test_finetune_frozen_encoder_runs_in_eval_mode_in_training(tiny_run):
+    out, _, _, _ = tiny_run
+    ids = torch.randint(0, TINY.num_symbols, (16, 2**TINY.depth))
+    frozen = _finetune_model(out).train()  # what Trainer does at every step
+    assert torch.equal(frozen(input_ids=ids).logits, frozen(input_ids=ids).logits)  # no dropout anywhere
+    assert not frozen.base_model.training and frozen.classifier.training
+    trained = _finetune_model(out, freeze=False).train()
+    assert not torch.equal(trained(input_ids=ids).logits, trained(input_ids=ids).logits)  # dropout on
+
+
+def test_finetune_mlp_readout_saves_and_loads(tiny_run, tmp_path):
+    out, _, _, _ = tiny_run
+    model = _finetune_model(out).eval()
+    assert isinstance(model.classifier, MLPReadout) and model.classifier[0].out_features == paper.FINETUNE_HIDDEN
+    assert model.classifier[0].in_features == TINY.model["hidden_size"] * 2**TINY.depth  # the concatenated tokens
+    model.save_pretrained(tmp_path)
+    loaded = load_root_classifier(tmp_path)
+    ids = torch.randint(0, TINY.num_symbols, (8, 2**TINY.depth))
+    assert isinstance(loaded.classifier, MLPReadout)
+    assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert isinstance(_finetune_model(out, readout="linear").classifier, torch.nn.Linear)
+
+
+# ---------------------------------------------------------------- probes as App. E.5 and the notebook
+
+
+@pytest.fixture(scope="module")
+def probe_result(tiny_run):
+    out, _, _, _ = tiny_run
+    return probing.probe(out / "runs" / "mlm", num_train=64, num_validation=48, num_test=32, epochs=4, batch_size=16,
+                         learning_rate=3e-3, seed=3, progress=False)
+
+
+def test_probe_reports_the_best_validation_epoch_and_the_last(probe_result):
+    r = probe_result
+    assert r.validation_history.shape == (r.epochs + 1, len(r.layers), len(r.levels))  # epoch 0 included
+    assert np.array_equal(r.best_epoch, r.validation_history.argmax(0))  # the first epoch of the best accuracy
+    assert np.array_equal(r.validation_accuracy, r.validation_history.max(0))
+    last = r.best_epoch == r.epochs
+    assert np.array_equal(r.accuracy[last], r.final_accuracy[last])  # best = last: the same probe
+    assert r.to_dict()["final_accuracy"].shape == r.accuracy.shape
+
+
+def test_batched_probes_copy_only_the_selected_probes():
+    generator = torch.Generator().manual_seed(0)
+    for hidden in (0, 5):
+        mine = probing._BatchedProbes(3, 2, 4, hidden, 3, generator)
+        theirs = probing._BatchedProbes(3, 2, 4, hidden, 3, generator)
+        x = torch.randn(3, 7, 4)  # (P, T, d)
+        before_mine, before_theirs = mine(x), theirs(x)  # (P, T, V, q)
+        improved = torch.tensor([[True, False], [False, False], [False, True]])
+        mine.copy_where(theirs, improved)
+        after = mine(x)
+        for p in range(3):
+            for v in range(2):
+                expected = before_theirs if improved[p, v] else before_mine
+                assert torch.allclose(after[p, :, v], expected[p, :, v])
+
+
+def test_probe_layers_outside_the_encoder_are_refused(tiny_run, tmp_path):
+    out, _, _, _ = tiny_run
+    with pytest.raises(ValueError, match=r"layers: layer 3 is outside \[0, 2\]"):
+        probing.probe(out / "runs" / "mlm", layers=[3], num_train=8, num_validation=8, num_test=8, epochs=1)
+    with pytest.raises(ValueError, match="probe_hidden` must be"):
+        probing.probe(out / "runs" / "mlm", probe_hidden=-1, num_train=8, num_validation=8, num_test=8, epochs=1)

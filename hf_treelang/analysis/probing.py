@@ -1,24 +1,33 @@
-"""Ancestor probes on frozen hidden states (paper Fig. 3b, App. E.6 and E.7).
+"""Ancestor probes on frozen hidden states (paper Fig. 3b, App. E.5-E.7).
 
-For every (encoder layer, ancestor level) pair a two-layer readout (64 hidden ReLU units by default) is trained to
-predict, from the hidden state of leaf i alone, the symbol of its ancestor at level m::
+For every (encoder layer, ancestor level) pair a readout is trained to predict, from the hidden state of leaf i
+alone, the symbol of its ancestor at level m::
 
     label(i, m) = levels[m][i >> (ℓ - m)]        (level 0 is the root, level ℓ the leaf itself)
 
-The readout is position independent: one network for all positions of a layer. Layer 0 is the input embedding,
-layer j the output of encoder block j. The encoder is frozen: hidden states are computed once, without masks.
-All probes are trained at once, as one batched network with independent weights per (layer, level); since the
-loss is the sum of the probes' losses and Adam acts per parameter, this is exactly independent training on the same
-mini-batches. Variant ``positions="ends"`` (App. E.7, left) trains on the first and last positions only and tests on
-all of them. As a reference, the exact BP posterior of each ancestor given the whole sequence gives the best
-accuracy any readout could reach.
+The readout is position independent: one network for all positions of a layer, by default the two-layer readout of
+App. E.5 (64 hidden ReLU units; ``probe_hidden=0`` gives a linear readout, the one of the authors' notebook for the
+k_train probes of App. E.7, right). Layer 0 is the input embedding, layer j the output of encoder block j. The
+encoder is frozen and in eval mode: hidden states are computed once, without masks. All probes are trained at once,
+as one batched network with independent weights per (layer, level); since the loss is the sum of the probes' losses
+and Adam acts per parameter, this is exactly independent training on the same mini-batches. Variant
+``positions="ends"`` (App. E.7, left) trains on the first and last positions only and tests on all of them.
+
+The protocol is App. E.5 and the authors' notebook (``notebooks/ancestor_inference.ipynb``): Adam at learning rate
+1e-4, batches of 32 sequences, 100 epochs on 2^14 labelled sequences, and for each probe the epoch of best accuracy
+on 10^4 validation sequences (epoch 0, before training, included). The notebook reports that best validation accuracy
+(:attr:`ProbeResult.validation_accuracy`); since it is chosen on the same sequences, the headline number here
+(:attr:`ProbeResult.accuracy`) is the best-epoch probe's accuracy on separate held-out test sequences, next to the
+last epoch's (:attr:`ProbeResult.final_accuracy`). As a reference, the exact BP posterior of each ancestor given the
+whole sequence gives the best accuracy any readout could reach.
 
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``P`` probed layers, ``V`` ancestor levels, ``H`` probe
-hidden units, ``d`` model hidden size, ``q`` symbols, ``T`` tokens in a batch.
+hidden units, ``d`` model hidden size, ``q`` symbols, ``T`` tokens in a batch, ``E`` epochs.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -29,7 +38,8 @@ from tqdm.auto import tqdm
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import ancestor_labels
-from hf_treelang.plotting import pyplot, save_figure
+from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.train import paper_settings as paper
 
 from .activations import batches, run_with_cache
 from .checkpoint import as_checkpoint
@@ -40,20 +50,29 @@ POSITION_MODES = ("all", "ends")
 
 @dataclass
 class ProbeResult:
-    """Held-out accuracy of every (layer, ancestor level) probe.
+    """Accuracy of every (layer, ancestor level) probe; (P, V) arrays have rows ``layers`` and columns ``levels``.
 
     Attributes:
-        accuracy: (P, V) accuracy on held-out sequences, all positions; rows follow ``layers``, columns ``levels``.
-        train_accuracy: (P, V) the same on the training sequences (the trained positions only).
+        accuracy: (P, V) held-out test accuracy (all positions) of each probe at its best validation epoch.
+        final_accuracy: (P, V) held-out test accuracy of each probe after the last epoch.
+        validation_accuracy: (P, V) best validation accuracy over the epochs (the number of the authors' notebook).
+        best_epoch: (P, V) the epoch of that best validation accuracy (0 = before training).
+        validation_history: (E + 1, P, V) validation accuracy before training and after every epoch.
+        train_accuracy: (P, V) accuracy on the training sequences after the last epoch (the trained positions only).
         layers: probed layers (0 = the input embedding, j = encoder block j).
         levels: ancestor levels m (0 = the root).
-        bp_accuracy: (V,) accuracy of the exact BP posterior of the ancestor given the whole sequence.
+        bp_accuracy: (V,) accuracy of the exact BP posterior of the ancestor given the whole sequence (test set).
         chance: (V,) accuracy of always predicting the most frequent training label.
         positions: ``"all"`` or ``"ends"`` (trained on the first and last positions only).
-        depth, model_filter_level, data_filter_level, num_train, num_test, epochs: the setting.
+        checkpoint, depth, model_filter_level, data_filter_level, num_train, num_validation, num_test, epochs,
+        batch_size, learning_rate, probe_hidden: the setting (``probe_hidden`` 0: a linear readout).
     """
 
     accuracy: np.ndarray
+    final_accuracy: np.ndarray
+    validation_accuracy: np.ndarray
+    best_epoch: np.ndarray
+    validation_history: np.ndarray
     train_accuracy: np.ndarray
     layers: list
     levels: list
@@ -65,8 +84,12 @@ class ProbeResult:
     model_filter_level: int
     data_filter_level: int
     num_train: int
+    num_validation: int
     num_test: int
     epochs: int
+    batch_size: int
+    learning_rate: float
+    probe_hidden: int
 
     def to_dict(self) -> dict:
         return {
@@ -76,11 +99,19 @@ class ProbeResult:
             "model_filter_level": self.model_filter_level,
             "data_filter_level": self.data_filter_level,
             "num_train": self.num_train,
+            "num_validation": self.num_validation,
             "num_test": self.num_test,
             "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "probe_hidden": self.probe_hidden,
             "layers": self.layers,
             "levels": self.levels,
             "accuracy": self.accuracy,
+            "final_accuracy": self.final_accuracy,
+            "validation_accuracy": self.validation_accuracy,
+            "best_epoch": self.best_epoch,
+            "validation_history": self.validation_history,
             "train_accuracy": self.train_accuracy,
             "bp_accuracy": self.bp_accuracy,
             "chance": self.chance,
@@ -108,6 +139,22 @@ def check_levels(levels, depth: int, data_filter_level: int) -> list:
     return levels
 
 
+def check_layers(layers, num_layers: int) -> list:
+    """Validate probed layers against the checkpoint's ``num_layers`` encoder blocks (0 = the embedding)."""
+    if layers is None:
+        return list(range(num_layers + 1))
+    layers = [int(j) for j in layers]
+    if not layers:
+        raise ValueError(f"layers must name at least one layer in [0, {num_layers}], got none")
+    for j in layers:
+        if not 0 <= j <= num_layers:
+            raise ValueError(f"layers: layer {j} is outside [0, {num_layers}] (0 = the embedding, {num_layers} = the "
+                             "last encoder block) for this checkpoint")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"layers must not repeat, got {layers}")
+    return layers
+
+
 def probe_targets(trees, levels: list) -> np.ndarray:
     """(n, L, V) ancestor symbols of every leaf for each probed level (``hf_treelang.data.ancestor_labels``)."""
     return np.stack([ancestor_labels(trees.levels[m], trees.depth) for m in levels], -1)
@@ -119,7 +166,10 @@ def hidden_states(ckpt, input_ids: np.ndarray, *, batch_size: int = 512) -> torc
 
 
 class _BatchedProbes(torch.nn.Module):
-    """P x V independent two-layer readouts d -> H -> q; the first layers of one encoder layer share one matmul."""
+    """P x V independent readouts d -> H -> q (``H = 0``: linear d -> q), nn.Linear's default initialisation.
+
+    With hidden units, the first layers of one encoder layer share one matmul.
+    """
 
     def __init__(self, num_layers: int, num_levels: int, hidden_size: int, probe_hidden: int, num_symbols: int,
                  generator: torch.Generator):
@@ -130,17 +180,41 @@ class _BatchedProbes(torch.nn.Module):
             bound = 1.0 / math.sqrt(fan_in)
             return torch.nn.Parameter((torch.rand(shape, generator=generator) * 2 - 1) * bound)
 
-        self.V, self.H = V, H
-        self.w1 = uniform((P, d, V * H), d)
-        self.b1 = uniform((P, 1, V * H), d)
-        self.w2 = uniform((P, V, H, q), H)
-        self.b2 = uniform((P, 1, V, q), H)
+        self.V, self.H, self.q = V, H, q
+        if H:
+            self.w1 = uniform((P, d, V * H), d)
+            self.b1 = uniform((P, 1, V * H), d)
+            self.w2 = uniform((P, V, H, q), H)
+            self.b2 = uniform((P, 1, V, q), H)
+        else:
+            self.w2 = uniform((P, d, V * q), d)
+            self.b2 = uniform((P, 1, V * q), d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (P, T, d) -> logits (P, T, V, q)."""
         P, T, _ = x.shape
+        if not self.H:
+            return torch.baddbmm(self.b2, x, self.w2).view(P, T, self.V, self.q)  # (P, T, V, q)
         h = torch.relu(torch.baddbmm(self.b1, x, self.w1)).view(P, T, self.V, self.H)  # (P, T, V, H)
         return torch.einsum("ptvh,pvhc->ptvc", h, self.w2) + self.b2  # (P, T, V, q)
+
+    def _level_views(self, parameter: torch.Tensor) -> torch.Tensor:
+        """``parameter`` viewed with the level axis second: (P, V, ...)."""
+        P, V = parameter.shape[0], self.V
+        if parameter.dim() == 4 and parameter.shape[1] == V:  # w2 (P, V, H, q)
+            return parameter
+        if parameter.dim() == 4:  # b2 (P, 1, V, q)
+            return parameter.transpose(1, 2)
+        rows = parameter.shape[1]  # w1 (P, d, V*H), b1 (P, 1, V*H), linear w2 (P, d, V*q), b2 (P, 1, V*q)
+        return parameter.view(P, rows, V, -1).transpose(1, 2)  # (P, V, rows, H or q)
+
+    @torch.no_grad()
+    def copy_where(self, other: "_BatchedProbes", improved: torch.Tensor) -> None:
+        """Copy the weights of the probes where ``improved`` (P, V) is True from ``other`` (same shapes)."""
+        for name, parameter in self.named_parameters():
+            mine, theirs = self._level_views(parameter), self._level_views(getattr(other, name))  # (P, V, ...)
+            mask = improved.view(*improved.shape, *([1] * (mine.dim() - 2))).to(mine.device)
+            mine.copy_(torch.where(mask, theirs, mine))
 
 
 def _select(states: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor):
@@ -151,6 +225,7 @@ def _select(states: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor)
 
 @torch.no_grad()
 def _accuracy(probes, states, labels, positions, batch_size, device) -> np.ndarray:
+    """(P, V) accuracy of every probe on ``states`` (n, P, L, d) at ``positions``."""
     correct = None
     count = 0
     for part in batches(states.shape[0], batch_size):
@@ -166,32 +241,38 @@ def probe(
     checkpoint,
     *,
     levels=None,
+    layers=None,
     data_filter_level: int | None = None,
     positions: str = "all",
-    num_train: int = 2**14,
+    num_train: int = paper.PROBE_TRAIN,
+    num_validation: int = paper.PROBE_VALIDATION,
     num_test: int = 2**12,
-    epochs: int = 10,
-    batch_size: int = 64,
-    learning_rate: float = 1e-3,
-    probe_hidden: int = 64,
+    epochs: int = paper.PROBE_EPOCHS,
+    batch_size: int = paper.PROBE_BATCH_SIZE,
+    learning_rate: float = paper.PROBE_LEARNING_RATE,
+    probe_hidden: int = paper.PROBE_HIDDEN,
     seed: int = 20_240_603,
     device="cpu",
     progress: bool = True,
 ) -> ProbeResult:
-    """Train the ancestor probes of every (layer, level) on a frozen checkpoint and measure held-out accuracy.
+    """Train the ancestor probes of every (layer, level) on a frozen checkpoint; best-epoch and final accuracy.
+
+    The defaults are App. E.5 and the authors' notebook (see the module docstring).
 
     Args:
         checkpoint: a TreeLang checkpoint folder of any task (MLM in the paper) or a loaded checkpoint.
         levels: ancestor levels m to probe (0 = root); default: every level < ℓ that the data have.
+        layers: hidden-state layers to probe (0 = the embedding, n_L = the complete encoding); default: all.
         data_filter_level: filter level k of the probing data; default the checkpoint's k_train (in-sample). Use 0
             to probe a filtered model on the full hierarchy (App. E.7, right).
         positions: ``"all"`` trains on every position (Fig. 3b), ``"ends"`` on the first and last only (App. E.7).
         num_train: labelled training sequences (2^14 in the paper).
-        num_test: held-out sequences.
-        epochs: passes over the training sequences (100 in the paper; 10 by default to stay quick on a CPU).
-        batch_size: sequences per optimisation step.
-        learning_rate: Adam learning rate.
-        probe_hidden: hidden units of each readout (64 in the paper).
+        num_validation: sequences on which each probe's best epoch is chosen (10^4 in the notebook).
+        num_test: further held-out sequences on which the accuracies are reported.
+        epochs: passes over the training sequences (100 in the paper).
+        batch_size: sequences per optimisation step (32).
+        learning_rate: Adam learning rate (1e-4).
+        probe_hidden: H, hidden units of each readout (64 in App. E.5); 0 for a linear readout.
         seed: seed of the data, the initialisation and the batch order.
         progress: show a progress bar over epochs.
     """
@@ -201,22 +282,26 @@ def probe(
     if not 0 <= k_data <= depth:
         raise ValueError(f"data_filter_level must be in [0, depth={depth}], got {k_data}")
     levels = check_levels(levels, depth, k_data)
+    layers = check_layers(layers, ckpt.num_layers)
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
     num_train = check_positive("num_train", num_train)
+    num_validation = check_positive("num_validation", num_validation)
     num_test = check_positive("num_test", num_test)
     epochs = check_positive("epochs", epochs)
     batch_size = check_positive("batch_size", batch_size)
-    probe_hidden = check_positive("probe_hidden", probe_hidden)
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    probe_hidden = check_positive("probe_hidden", probe_hidden, low=0)
+    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
 
-    trees = sample_trees(ckpt.grammar, num_train + num_test, depth, k_data, seed)
+    n = num_train + num_validation + num_test
+    trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
     labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
-    states = hidden_states(ckpt, trees.leaves)  # (n, P, L, d)
+    states = hidden_states(ckpt, trees.leaves)[:, layers]  # (n, P, L, d)
     num_layers, length = states.shape[1], states.shape[2]
     train = slice(0, num_train)
-    test = slice(num_train, num_train + num_test)
+    validation = slice(num_train, num_train + num_validation)
+    test = slice(num_train + num_validation, n)
     all_positions = torch.arange(length)
     train_positions = all_positions if positions == "all" else torch.tensor(sorted({0, length - 1}))
 
@@ -224,10 +309,19 @@ def probe(
     probes = _BatchedProbes(num_layers, len(levels), states.shape[-1], probe_hidden, ckpt.num_symbols, generator)
     device = ckpt.device
     probes.to(device)
+    best = copy.deepcopy(probes)  # each probe's weights at its best validation epoch so far
     optimizer = torch.optim.Adam(probes.parameters(), lr=learning_rate)
     weight = num_layers * len(levels)  # sum, not mean, of the P*V probe losses: independent training
     train_states, train_labels = states[train], labels[train]
-    for _ in tqdm(range(epochs), desc="probe epochs", disable=not progress, leave=False):
+    eval_batch = max(batch_size, 1024)
+
+    def validation_accuracy() -> np.ndarray:
+        return _accuracy(probes, states[validation], labels[validation], all_positions, eval_batch, device)
+
+    history = [validation_accuracy()]  # (P, V) per epoch, epoch 0 first
+    best_accuracy = history[0].copy()
+    best_epoch = np.zeros_like(best_accuracy, dtype=np.int64)
+    for epoch in tqdm(range(1, epochs + 1), desc="probe epochs", disable=not progress, leave=False):
         order = torch.randperm(num_train, generator=generator)
         for part in batches(num_train, batch_size):
             rows = order[part]
@@ -239,9 +333,16 @@ def probe(
             optimizer.zero_grad(set_to_none=True)
             (loss * weight).backward()
             optimizer.step()
+        history.append(validation_accuracy())
+        improved = history[-1] > best_accuracy  # (P, V); ties keep the earlier epoch
+        if improved.any():
+            best.copy_where(probes, torch.as_tensor(improved))
+            best_accuracy = np.where(improved, history[-1], best_accuracy)
+            best_epoch = np.where(improved, epoch, best_epoch)
 
-    eval_batch = max(batch_size, 1024)
-    test_accuracy = _accuracy(probes, states[test], labels[test], all_positions, eval_batch, device)
+    test_states, test_labels = states[test], labels[test]
+    final_accuracy = _accuracy(probes, test_states, test_labels, all_positions, eval_batch, device)
+    best_test_accuracy = _accuracy(best, test_states, test_labels, all_positions, eval_batch, device)
     train_accuracy = _accuracy(probes, train_states, train_labels, train_positions, eval_batch, device)
 
     bp_levels = BeliefPropagation(ckpt.grammar, depth, k_data).level_marginals(trees.leaves[test])
@@ -258,9 +359,13 @@ def probe(
         for v in range(len(levels))
     ])
     return ProbeResult(
-        accuracy=test_accuracy,
+        accuracy=best_test_accuracy,
+        final_accuracy=final_accuracy,
+        validation_accuracy=best_accuracy,
+        best_epoch=best_epoch,
+        validation_history=np.stack(history),  # (E + 1, P, V)
         train_accuracy=train_accuracy,
-        layers=list(range(num_layers)),
+        layers=layers,
         levels=levels,
         bp_accuracy=bp_accuracy,
         chance=chance,
@@ -270,8 +375,12 @@ def probe(
         model_filter_level=ckpt.filter_level,
         data_filter_level=k_data,
         num_train=num_train,
+        num_validation=num_validation,
         num_test=num_test,
         epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=float(learning_rate),
+        probe_hidden=probe_hidden,
     )
 
 
@@ -290,9 +399,10 @@ def plot_probes(result: ProbeResult):
     fig.colorbar(image, ax=heat, label="held-out accuracy")
     colors = plt.get_cmap("viridis")
     for row, layer in enumerate(result.layers):
-        lines.plot(result.levels, result.accuracy[row], marker="o",
-                   color=colors(row / max(1, len(result.layers) - 1)),
+        color = colors(row / max(1, len(result.layers) - 1))
+        lines.plot(result.levels, result.accuracy[row], marker="o", mfc="none", color=color,
                    label="embedding" if layer == 0 else f"layer {layer}")
+        lines.plot(result.levels, result.final_accuracy[row], ls=":", lw=0.8, color=color)
     lines.plot(result.levels, result.bp_accuracy, ls="--", color="black", label="BP (whole sequence)")
     lines.plot(result.levels, result.chance, ls=":", color="grey", label="most frequent symbol")
     lines.set_xticks(result.levels)
@@ -301,9 +411,11 @@ def plot_probes(result: ProbeResult):
     lines.set_ylim(0, 1.02)
     lines.legend(fontsize=7)
     where = "all positions" if result.positions == "all" else "first and last positions only"
-    fig.suptitle(f"Ancestor probes (trained on {where}; ℓ={result.depth}, k_train={result.model_filter_level}, "
-                 f"k_data={result.data_filter_level}, {result.num_train} sequences, {result.epochs} epochs)",
-                 fontsize=9)
+    readout = "linear" if result.probe_hidden == 0 else f"{result.probe_hidden}-unit"
+    fig.suptitle(f"Ancestor probes ({readout} readout trained on {where}; ℓ={result.depth}, "
+                 f"k_train={result.model_filter_level}, k_data={result.data_filter_level}, {result.num_train} "
+                 f"sequences, best of {result.epochs} epochs on {result.num_validation} validation sequences; "
+                 "dotted: last epoch)", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -317,19 +429,89 @@ def write_outputs(result: ProbeResult, out_dir, *, name: str | None = None) -> d
     return paths
 
 
+@dataclass
+class FilteredProbeResult:
+    """App. E.7 (right): probes of the complete encoding of MLM models trained on k_train = 0, 1, ..., on k = 0 data.
+
+    Attributes:
+        models: one :class:`ProbeResult` per model, each of its last layer only (``layers == [n_L]``), in the order
+            of the checkpoints; all on the same sequences.
+    """
+
+    models: list
+
+    @property
+    def filter_levels(self) -> list:
+        return [r.model_filter_level for r in self.models]
+
+    def to_dict(self) -> dict:
+        return {"filter_levels": self.filter_levels, "models": [r.to_dict() for r in self.models]}
+
+
+def probe_filtered_models(checkpoints, **kwargs) -> FilteredProbeResult:
+    """:func:`probe` of the last layer of each checkpoint on full-hierarchy data (k = 0), the same sequences for all.
+
+    Every checkpoint is loaded and checked before any probe trains. ``kwargs`` go to :func:`probe` (its
+    ``layers`` and ``data_filter_level`` are fixed here). The authors' notebook uses a linear readout for this
+    figure (``probe_hidden=0``).
+    """
+    if not checkpoints:
+        raise ValueError("checkpoints must name at least one TreeLang checkpoint folder, got none")
+    for name in ("layers", "data_filter_level"):
+        if name in kwargs:
+            raise ValueError(f"{name} is fixed by probe_filtered_models (the last layer, k = 0 data)")
+    loaded = [as_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
+    same_grammar = all(np.array_equal(c.grammar.M, loaded[0].grammar.M) for c in loaded)
+    if len({(c.depth, c.num_symbols) for c in loaded}) != 1 or not same_grammar:
+        raise ValueError("checkpoints must share one grammar, q and depth ℓ (one reproduction), got "
+                         + ", ".join(c.describe() for c in loaded))
+    return FilteredProbeResult(models=[probe(c, layers=[c.num_layers], data_filter_level=0, **kwargs)
+                                       for c in loaded])
+
+
+def plot_filtered_probes(result: FilteredProbeResult):
+    """Accuracy vs ancestor level, one curve per k_train (the paper's colours), BP on the same data dashed."""
+    plt = pyplot()
+    first = result.models[0]
+    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    for r in result.models:
+        ax.plot(r.levels, r.accuracy[0], marker="o", mfc="none", color=level_color(r.model_filter_level, r.depth),
+                label=f"$k_{{train}}$={r.model_filter_level}")
+    ax.plot(first.levels, first.bp_accuracy, ls="--", color="grey", label="BP (whole sequence)")
+    ax.set_xticks(first.levels)
+    ax.set_xlabel("ancestor level (0 = root)")
+    ax.set_ylabel("held-out accuracy ($k_{test}$=0)")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    readout = "linear" if first.probe_hidden == 0 else f"{first.probe_hidden}-unit"
+    ax.set_title(f"Probes of the complete encoding ({readout} readout, {first.num_train} sequences)", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_filtered_outputs(result: FilteredProbeResult, out_dir, *, name: str = "probe_filtered") -> dict:
+    """Write ``<name>.png`` and ``<name>.json`` into ``out_dir``."""
+    out = prepare_output(out_dir)
+    paths = {"figure": save_figure(plot_filtered_probes(result), out / f"{name}.png")}
+    paths["json"] = write_json(out / f"{name}.json", result.to_dict())
+    return paths
+
+
 def run(args) -> int:
     """``hf-treelang probe`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
-        result = probe(args.checkpoint, levels=args.levels, data_filter_level=args.data_filter_level,
-                       positions=args.positions, num_train=args.num_train, num_test=args.num_test,
-                       epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                       probe_hidden=args.probe_hidden, seed=args.seed, device=args.device)
+        result = probe(args.checkpoint, levels=args.levels, layers=args.layers,
+                       data_filter_level=args.data_filter_level, positions=args.positions, num_train=args.num_train,
+                       num_validation=args.num_validation, num_test=args.num_test, epochs=args.epochs,
+                       batch_size=args.batch_size, learning_rate=args.learning_rate, probe_hidden=args.probe_hidden,
+                       seed=args.seed, device=args.device)
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)
     paths = write_outputs(result, args.out)
-    print("held-out accuracy (rows: layers, columns: ancestor levels " + str(result.levels) + ")")
-    for layer, row in zip(result.layers, result.accuracy):
-        print(f"  layer {layer}: " + "  ".join(f"{a:.3f}" for a in row))
+    print("held-out accuracy at the best validation epoch (last epoch in brackets); rows: layers, columns: ancestor "
+          "levels " + str(result.levels))
+    for layer, row, final in zip(result.layers, result.accuracy, result.final_accuracy):
+        print(f"  layer {layer}: " + "  ".join(f"{a:.3f} ({b:.3f})" for a, b in zip(row, final)))
     print("  BP:      " + "  ".join(f"{a:.3f}" for a in result.bp_accuracy))
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0

@@ -1,31 +1,49 @@
 """The presets of ``hf-treelang reproduce``: the sizes of one reproduction (data, model, training, analyses).
 
-``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU), ``paper`` (the paper's sizes; a GPU is
-advisable) and ``tiny`` (the smoke test of the test suite). With the step names, this module imports nothing but
-``dataclasses``: ``hf-treelang reproduce --help`` lists presets and steps from it without importing torch.
+``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU), ``paper`` (the authors' settings, figure by
+figure; weeks of GPU time for every sweep) and ``tiny`` (the smoke test of the test suite, every step at toy sizes).
+The ``paper`` values and their sources (the authors' scripts) are listed in ``training/README.md``, "Paper vs code".
+With the step names, this module imports nothing but ``dataclasses`` and :mod:`hf_treelang.train.paper_settings`:
+``hf-treelang reproduce --help`` lists presets and steps from it without importing torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hf_treelang.train import paper_settings as paper
+
 # The steps of every reproduction, in order; the functions are in :mod:`hf_treelang.reproduce.steps`.
 BASE_STEPS = ("data", "bp", "train_root", "train_mlm", "dynamics", "calibration", "attention", "probe",
               "sample_complexity")
+# Steps of the sweeps, after the base steps; a preset has those whose sizes it sets (:meth:`Preset.figure_steps`):
+# Fig. 2a / App. E.3 (root accuracy vs P per k_train), E.1 (per n_L), E.2 (per grammar), E.5 (classifier
+# attention maps) and E.7 right (probes of the k_train MLM models).
+FIGURE_STEPS = ("root_sweep", "layers_sweep", "seed_sweep", "classifier_attention", "probe_filtered")
 
+def step_names(attention_filter_levels=(), figure_steps=FIGURE_STEPS) -> list:
+    """The ordered step names of a reproduction with these ``attention_filter_levels`` and ``figure_steps``.
 
-def step_names(attention_filter_levels=()) -> list:
-    """The ordered step names of a reproduction whose preset has these ``attention_filter_levels``.
-
-    One extra MLM training, ``train_mlm_k<k>``, per level k (for the attention grid) follows ``train_mlm``.
+    One extra MLM training, ``train_mlm_k<k>``, per level k (for the attention grid and the k_train probes) follows
+    ``train_mlm``; the ``figure_steps`` (a subset of :data:`FIGURE_STEPS`) come last, in that order.
     """
     after = BASE_STEPS.index("train_mlm") + 1
-    return [*BASE_STEPS[:after], *(f"train_mlm_k{k}" for k in attention_filter_levels), *BASE_STEPS[after:]]
+    figures = [name for name in FIGURE_STEPS if name in figure_steps]
+    return [*BASE_STEPS[:after], *(f"train_mlm_k{k}" for k in attention_filter_levels), *BASE_STEPS[after:],
+            *figures]
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Sizes of one reproduction (data: q, ℓ, σ, grammar seed, k_train; model; training; analyses)."""
+    """Sizes of one reproduction (data: q, ℓ, σ, grammar seed, k_train; model; training; analyses; sweeps).
+
+    Attributes (beyond the obvious): ``root_checkpoint_epochs`` / ``mlm_checkpoint_epochs`` evaluate and save the
+    main runs at the end of those epochs; ``sweep_filter_levels`` the k_train of Fig. 2a / E.3 (``sweep_sizes`` the
+    P for k_train = 0, ``sweep_sizes_filtered`` for k_train > 0, ``sweep_epochs`` each); ``layer_counts`` the n_L of
+    App. E.1; ``grammar_seeds`` the other grammars of App. E.2; ``probe_*`` the probes of Fig. 3b / App. E.7
+    (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_readout`` the new head of
+    Fig. 1f's pre-trained arms. An empty sweep setting leaves its step out of the preset.
+    """
 
     name: str
     description: str
@@ -37,52 +55,98 @@ class Preset:
     model: dict = field(default_factory=dict)
     root_train: int = 2**14
     root_epochs: float = 5.0
+    root_checkpoint_epochs: tuple = ()
     mlm_train: int = 2**14
     mlm_epochs: float = 10.0
+    mlm_checkpoint_epochs: tuple = ()
     num_test: int = 2048
     num_evaluations: int = 12
     batch_size: int = 32
     learning_rate: float = 1e-4
     analysis_samples: int = 10_000
     probe_train: int = 2**13
+    probe_validation: int = 2**11
     probe_test: int = 2**11
     probe_epochs: int = 10
+    probe_batch_size: int = 32
+    probe_learning_rate: float = 1e-4
+    probe_hidden: int = 64
+    filtered_probe_hidden: int = 0
     sample_sizes: tuple = (2**7, 2**9, 2**11)
     sample_epochs: float = 20.0
     sample_max_steps: int | None = None
+    finetune_readout: str = "linear"
     attention_filter_levels: tuple = ()
+    sweep_filter_levels: tuple = ()
+    sweep_sizes: tuple = ()
+    sweep_sizes_filtered: tuple = ()
+    sweep_epochs: float = 5.0
+    layer_counts: tuple = ()
+    grammar_seeds: tuple = ()
     use_dataset_builder: bool = True
     cpu_threads: int | None = None
+
+    def figure_steps(self) -> tuple:
+        """The :data:`FIGURE_STEPS` this preset runs (those whose sweep it sizes)."""
+        has = {
+            "root_sweep": bool(self.sweep_filter_levels),
+            "layers_sweep": bool(self.layer_counts),
+            "seed_sweep": bool(self.grammar_seeds and self.sweep_filter_levels),
+            "classifier_attention": bool(self.sweep_filter_levels),
+            "probe_filtered": bool(self.attention_filter_levels),
+        }
+        return tuple(name for name in FIGURE_STEPS if has[name])
+
+    def sweep_sizes_of(self, filter_level: int) -> tuple:
+        """P of the root-classification sweep at k_train = ``filter_level`` (Fig. 2a: 2^9..2^17, or 2^20 if k > 0)."""
+        return self.sweep_sizes if filter_level == 0 or not self.sweep_sizes_filtered else self.sweep_sizes_filtered
 
 
 PRESETS = {
     "quick": Preset(
         name="quick",
         description="ℓ=4, q=4, a reduced encoder (d=64, d'=256, 4 layers); P=2^14 root (6 epochs), P=2^14 MLM "
-        "(20 epochs); 12-20 min on a 2-core CPU",
+        "(20 epochs); 12-20 min on a 2-core CPU; no sweeps (Fig. 2a, App. E.1-E.3, E.5, E.7 right need --preset "
+        "paper)",
         model={"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 1, "intermediate_size": 256},
         root_train=2**14, root_epochs=6.0, mlm_train=2**14, mlm_epochs=20.0, num_test=2048, num_evaluations=12,
-        analysis_samples=10_000, probe_train=2**13, probe_test=2**11, probe_epochs=8,
+        analysis_samples=10_000, probe_train=2**13, probe_validation=2**11, probe_test=2**11, probe_epochs=8,
+        probe_batch_size=64, probe_learning_rate=1e-3,
         sample_sizes=(2**7, 2**9, 2**11), sample_epochs=20.0, sample_max_steps=400, cpu_threads=1,
     ),
     "paper": Preset(
         name="paper",
-        description="the paper's sizes: ℓ=4, q=4, d=128, d'=2048, 4 layers; P=2^17 root (10 epochs), P=2^18 MLM "
-        "(1000 epochs), 10^4 test inputs, probes on 2^14 sequences for 100 epochs, MLM models for k_train=0..4",
+        description="the authors' settings: ℓ=4, q=4, d=128, d'=2048, n_L=4; root P=2^17 for 200 epochs, MLM "
+        "P=2^18 for 2000 epochs (checkpoints at the authors' epochs), 10^4 test inputs; Fig. 2a / E.3 k_train=0..4 "
+        "at P=2^9..2^17 (k=0) or 2^20 (k>0), 200 epochs each; E.1 n_L=1..4; E.2 grammar seeds 1, 15, 31; probes "
+        "on 2^14 sequences, 100 epochs, best of 10^4 validation sequences; no gradient clipping",
         model={"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 1, "intermediate_size": 2048},
-        root_train=2**17, root_epochs=10.0, mlm_train=2**18, mlm_epochs=1000.0, num_test=10_000,
-        num_evaluations=25, analysis_samples=10_000, probe_train=2**14, probe_test=2**12, probe_epochs=100,
-        sample_sizes=(2**7, 2**9, 2**11, 2**13, 2**15, 2**17), sample_epochs=50.0,
+        root_train=paper.ROOT_TRAIN, root_epochs=float(paper.ROOT_EPOCHS),
+        root_checkpoint_epochs=paper.ROOT_CHECKPOINT_EPOCHS,
+        mlm_train=paper.MLM_TRAIN, mlm_epochs=float(paper.MLM_EPOCHS),
+        mlm_checkpoint_epochs=paper.MLM_CHECKPOINT_EPOCHS,
+        num_test=paper.NUM_TEST, num_evaluations=25, analysis_samples=10_000,
+        probe_train=paper.PROBE_TRAIN, probe_validation=paper.PROBE_VALIDATION, probe_test=2**12,
+        probe_epochs=paper.PROBE_EPOCHS, probe_batch_size=paper.PROBE_BATCH_SIZE,
+        probe_learning_rate=paper.PROBE_LEARNING_RATE, probe_hidden=paper.PROBE_HIDDEN,
+        filtered_probe_hidden=paper.FILTERED_PROBE_HIDDEN,
+        sample_sizes=(2**7, 2**9, 2**11, 2**13, 2**15, 2**17), sample_epochs=float(paper.FINETUNE_EPOCHS),
+        finetune_readout="linear",
         attention_filter_levels=(1, 2, 3, 4),
+        sweep_filter_levels=paper.SWEEP_FILTER_LEVELS, sweep_sizes=paper.SWEEP_SIZES,
+        sweep_sizes_filtered=paper.SWEEP_SIZES_FILTERED, sweep_epochs=float(paper.SWEEP_EPOCHS),
+        layer_counts=paper.LAYER_COUNTS, grammar_seeds=paper.GRAMMAR_SEEDS,
     ),
     "tiny": Preset(
         name="tiny",
-        description="smoke test: ℓ=3, q=4, d=32, 2 layers, a few hundred sequences",
+        description="smoke test: ℓ=3, q=4, d=32, 2 layers, a few hundred sequences, every step and sweep",
         depth=3,
         model={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 1, "intermediate_size": 64},
-        root_train=128, root_epochs=1.0, mlm_train=128, mlm_epochs=1.0, num_test=64, num_evaluations=1,
-        analysis_samples=64, probe_train=64, probe_test=32, probe_epochs=1,
-        sample_sizes=(64,), sample_epochs=1.0, use_dataset_builder=False, cpu_threads=1,
+        root_train=128, root_epochs=1.0, root_checkpoint_epochs=(1,), mlm_train=128, mlm_epochs=1.0,
+        num_test=64, num_evaluations=1, analysis_samples=64, probe_train=64, probe_validation=32, probe_test=32,
+        probe_epochs=2, sample_sizes=(64,), sample_epochs=1.0, finetune_readout="mlp",
+        attention_filter_levels=(2,), sweep_filter_levels=(0, 2), sweep_sizes=(64, 128), sweep_epochs=1.0,
+        layer_counts=(1, 2), grammar_seeds=(1,), use_dataset_builder=False, cpu_threads=1,
     ),
 }
 PUBLIC_PRESETS = ("quick", "paper")

@@ -25,6 +25,23 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
+def _epochs(epochs) -> str:
+    return f"; evaluated and saved at epochs {', '.join(map(str, epochs))}" if epochs else ""
+
+
+def _accuracy_curves(lines: list, summary: dict | None) -> None:
+    """One table per panel of an accuracy-vs-P figure (hf_treelang.analysis.accuracy_curves JSON)."""
+    for panel in (summary or {}).get("panels", []):
+        sizes = sorted({size for curve in panel["curves"] for size in curve["sizes"]})
+        lines += [f"{panel['title']}:", "", "| curve | " + " | ".join(f"P={size}" for size in sizes) + " | BP |",
+                  "|---|" + "---|" * (len(sizes) + 1)]
+        for curve in panel["curves"]:
+            accuracy = dict(zip(curve["sizes"], curve["accuracy"]))
+            lines.append(f"| {curve['label']} | " + " | ".join(_fmt(accuracy.get(size)) for size in sizes)
+                         + f" | {_fmt(curve['bp_accuracy'])} |")
+        lines.append("")
+
+
 def _figure(lines: list, path: Path, out: Path, caption: str) -> None:
     if path.is_file():
         lines.append(f"![{caption}]({path.relative_to(out).as_posix()})")
@@ -45,9 +62,9 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         "|---|---|",
         f"| data | q={p.num_symbols}, ℓ={p.depth}, σ={p.sigma}, grammar seed {p.grammar_seed}, k_train={k} |",
         f"| model | {', '.join(f'{key}={value}' for key, value in p.model.items())} |",
-        f"| root classification | P={p.root_train}, {p.root_epochs:g} epochs |",
-        f"| masked language modelling | P={p.mlm_train}, {p.mlm_epochs:g} epochs |",
-        f"| optimiser | Adam, learning rate {p.learning_rate:g}, batch {p.batch_size} |",
+        f"| root classification | P={p.root_train}, {p.root_epochs:g} epochs{_epochs(p.root_checkpoint_epochs)} |",
+        f"| masked language modelling | P={p.mlm_train}, {p.mlm_epochs:g} epochs{_epochs(p.mlm_checkpoint_epochs)} |",
+        f"| optimiser | Adam, learning rate {p.learning_rate:g}, batch {p.batch_size}, no gradient clipping |",
         f"| test sets | {p.num_test} sequences per k_test |",
         "",
     ]
@@ -101,20 +118,37 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
     lines += ["## Attention maps (Fig. 4, App. E.5)", ""]
     _figure(lines, out / "attention" / "mlm" / "attention.png", out, "MLM: average attention per layer")
     _figure(lines, out / "attention" / "root" / "attention.png", out, "root classifier: average attention per layer")
+    _figure(lines, out / "attention" / "classifier" / "attention.png", out,
+            "App. E.5: root classifiers of every k_train at their largest P")
 
-    lines += ["## Probing (Fig. 3b, App. E.6-E.7)", ""]
+    lines += ["## Probing (Fig. 3b, App. E.5-E.7)", "",
+              f"Readouts trained on {p.probe_train} sequences for {p.probe_epochs} epochs (Adam "
+              f"{p.probe_learning_rate:g}, batch {p.probe_batch_size}); each probe at its best epoch on "
+              f"{p.probe_validation} validation sequences, accuracy on {p.probe_test} further held-out sequences, "
+              "the last epoch's in brackets.", ""]
     for name in ("probe", "probe_ends"):
         summary = read_json(out / "probe" / f"{name}.json")
         if summary:
             where = "all positions" if name == "probe" else "first and last positions only"
+            final = summary.get("final_accuracy", summary["accuracy"])
             lines += [f"Trained on {where}; held-out accuracy (rows: layer, 0 = embedding; columns: ancestor level):",
                       "", "| layer | " + " | ".join(f"level {m}" for m in summary["levels"]) + " |",
                       "|---|" + "---|" * len(summary["levels"])]
-            for layer, row in zip(summary["layers"], summary["accuracy"]):
-                lines.append(f"| {layer} | " + " | ".join(_fmt(a) for a in row) + " |")
+            for layer, row, last in zip(summary["layers"], summary["accuracy"], final):
+                lines.append(f"| {layer} | " + " | ".join(f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(row, last)) + " |")
             lines.append("| BP | " + " | ".join(_fmt(a) for a in summary["bp_accuracy"]) + " |")
             lines.append("")
         _figure(lines, out / "probe" / f"{name}.png", out, f"ancestor probes ({name})")
+    summary = read_json(out / "probe" / "probe_filtered.json")
+    if summary:
+        levels = summary["models"][0]["levels"]
+        lines += ["App. E.7 (right): the complete encoding of the MLM model of each k_train, on k = 0 data:", "",
+                  "| k_train | " + " | ".join(f"level {m}" for m in levels) + " |", "|---|" + "---|" * len(levels)]
+        for model in summary["models"]:
+            lines.append(f"| {model['model_filter_level']} | " + " | ".join(
+                f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(model["accuracy"][0], model["final_accuracy"][0])) + " |")
+        lines += ["| BP | " + " | ".join(_fmt(a) for a in summary["models"][0]["bp_accuracy"]) + " |", ""]
+    _figure(lines, out / "probe" / "probe_filtered.png", out, "App. E.7 (right): probes of the k_train models")
 
     lines += ["## Sample complexity (Fig. 1f)", ""]
     summary = read_json(out / "sample_complexity" / "sample_complexity.json")
@@ -128,6 +162,16 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
             lines.append(f"| {arm} | " + " | ".join(_fmt(a) for a in values) + " |")
         lines += [f"| BP | {_fmt(summary['bp_accuracy'])} |", ""]
     _figure(lines, out / "sample_complexity" / "sample_complexity.png", out, "root accuracy vs labelled P")
+
+    if p.figure_steps():
+        lines += ["## Accuracy vs P (Fig. 2a, App. E.1-E.3)", "",
+                  f"Final root test accuracy of runs trained {p.sweep_epochs:g} epochs on P labelled sequences; BP: "
+                  "BP_{k_train} on the same test inputs (optimal in sample only).", ""]
+        for name, caption in (("fig2a_e3", "Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train)"),
+                              ("e1_layers", "App. E.1: n_L encoder blocks"),
+                              ("e2_grammar_seeds", "App. E.2: other grammars")):
+            _accuracy_curves(lines, read_json(out / "accuracy_vs_samples" / f"{name}.json"))
+            _figure(lines, out / "accuracy_vs_samples" / f"{name}.png", out, caption)
 
     done = {r.name: r for r in records}
     lines += ["## Steps", "", "| step | status | seconds |", "|---|---|---|"]

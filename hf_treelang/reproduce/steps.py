@@ -1,14 +1,22 @@
 """The steps of a reproduction, each a function of a :class:`Context` that writes its sub-folder and returns a summary.
 
 Steps: ``data``, ``bp``, ``train_root``, ``train_mlm`` (and ``train_mlm_k<k>``), ``dynamics``, ``calibration``,
-``attention``, ``probe``, ``sample_complexity``; :func:`steps_of` lists those of a preset in order.
+``attention``, ``probe``, ``sample_complexity``, then the sweeps a preset sizes: ``root_sweep`` (Fig. 2a / App.
+E.3), ``layers_sweep`` (App. E.1), ``seed_sweep`` (App. E.2), ``classifier_attention`` (App. E.5) and
+``probe_filtered`` (App. E.7, right); :func:`steps_of` lists those of a preset in order.
+
+The sweeps are lists of :class:`~hf_treelang.train.runs.RunSpec` (:func:`root_sweep_specs`) run one by one through
+``Context.run`` (``run_training`` by default, which reuses a finished folder) and gathered by
+:mod:`hf_treelang.analysis.accuracy_curves`; a sweep engine can run the same lists.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from hf_treelang.analysis import accuracy_curves
 from hf_treelang.analysis import attention as attention_analysis
 from hf_treelang.analysis import calibration as calibration_analysis
 from hf_treelang.analysis import dynamics as dynamics_analysis
@@ -19,27 +27,38 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import bp_accuracy, task_inputs
 from hf_treelang.plotting import pyplot, save_figure
+from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
 from hf_treelang.train.runs import RunSpec, run_training
 
 from .presets import Preset, step_names
 
+SWEEP_DIR = "sweep"  # OUT/runs/sweep/seed<s>_k<k>_L<n_L>_P<P>: one root-classification run of a sweep
+
 
 class Context:
-    """Paths and shared helpers of one reproduction."""
+    """Paths and shared helpers of one reproduction; ``run`` trains one :class:`RunSpec` (or reuses its folder)."""
 
-    def __init__(self, out: Path, preset: Preset, progress: bool):
-        self.out, self.preset, self.progress = out, preset, progress
+    def __init__(self, out: Path, preset: Preset, progress: bool, run: Callable = run_training):
+        self.out, self.preset, self.progress, self.run = out, preset, progress, run
 
     @property
     def k_tests(self) -> tuple:
         return tuple(range(self.preset.depth + 1))
 
+    @property
+    def num_layers(self) -> int:
+        """n_L of the preset's model (the depth ℓ when the model does not set it, as the paper)."""
+        return int(self.preset.model.get("num_hidden_layers", self.preset.depth))
+
     def run_dir(self, name: str) -> Path:
         return self.out / "runs" / name
 
     def spec(self, task: str, name: str, filter_level: int | None = None) -> RunSpec:
+        """The main run ``name`` of ``task`` (``root`` or ``mlm``) at k_train ``filter_level`` (default: preset's)."""
         p = self.preset
         k = p.filter_level if filter_level is None else filter_level
+        epochs = p.root_epochs if task == "root" else p.mlm_epochs
+        checkpoint_epochs = p.root_checkpoint_epochs if task == "root" else p.mlm_checkpoint_epochs
         return RunSpec(
             task=task,
             output_dir=self.run_dir(name),
@@ -52,13 +71,66 @@ class Context:
             num_test=p.num_test,
             k_tests=(k, *[j for j in self.k_tests if j != k]),
             model_kwargs=dict(p.model),
-            epochs=p.root_epochs if task == "root" else p.mlm_epochs,
+            epochs=epochs,
             batch_size=p.batch_size,
             learning_rate=p.learning_rate,
             num_evaluations=p.num_evaluations,
+            checkpoint_epochs=tuple(e for e in checkpoint_epochs if e <= epochs),
             use_dataset_builder=p.use_dataset_builder,
             progress=self.progress,
         )
+
+    def sweep_spec(self, filter_level: int, num_train: int, *, num_layers: int | None = None,
+                   grammar_seed: int | None = None) -> RunSpec:
+        """One root-classification run of a sweep: k_train, P, n_L and grammar seed; tested on k_train and k = 0.
+
+        The run with the main root run's settings is the main root run itself (``runs/root``), reused.
+        """
+        p = self.preset
+        num_layers = self.num_layers if num_layers is None else int(num_layers)
+        seed = p.grammar_seed if grammar_seed is None else int(grammar_seed)
+        if (filter_level, num_train, num_layers, seed, p.sweep_epochs) == (
+                p.filter_level, p.root_train, self.num_layers, p.grammar_seed, p.root_epochs):
+            return self.spec("root", "root")
+        return RunSpec(
+            task="root",
+            output_dir=self.run_dir(f"{SWEEP_DIR}/seed{seed}_k{filter_level}_L{num_layers}_P{num_train}"),
+            depth=p.depth,
+            num_symbols=p.num_symbols,
+            sigma=p.sigma,
+            grammar_seed=seed,
+            filter_level=filter_level,
+            num_train=num_train,
+            num_test=p.num_test,
+            k_tests=(filter_level, 0) if filter_level else (0,),
+            model_kwargs={**p.model, "num_hidden_layers": num_layers},
+            epochs=p.sweep_epochs,
+            batch_size=p.batch_size,
+            learning_rate=p.learning_rate,
+            num_evaluations=1,  # step 0, step 1 and the last step: the sweeps read the final accuracy only
+            use_dataset_builder=p.use_dataset_builder,
+            progress=self.progress,
+        )
+
+
+def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = None, layer_counts=None) -> list:
+    """The runs of an accuracy-vs-P sweep: every k_train in ``filter_levels``, every P of the preset for that k
+    (:meth:`Preset.sweep_sizes_of`) and every n_L in ``layer_counts`` (default: the preset's model)."""
+    layer_counts = (ctx.num_layers,) if layer_counts is None else tuple(layer_counts)
+    return [ctx.sweep_spec(k, size, num_layers=n, grammar_seed=grammar_seed)
+            for k in filter_levels for n in layer_counts for size in ctx.preset.sweep_sizes_of(k)]
+
+
+def run_sweep(ctx: Context, specs: list) -> list:
+    """Train (or reuse) every run of ``specs`` with ``ctx.run``; returns their :class:`SweepPoint`."""
+    points = []
+    for spec in specs:
+        summary = ctx.run(spec)
+        points.append(accuracy_curves.SweepPoint(
+            filter_level=int(spec.filter_level), num_train=int(spec.num_train),
+            num_layers=int(spec.model_kwargs.get("num_hidden_layers", spec.depth)),
+            grammar_seed=int(spec.grammar_seed), final=summary["final"], output_dir=str(spec.output_dir)))
+    return points
 
 
 def _run_data(ctx: Context, num_train: int):
@@ -94,9 +166,10 @@ def _step_data(ctx: Context) -> dict:
 def bp_baselines(preset: Preset, test_sets: dict) -> dict:
     """Root and masked-leaf accuracy of BP on every k_test set: the matched BP_{k_test} and BP_{k_train}.
 
-    The inputs and their masked positions are those the BP-KL training callback evaluates the models on
-    (:func:`hf_treelang.core.oracle.task_inputs` of the same test splits), so the numbers sit next to the models'
-    test accuracies in the report.
+    The inputs and their masked positions are those of the BP-KL training callback's reference accuracy
+    (:meth:`hf_treelang.train.callbacks.BPKLCallback.reference` of the same test splits: the test set, continued
+    along its split stream to :data:`~hf_treelang.train.callbacks.REFERENCE_SIZE` sequences), so that the
+    numbers equal the runs' ``eval_bp_acc_ktest*`` next to the models' test accuracies in the report.
 
     Args:
         preset: the data parameters.
@@ -110,6 +183,9 @@ def bp_baselines(preset: Preset, test_sets: dict) -> dict:
         for k_test in sorted(tests):
             test = tests[k_test]
             data = task_inputs(task, test.leaves, test.roots, mask_token_id=q, sampling_seed=test.sampling_seed)
+            reference = BPKLCallback(grammar, depth, preset.filter_level, task, test.leaves,
+                                     reference_size=REFERENCE_SIZE).reference
+            data = reference(k_test, data, test.sampling_seed)
             row = table.setdefault(k_test, {})
             row[f"{task}_optimal"] = bp_accuracy(BeliefPropagation(grammar, depth, k_test, on_impossible="flag"), data)
             row[f"{task}_k_train"] = bp_accuracy(matched, data)
@@ -143,7 +219,7 @@ def _step_bp(ctx: Context) -> dict:
 
 def _train_step(task: str, name: str, filter_level: int | None = None) -> Callable:
     def step(ctx: Context) -> dict:
-        summary = run_training(ctx.spec(task, name, filter_level))
+        summary = ctx.run(ctx.spec(task, name, filter_level))
         return {key: summary[key] for key in ("accuracy", "bp_accuracy", "global_step", "train_runtime_s")}
 
     return step
@@ -178,30 +254,123 @@ def _step_attention(ctx: Context) -> dict:
     return {"models": [str(r) for r in mlm_runs]}
 
 
+def _probe_settings(p: Preset) -> dict:
+    return {"num_train": p.probe_train, "num_validation": p.probe_validation, "num_test": p.probe_test,
+            "epochs": p.probe_epochs, "batch_size": p.probe_batch_size, "learning_rate": p.probe_learning_rate}
+
+
 def _step_probe(ctx: Context) -> dict:
     p = ctx.preset
     out = {}
     for positions in ("all", "ends"):
         result = probing_analysis.probe(ctx.run_dir("mlm"), data_filter_level=0, positions=positions,
-                                        num_train=p.probe_train, num_test=p.probe_test, epochs=p.probe_epochs,
-                                        progress=ctx.progress)
+                                        probe_hidden=p.probe_hidden, progress=ctx.progress, **_probe_settings(p))
         probing_analysis.write_outputs(result, ctx.out / "probe")
-        out[positions] = {"levels": result.levels, "accuracy": result.accuracy.tolist()}
+        out[positions] = {"levels": result.levels, "accuracy": result.accuracy.tolist(),
+                          "final_accuracy": result.final_accuracy.tolist()}
     return out
 
 
 def _step_sample_complexity(ctx: Context) -> dict:
+    """Fig. 1f: every arm trains ``sample_epochs`` (the paper preset: 200, as the root runs and the authors'
+    fine-tuning); the pre-trained arms get the preset's ``finetune_readout`` and a frozen encoder in eval mode."""
     p = ctx.preset
+
+    def train(spec: RunSpec) -> dict:
+        return ctx.run(replace(spec, readout=p.finetune_readout) if spec.init_from is not None else spec)
+
     result = sample_complexity_analysis.sample_complexity_sweep(
         ctx.run_dir("mlm"), list(p.sample_sizes), ctx.out / "runs" / "sample_complexity", epochs=p.sample_epochs,
         max_steps=p.sample_max_steps, num_test=p.num_test, batch_size=p.batch_size,
-        learning_rate=p.learning_rate, progress=ctx.progress, use_dataset_builder=p.use_dataset_builder, num_evaluations=1,
+        learning_rate=p.learning_rate, progress=ctx.progress, use_dataset_builder=p.use_dataset_builder,
+        num_evaluations=1, train=train,
     )
     sample_complexity_analysis.write_outputs(result, ctx.out / "sample_complexity")
     return result.to_dict()
 
 
-# the function of each step of BASE_STEPS (the train_mlm_k<k> steps are made per preset)
+def _curves_summary(figure: accuracy_curves.AccuracyFigure) -> dict:
+    return {panel.title: {curve.label: dict(zip(map(str, curve.sizes), curve.accuracy)) for curve in panel.curves}
+            for panel in figure.panels}
+
+
+def _step_root_sweep(ctx: Context) -> dict:
+    """Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train): root accuracy vs P for every k_train."""
+    p = ctx.preset
+    points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels))
+    figure = accuracy_curves.AccuracyFigure(
+        title=f"Root classification accuracy vs P (ℓ={p.depth}, q={p.num_symbols}, grammar seed {p.grammar_seed}, "
+        f"{p.sweep_epochs:g} epochs; dashed: BP_k_train on the same inputs)",
+        depth=p.depth,
+        panels=[
+            accuracy_curves.accuracy_panel(points, k_test="full", vary="filter_level",
+                                           title="Fig. 2a: tested on the full hierarchy (k_test = 0)"),
+            accuracy_curves.accuracy_panel(points, k_test="train", vary="filter_level",
+                                           title="App. E.3: tested in sample (k_test = k_train)"),
+        ],
+    )
+    accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "fig2a_e3")
+    return _curves_summary(figure)
+
+
+def _step_layers_sweep(ctx: Context) -> dict:
+    """App. E.1: root accuracy vs P on the full hierarchy (k = 0) for every number of encoder blocks n_L."""
+    p = ctx.preset
+    points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts))
+    figure = accuracy_curves.AccuracyFigure(
+        title=f"App. E.1: root accuracy vs P for n_L encoder blocks (k=0, ℓ={p.depth}, {p.sweep_epochs:g} epochs)",
+        depth=p.depth,
+        panels=[accuracy_curves.accuracy_panel(points, k_test="full", vary="num_layers",
+                                               title="k_train = k_test = 0")],
+    )
+    accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "e1_layers")
+    return _curves_summary(figure)
+
+
+def _step_seed_sweep(ctx: Context) -> dict:
+    """App. E.2: Fig. 2a (k_test = 0, every k_train) on other grammars, one panel per grammar seed."""
+    p = ctx.preset
+    panels = []
+    for seed in p.grammar_seeds:
+        points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed))
+        panels.append(accuracy_curves.accuracy_panel(points, k_test="full", vary="filter_level",
+                                                     title=f"grammar seed {seed}"))
+    figure = accuracy_curves.AccuracyFigure(
+        title=f"App. E.2: Fig. 2a on other grammars (ℓ={p.depth}, q={p.num_symbols}, σ={p.sigma:g}; k_test = 0)",
+        depth=p.depth, panels=panels)
+    accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "e2_grammar_seeds")
+    return _curves_summary(figure)
+
+
+def _step_classifier_attention(ctx: Context) -> dict:
+    """App. E.5: attention maps of the root classifiers of the sweep at their largest P, one row per k_train."""
+    p = ctx.preset
+    specs = [ctx.sweep_spec(k, max(p.sweep_sizes_of(k))) for k in sorted(p.sweep_filter_levels)]
+    for spec in specs:
+        ctx.run(spec)  # reused when the root_sweep step trained it
+    runs = [spec.output_dir for spec in specs]
+    results = attention_analysis.attention_grid(runs, num_samples=p.analysis_samples)
+    attention_analysis.write_outputs(results, ctx.out / "attention" / "classifier")
+    return {"models": [str(r) for r in runs], "sizes": [int(s.num_train) for s in specs]}
+
+
+def _step_probe_filtered(ctx: Context) -> dict:
+    """App. E.7 (right): probes of the complete encoding of the MLM models of every k_train, on k = 0 data."""
+    p = ctx.preset
+    specs = {p.filter_level: ctx.spec("mlm", "mlm")}
+    specs.update({k: ctx.spec("mlm", f"mlm_k{k}", k) for k in p.attention_filter_levels})
+    for spec in specs.values():
+        ctx.run(spec)  # reused when the train_mlm steps trained it
+    result = probing_analysis.probe_filtered_models([specs[k].output_dir for k in sorted(specs)],
+                                                    probe_hidden=p.filtered_probe_hidden, progress=ctx.progress,
+                                                    **_probe_settings(p))
+    probing_analysis.write_filtered_outputs(result, ctx.out / "probe")
+    return {"levels": result.models[0].levels,
+            "accuracy": {str(r.model_filter_level): r.accuracy[0].tolist() for r in result.models},
+            "final_accuracy": {str(r.model_filter_level): r.final_accuracy[0].tolist() for r in result.models}}
+
+
+# the function of each step of BASE_STEPS and FIGURE_STEPS (the train_mlm_k<k> steps are made per preset)
 _STEPS = {
     "data": _step_data,
     "bp": _step_bp,
@@ -212,6 +381,11 @@ _STEPS = {
     "attention": _step_attention,
     "probe": _step_probe,
     "sample_complexity": _step_sample_complexity,
+    "root_sweep": _step_root_sweep,
+    "layers_sweep": _step_layers_sweep,
+    "seed_sweep": _step_seed_sweep,
+    "classifier_attention": _step_classifier_attention,
+    "probe_filtered": _step_probe_filtered,
 }
 
 
@@ -219,4 +393,4 @@ def steps_of(preset: Preset) -> list:
     """The ordered (name, function) steps of a preset, in the order of :func:`~.presets.step_names`."""
     functions = dict(_STEPS)
     functions.update({f"train_mlm_k{k}": _train_step("mlm", f"mlm_k{k}", k) for k in preset.attention_filter_levels})
-    return [(name, functions[name]) for name in step_names(preset.attention_filter_levels)]
+    return [(name, functions[name]) for name in step_names(preset.attention_filter_levels, preset.figure_steps())]

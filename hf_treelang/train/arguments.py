@@ -21,6 +21,8 @@ from transformers import HfArgumentParser, TrainingArguments
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
+from . import paper_settings as paper
+
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
 RENAMED_ARGUMENTS = {"vocab_size": "num_symbols"}  # renamed in 0.2; the old names work for one release
@@ -30,25 +32,29 @@ ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__ if n
 TASKS = ("root", "mlm", "finetune")
 
 # Sizes per task and preset. "default" finishes on a 2-core CPU in <= 15 minutes with the paper's model
-# (d = 128, d' = 2048, n_L = ℓ = 4); "paper" is Sec. 3 / App. D (P = 2**17 root, 2**18 MLM, 10**4 test inputs).
+# (d = 128, d' = 2048, n_L = ℓ = 4); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`,
+# sources in training/README.md, "Paper vs code").
 PRESETS = {
     "root": {
         "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
                     "num_evaluations": 10},
-        "paper": {"num_train": 2**17, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 10.0,
-                  "num_evaluations": 20},
+        "paper": {"num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
+                  "num_train_epochs": float(paper.ROOT_EPOCHS), "num_evaluations": 20,
+                  "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
     "mlm": {
         "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
                     "num_evaluations": 10},
-        "paper": {"num_train": 2**18, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 1000.0,
-                  "num_evaluations": 30},
+        "paper": {"num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
+                  "num_train_epochs": float(paper.MLM_EPOCHS), "num_evaluations": 30,
+                  "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
     },
     "finetune": {
         "default": {"num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
                     "num_evaluations": 8},
-        "paper": {"num_train": 2**12, "num_eval": 10**4, "num_test": 10**4, "num_train_epochs": 100.0,
-                  "num_evaluations": 20},
+        "paper": {"num_train": 2**12, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
+                  "num_train_epochs": float(paper.FINETUNE_EPOCHS), "num_evaluations": 20,
+                  "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
 }
 DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune"}
@@ -150,7 +156,19 @@ class ModelArguments:
                   "outputs/run_mlm, the output of run_mlm.py with no arguments)."},
     )
     freeze_encoder: bool = field(
-        default=False, metadata={"help": "Finetuning: train only the root readout, the encoder frozen (Fig. 1f)."}
+        default=False,
+        metadata={"help": "Finetuning: train only the root readout; the frozen encoder runs in eval mode (no dropout), "
+                  "as the authors' freeze_encoder_weights (Fig. 1f)."},
+    )
+    readout: str = field(
+        default="linear",
+        metadata={"help": "Finetuning: the new root readout, 'linear' (Sec. 3.2's linear readout) or 'mlp' (the "
+                  "authors' fine-tuning head: d*2**depth -> readout_hidden_size -> q with a ReLU); see "
+                  "hf_treelang.train.readout for saving and loading an 'mlp' head."},
+    )
+    readout_hidden_size: int = field(
+        default=paper.FINETUNE_HIDDEN,
+        metadata={"help": "Finetuning with --readout mlp: hidden units of the head (the authors': 64)."},
     )
 
     def model_kwargs(self, depth: int) -> dict:
@@ -199,6 +217,16 @@ class TreeLangTrainingArguments(TrainingArguments):
     num_checkpoints: int = field(default=6, metadata={"help": "Checkpoints at log-spaced steps (last included)."})
     cpu_threads: int | None = field(
         default=None, metadata={"help": "torch.set_num_threads for this process (default: torch's choice)."}
+    )
+    max_grad_norm: float = field(
+        default=0.0,
+        metadata={"help": "Gradient clipping threshold; 0 (default) does not clip, as the paper and the authors' code "
+                  "(transformers still logs the unclipped grad_norm)."},
+    )
+    checkpoint_epochs: list[int] | None = field(
+        default=None,
+        metadata={"help": "Also evaluate and save a checkpoint at the end of these epochs, each in [1, "
+                  "num_train_epochs] (--preset paper: the authors' checkpoint epochs; default: none)."},
     )
     remove_unused_columns: bool = field(
         default=False,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers import TrainerCallback
 
 from .arguments import TASKS, DataArguments, ModelArguments, TreeLangTrainingArguments
 from .callbacks import (
@@ -41,6 +42,7 @@ from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, Roo
 from .data import RunData, load_run_data, to_datasets
 from .launch import relaunch_data_parallel_cpu
 from .outputs import write_outputs
+from .readout import check_readout, keep_frozen_in_eval_mode, set_readout
 
 
 @dataclass
@@ -93,6 +95,42 @@ def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArg
         value = getattr(training_args, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    check_readout(model_args.readout, model_args.readout_hidden_size)
+    if task != "finetune" and model_args.readout != "linear":
+        raise ValueError(f"readout {model_args.readout!r} is only used by run_finetune.py (a new head on an MLM "
+                         "checkpoint); root classification from scratch has the paper's linear readout")
+    check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
+
+
+def check_checkpoint_epochs(epochs, num_train_epochs: float) -> None:
+    """Raise a ValueError naming ``checkpoint_epochs`` unless every epoch is an integer in [1, num_train_epochs]."""
+    for epoch in epochs or ():
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= num_train_epochs:
+            raise ValueError(f"`checkpoint_epochs` must hold integers in [1, num_train_epochs={num_train_epochs:g}], "
+                             f"got {epoch!r}")
+
+
+class EpochCheckpointCallback(TrainerCallback):
+    """Evaluate and save a checkpoint at the end of the listed epochs (the authors' ``checkpoint_epochs``).
+
+    An epoch is ``len(train_dataloader) // gradient_accumulation_steps`` optimiser steps (the Trainer's own count);
+    the log-spaced schedule of :class:`LogSpacedScheduleCallback` runs alongside.
+    """
+
+    def __init__(self, epochs):
+        self.epochs = sorted({int(e) for e in epochs})
+        self.steps: set = set()
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        per_epoch = max(len(train_dataloader) // max(args.gradient_accumulation_steps, 1), 1)
+        self.steps = {epoch * per_epoch for epoch in self.epochs if epoch * per_epoch <= state.max_steps}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_evaluate = True
+            control.should_save = True
+            control.should_log = True
+        return control
 
 
 # ---------------------------------------------------------------- model and metrics
@@ -106,8 +144,10 @@ def build_model(task: str, data_args: DataArguments, model_args: ModelArguments)
     if task == "finetune":
         model = TreeLangForSequenceClassification.from_pretrained(model_args.model_name_or_path)
         model.config.filter_level = data_args.k_train
+        set_readout(model, model_args.readout, model_args.readout_hidden_size)
         if model_args.freeze_encoder:
             model.freeze_encoder()
+            keep_frozen_in_eval_mode(model)
         return model
     config = TreeLangConfig.from_data(
         num_symbols=data_args.num_symbols,
@@ -174,6 +214,8 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
     else:
         collator, mask_epochs = RootClassificationCollator(), []
     schedule = LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)
+    epochs = training_args.checkpoint_epochs
+    epoch_schedule = [EpochCheckpointCallback(epochs)] if epochs else []
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -182,7 +224,8 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
         data_collator=collator,
         compute_metrics=accuracy_metrics,
         preprocess_logits_for_metrics=argmax_logits,
-        callbacks=[schedule, *mask_epochs, MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
+        callbacks=[schedule, *epoch_schedule, *mask_epochs,
+                   MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
     )
     _tensorboard_dir(trainer, output_dir)
     bp_callback = BPKLCallback(

@@ -26,7 +26,10 @@ class RunSpec:
             ``num_test`` sequences per k_test set in ``k_tests``.
         model_kwargs: the architecture (``hidden_size``, ``num_hidden_layers``, ...).
         init_from: an MLM checkpoint to start a root classifier from (fine-tuning), or None.
-        freeze_encoder: with ``init_from``: train the readout only.
+        freeze_encoder: with ``init_from``: train the readout only (the frozen encoder in eval mode).
+        readout, readout_hidden_size: with ``init_from``: the new root readout, ``"linear"`` or the authors'
+            ``"mlp"`` head (:mod:`hf_treelang.train.readout`).
+        checkpoint_epochs: also evaluate and save a checkpoint at the end of these epochs.
         epochs, max_steps, batch_size, learning_rate, seed: the optimisation (paper: Adam 1e-4, batch 32).
         num_evaluations: log-spaced evaluations with the BP-KL callback (plus step 0).
         use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
@@ -47,6 +50,9 @@ class RunSpec:
     num_eval: int | None = None
     init_from: Path | None = None
     freeze_encoder: bool = False
+    readout: str = "linear"
+    readout_hidden_size: int = 64
+    checkpoint_epochs: tuple = ()
     epochs: float = 1.0
     max_steps: int | None = None
     batch_size: int = 32
@@ -91,6 +97,8 @@ def run_training(spec: RunSpec) -> dict:
         **spec.model_kwargs,
         model_name_or_path=None if spec.init_from is None else str(spec.init_from),
         freeze_encoder=bool(spec.freeze_encoder),
+        readout=spec.readout,
+        readout_hidden_size=spec.readout_hidden_size,
     )
     training_args = TreeLangTrainingArguments(
         output_dir=str(output_dir),
@@ -102,6 +110,7 @@ def run_training(spec: RunSpec) -> dict:
         report_to="none",
         num_evaluations=int(spec.num_evaluations),
         num_checkpoints=0,
+        checkpoint_epochs=[int(e) for e in spec.checkpoint_epochs] or None,
         logging_steps=10**9,
         disable_tqdm=not spec.progress,
     )
