@@ -1,0 +1,228 @@
+"""The training set on the device: shuffling, batching and the single-leaf masking there, from seeded streams.
+
+A run's training set (P sequences of 2**ℓ leaves: 2**18 × 16 symbols at the paper's MLM size) is tiny, so it lives
+on the accelerator as one tensor, and an epoch is materialised there in one go: the rows in the epoch's order, each
+with its masked leaf (MLM) or its root label (root classification). A step then reads a slice (a view: no kernel, no
+host work), and there is no DataLoader, collator or worker in the hot loop.
+
+The random stream (one home: :func:`epoch_generator`). Epoch ``e`` of a run with model seed ``seed`` draws, from a
+CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
+
+1. the order of the P training rows, ``torch.randperm(P)``;
+2. the masked leaf of every row served in that order, :func:`hf_treelang.core.masking.training_positions`;
+3. with ``mask_rate``, the Bernoulli draws of every leaf (the rule of :class:`~hf_treelang.train.collators.
+   MaskedLeafCollator`: rows where the draw masked something use it instead of the single random leaf);
+
+then moves the epoch to the device (a few hundred kilobytes once per epoch). Why on the CPU: the draws are then the
+same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
+is a function of (seed, e) alone, so resuming at any step re-creates every generator exactly (nothing to save).
+
+Ensembles: :class:`TrainingStream` holds N members' training sets, each with its own seed; member ``i`` is served
+exactly the batches that a single run with ``seed_i`` and that training set is served (:meth:`TrainingStream.single`).
+
+Glossary: ``N`` members, ``P`` training sequences, ``B`` batch, ``T = 2**ℓ`` leaves, ``q`` symbols (mask id q).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hf_treelang.core.masking import IGNORE_INDEX, mask_single_leaf, training_positions
+from hf_treelang.core.params import check_int, check_param, check_real
+
+EPOCH_STREAM_TAG = 0x7E90  # the training order and masks: never shared with the trees', the evaluation masks' streams
+TASKS = ("mlm", "root")
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The CPU generator of epoch ``epoch`` of a run with model seed ``seed`` (order, then masks).
+
+    Example:
+        >>> torch.randperm(6, generator=epoch_generator(seed=0, epoch=0)).tolist()
+        [0, 5, 4, 1, 3, 2]
+    """
+    seed = check_int("seed", seed, 0)
+    epoch = check_int("epoch", epoch, 0)
+    state = np.random.SeedSequence([seed, EPOCH_STREAM_TAG, epoch]).generate_state(2, np.uint32)
+    return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))  # < 2**63
+
+
+@dataclass
+class EpochBatches:
+    """One epoch on the device: ``inputs`` (N, n, T), ``labels`` (N, n) roots or (N, n, T) masked leaves, where n is
+    the number of rows served (``steps * batch`` for this process); :meth:`batch` is step ``s``'s slice (a view).
+    With ``stacked=False`` (a single run) the member axis is absent: (n, T) and (n,) or (n, T)."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    batch_size: int
+    steps: int
+    stacked: bool = True
+
+    def batch(self, step: int) -> dict:
+        rows = slice(step * self.batch_size, (step + 1) * self.batch_size)
+        if self.stacked:
+            return {"input_ids": self.inputs[:, rows], "labels": self.labels[:, rows]}  # (N, b, T), (N, b[, T])
+        return {"input_ids": self.inputs[rows], "labels": self.labels[rows]}  # (b, T), (b[, T])
+
+
+class TrainingStream:
+    """The training sets of N runs (or one) on ``device``, served in per-epoch seeded order with on-device masking.
+
+    Args:
+        task: ``"mlm"`` (one masked leaf per sequence, or ``mask_rate``) or ``"root"`` (labels are the roots).
+        leaves: (N, P, T) or (P, T) integer symbols in [0, q): the training sequences of each member.
+        roots: (N, P) or (P,) root symbols (root task; ignored for MLM).
+        seeds: the N model seeds (each member's order and masks come from :func:`epoch_generator`).
+        num_symbols: q; the mask id is q.
+        batch_size: B, rows per step and process.
+        mask_rate: None (one masked leaf per sequence, the paper) or a rate in (0, 1] (MLM only).
+        drop_last: drop the last incomplete batch of an epoch (``TrainingArguments.dataloader_drop_last``).
+        device: where the sets and batches live.
+        world_size, process_index: data parallelism: a step serves ``world_size * B`` rows of the epoch's order and
+            this process takes rows ``[process_index * B, (process_index + 1) * B)`` of them; the last step of an
+            epoch is filled from the start of the order, so every process has a full batch (as accelerate's
+            ``even_batches``).
+
+    Every value is checked here, before anything is moved: symbols in [0, q), roots in [0, q), sizes.
+    """
+
+    def __init__(self, task: str, leaves, roots=None, *, seeds, num_symbols: int, batch_size: int,
+                 mask_rate: float | None = None, drop_last: bool = False, device="cpu", world_size: int = 1,
+                 process_index: int = 0):
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)
+        if leaves.dim() == 2:
+            leaves = leaves.unsqueeze(0)
+        seeds = [int(seed) for seed in np.atleast_1d(np.asarray(seeds))]
+        if leaves.dim() != 3 or leaves.shape[0] != len(seeds):
+            raise ValueError(f"`leaves` must have shape (members, num_train, 2**depth) with one seed per member "
+                             f"({len(seeds)} seeds), got {tuple(leaves.shape)}")
+        for seed in seeds:
+            check_param("seed", seed)
+        q = check_param("num_symbols", num_symbols)
+        N, P, T = leaves.shape
+        if T < 2 or T & (T - 1):
+            raise ValueError(f"`leaves` must have 2**depth columns (depth >= 1), got {T}")
+        check_int("num_train", P, 1)
+        if leaves.numel() and (int(leaves.min()) < 0 or int(leaves.max()) >= q):
+            raise ValueError(f"`leaves` must hold symbols in [0, q) = [0, {q}), got values in "
+                             f"[{int(leaves.min())}, {int(leaves.max())}]")
+        if task == "root":
+            if roots is None:
+                raise ValueError("the root task needs `roots`, got None")
+            roots = torch.as_tensor(np.asarray(roots), dtype=torch.int64).reshape(N, -1)
+            if roots.shape != (N, P):
+                raise ValueError(f"`roots` must have shape (members, num_train) = {(N, P)}, got {tuple(roots.shape)}")
+            if int(roots.min()) < 0 or int(roots.max()) >= q:
+                raise ValueError(f"`roots` must hold symbols in [0, q) = [0, {q}), got values in "
+                                 f"[{int(roots.min())}, {int(roots.max())}]")
+        if mask_rate is not None:
+            if task != "mlm":
+                raise ValueError(f"`mask_rate` is only used by the MLM task, got {mask_rate!r} for task {task!r}")
+            check_real("mask_rate", mask_rate, 0.0, 1.0)
+            if mask_rate == 0:
+                raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
+        self.task = task
+        self.seeds = seeds
+        self.num_symbols = q
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.mask_rate = None if mask_rate is None else float(mask_rate)
+        self.drop_last = bool(drop_last)
+        self.world_size = check_int("world_size", world_size, 1)
+        self.process_index = check_int("process_index", process_index, 0, self.world_size - 1)
+        self.device = torch.device(device)
+        self.num_members, self.num_train, self.num_leaves = N, P, T
+        global_batch = self.batch_size * self.world_size
+        if self.drop_last and P < global_batch:
+            raise ValueError(f"`num_train` = {P} is smaller than one batch ({global_batch} rows) with drop_last")
+        self.steps_per_epoch = P // global_batch if self.drop_last else math.ceil(P / global_batch)
+        self.leaves = leaves.to(self.device)  # (N, P, T)
+        self.roots = None if task == "mlm" else roots.to(self.device)  # (N, P)
+
+    def __len__(self) -> int:
+        """Optimiser steps per epoch."""
+        return self.steps_per_epoch
+
+    def epoch_plan(self, member: int, epoch: int) -> tuple:
+        """(order (n,), masked positions (n,) or None, Bernoulli draws (n, T) or None) of one member's epoch, on the
+        CPU, for the n rows all processes serve in it."""
+        generator = epoch_generator(self.seeds[member], epoch)
+        order = torch.randperm(self.num_train, generator=generator)  # (P,)
+        served = self.steps_per_epoch * self.batch_size * self.world_size
+        if self.world_size > 1 and served > self.num_train:
+            order = torch.cat([order, order[: served - self.num_train]])  # fill the last step from the start
+        order = order[:served] if self.drop_last or self.world_size > 1 else order  # (n,)
+        positions = extra = None
+        if self.task == "mlm":
+            positions = training_positions(order.shape[0], self.num_leaves, generator)  # (n,)
+            if self.mask_rate is not None:
+                extra = torch.rand((order.shape[0], self.num_leaves), generator=generator) < self.mask_rate  # (n, T)
+        return order, positions, extra
+
+    def epoch(self, epoch: int) -> EpochBatches:
+        """Epoch ``epoch`` of every member on the device, this process's rows only."""
+        inputs, labels = [], []
+        for member in range(self.num_members):
+            order, positions, extra = self.epoch_plan(member, epoch)
+            order, positions, extra = self._local_rows(order, positions, extra)
+            rows = self.leaves[member, order.to(self.device)]  # (n, T)
+            if self.task == "root":
+                inputs.append(rows)
+                labels.append(self.roots[member, order.to(self.device)])  # (n,)
+                continue
+            masked, target = mask_single_leaf(rows, self.num_symbols, positions.to(self.device))  # (n, T) each
+            if extra is not None:
+                extra = extra.to(self.device)
+                # rows where the Bernoulli draw masked something use it instead of the single random leaf
+                chosen = torch.where(extra.any(-1, keepdim=True), extra, target != IGNORE_INDEX)  # (n, T)
+                masked = torch.where(chosen, torch.full_like(rows, self.num_symbols), rows)
+                target = torch.where(chosen, rows, torch.full_like(rows, IGNORE_INDEX))
+            inputs.append(masked)
+            labels.append(target)
+        return EpochBatches(torch.stack(inputs), torch.stack(labels), self.batch_size, self.steps_per_epoch)
+
+    def _local_rows(self, order, positions, extra) -> tuple:
+        """This process's share of the epoch: rows [r*B, (r+1)*B) of every step's world_size * B rows."""
+        if self.world_size == 1:
+            return order, positions, extra
+        B, W, r = self.batch_size, self.world_size, self.process_index
+        index = (torch.arange(self.steps_per_epoch).unsqueeze(1) * (B * W) + r * B + torch.arange(B)).reshape(-1)
+        return order[index], None if positions is None else positions[index], None if extra is None else extra[index]
+
+    def single(self) -> "SingleRunView":
+        """The batches of member 0 without the member axis, what a single run's Trainer is fed."""
+        if self.num_members != 1:
+            raise ValueError(f"a single run's stream has one member, this one has {self.num_members}")
+        return SingleRunView(self)
+
+
+class SingleRunView:
+    """A one-member :class:`TrainingStream` whose batches have no member axis: ``input_ids`` (b, T)."""
+
+    def __init__(self, stream: TrainingStream):
+        self.stream = stream
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def epoch(self, epoch: int) -> EpochBatches:
+        batches = self.stream.epoch(epoch)
+        return EpochBatches(batches.inputs[0], batches.labels[0], batches.batch_size, batches.steps, stacked=False)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def epoch_batches(batches: EpochBatches, start: int = 0):
+    """Iterate over the steps ``start..`` of an epoch: dicts of device views."""
+    for step in range(start, batches.steps):
+        yield batches.batch(step)
+
+
+__all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_batches", "epoch_generator"]

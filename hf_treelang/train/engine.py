@@ -1,0 +1,428 @@
+"""The fast training engine: ``transformers.Trainer`` with the data on the device and a lean step.
+
+The scripts keep the Trainer as their driver (callbacks, log-spaced evaluations, checkpoints, resuming, TensorBoard,
+``trainer_state.json``); :class:`TreeLangTrainer` changes what happens between two evaluations:
+
+* **Data on the device** (:mod:`hf_treelang.train.device_data`). The training set is a tensor on the accelerator; an
+  epoch is shuffled, batched and masked there from a generator of (seed, epoch), so there is no DataLoader, collator,
+  worker or per-step host work, and resuming re-creates every generator exactly.
+* **A lean step.** The Trainer's own per-step work is measured by ``benchmarks/bench_train.py`` (the "Trainer host
+  overhead" row: the Trainer-driven step against a bare ``forward/backward/step`` loop on the same model and data).
+  Besides the DataLoader it does, at every step: a NaN check of the loss (``logging_nan_inf_filter``, a device sync),
+  a full gradient-norm pass even without clipping, the counting of label tokens, ``floating_point_ops`` (a walk over
+  the parameters), gradient-accumulation contexts and the accelerate optimizer wrapper. None of it bounds a 2-core
+  CPU step of the paper's model (~0.1 s), but each is a host round trip or a sync on a GPU, where a step of this
+  model is well under a millisecond. The choice: a Trainer *subclass* whose per-epoch loop (``_run_epoch``, the
+  one private method overridden) runs the step and the callbacks only: ``on_step_begin``, one step, ``on_step_end``,
+  and the Trainer's own ``_maybe_log_save_evaluate`` (so logs, evaluations, checkpoints and their callbacks are the
+  Trainer's). Not a separate loop: a second loop would have to re-implement checkpoints, resuming, callback state
+  and ``trainer_state.json`` and keep them in step with the Trainer's; overriding one method keeps all of that.
+  The gradient norm is only computed at logging steps (or when clipping), the loss is accumulated on the device.
+* **CUDA graphs** (``step_mode="cuda_graph"``, what ``"auto"`` picks when the model is on a GPU in one process,
+  fp32, constant learning rate). The whole step (forward, backward, per-member clipping, the capturable Adam
+  update) is captured once after three eager warm-up steps (:class:`CUDAGraphStep`) and replayed; a step is then two
+  input copies and one graph launch. Evaluations and the BP-KL callback run eagerly at their log-spaced steps.
+  (This path is selected only where CUDA is present; it could not be run in the session that wrote it.)
+
+:class:`RunDataCache` shares the data and the BP targets of identical data configs between the runs of one process
+(ensemble members), so they are built once per distinct config.
+
+``train_engine="dataloader"`` keeps the stock ``Trainer`` path (a DataLoader over a ``datasets.Dataset`` and the
+masking collator), for comparison (the benchmark's "current Trainer path") and for gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict
+
+import torch
+from transformers import Trainer
+
+from hf_treelang.core.params import LIMITS, check_int
+
+from .device_data import EpochBatches, TrainingStream
+
+TRAIN_ENGINES = ("device", "dataloader")
+STEP_MODES = ("auto", "eager", "cuda_graph")
+ENSEMBLE_MODES = ("auto", "stacked", "sequential")
+ENSEMBLE_FILE = "ensemble.json"  # in an ensemble's output folder and in each of its checkpoints: the members
+
+
+# ---------------------------------------------------------------- step mode
+
+
+def cuda_graph_obstacles(args, model=None) -> list:
+    """What keeps a run from capturing its step as a CUDA graph (empty when nothing does)."""
+    obstacles = []
+    if args.device.type != "cuda":
+        obstacles.append(f"the model runs on {args.device.type!r}, not on a CUDA GPU")
+    if args.world_size > 1:
+        obstacles.append(f"{args.world_size} processes (CUDA graphs here are for one process)")
+    if args.fp16:
+        obstacles.append("fp16 (its gradient scaler syncs with the host)")
+    if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) != "constant":
+        obstacles.append(f"lr_scheduler_type {args.lr_scheduler_type!r} (a graph bakes in a constant learning rate)")
+    if args.gradient_accumulation_steps != 1:
+        obstacles.append(f"gradient_accumulation_steps {args.gradient_accumulation_steps}")
+    if args.torch_compile:
+        obstacles.append("torch_compile (the compiled model is not captured a second time)")
+    if args.max_grad_norm and args.max_grad_norm > 0 and args.world_size > 1:
+        obstacles.append("clipping across processes")
+    return obstacles
+
+
+def resolve_step_mode(step_mode: str, args) -> str:
+    """``"eager"`` or ``"cuda_graph"`` for ``step_mode`` in :data:`STEP_MODES` (``"auto"``: graphs where possible)."""
+    if step_mode not in STEP_MODES:
+        raise ValueError(f"`step_mode` must be one of {STEP_MODES}, got {step_mode!r}")
+    if step_mode == "eager":
+        return "eager"
+    obstacles = cuda_graph_obstacles(args)
+    if step_mode == "cuda_graph" and obstacles:
+        raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
+                         + " (use --step_mode auto or eager)")
+    return "eager" if obstacles else "cuda_graph"
+
+
+def check_engine_arguments(training_args) -> None:
+    """Raise a ValueError naming the argument for settings the device engine does not support (before any data)."""
+    engine = getattr(training_args, "train_engine", "device")
+    if engine not in TRAIN_ENGINES:
+        raise ValueError(f"`train_engine` must be one of {TRAIN_ENGINES}, got {engine!r}")
+    step_mode = getattr(training_args, "step_mode", "auto")
+    if step_mode not in STEP_MODES:
+        raise ValueError(f"`step_mode` must be one of {STEP_MODES}, got {step_mode!r}")
+    mode = getattr(training_args, "ensemble_mode", "auto")
+    if mode not in ENSEMBLE_MODES:
+        raise ValueError(f"`ensemble_mode` must be one of {ENSEMBLE_MODES}, got {mode!r}")
+    for name in ("ensemble_seeds", "ensemble_k_train"):
+        values = list(getattr(training_args, name, None) or [])
+        for value in values:
+            check_int(name, value, 0, LIMITS["seed"].high if name == "ensemble_seeds" else None)
+        if len(set(values)) != len(values):
+            raise ValueError(f"`{name}` repeats a value (got {values}): a repeated (seed, k_train) member would train "
+                             "the same run twice")
+    ensemble = bool(getattr(training_args, "ensemble_seeds", None) or getattr(training_args, "ensemble_k_train", None))
+    if engine == "dataloader":
+        if step_mode == "cuda_graph":
+            raise ValueError("`step_mode` 'cuda_graph' needs --train_engine device, got --train_engine dataloader")
+        if ensemble:
+            raise ValueError("an ensemble (--ensemble_seeds / --ensemble_k_train) needs --train_engine device, got "
+                             "--train_engine dataloader")
+        return
+    if training_args.gradient_accumulation_steps != 1:
+        raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per step), "
+                         f"got {training_args.gradient_accumulation_steps}; use --train_engine dataloader")
+
+
+def check_single_run_checkpoint(path) -> None:
+    """A single run cannot resume from an ensemble's checkpoint (stacked weights): a ValueError saying so."""
+    if path is not None and os.path.isfile(os.path.join(path, ENSEMBLE_FILE)):
+        raise ValueError(f"`resume_from_checkpoint` {str(path)!r} is a checkpoint of an ensemble ({ENSEMBLE_FILE}); "
+                         "resume it with the ensemble's own --ensemble_seeds / --ensemble_k_train, or resume a single "
+                         "run from its own checkpoint-<step>")
+
+
+# ---------------------------------------------------------------- the Trainer's view of the data
+
+
+class DeviceBatches:
+    """What :meth:`TreeLangTrainer.get_train_dataloader` returns: the stream, with the length (steps per epoch) and
+    ``dataset`` (P rows) the Trainer reads to count steps; iterating it yields the batches of epoch
+    :meth:`set_epoch` (the stock loop's protocol; :class:`TreeLangTrainer` reads the stream directly)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.dataset = range(stream.num_train)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        batches = self.stream.epoch(self.epoch)
+        return (batches.batch(step) for step in range(batches.steps))
+
+
+# ---------------------------------------------------------------- CUDA graphs
+
+
+class CUDAGraphStep:
+    """A training step captured once as a CUDA graph and replayed (PyTorch's whole-network capture recipe).
+
+    ``body(inputs)`` runs forward, backward, clipping and the optimizer update and returns a tuple of tensors. The
+    first :attr:`warmup_steps` calls run it eagerly on a side stream (real steps: they warm up the allocator and
+    create the optimizer's state); the next call captures it with the gradients set to None (so they live in the
+    graph's memory) and replays it; later calls copy their inputs into the captured ones and replay. A batch of
+    another shape (the last, partial one of an epoch) runs eagerly.
+    """
+
+    warmup_steps = 3
+
+    def __init__(self, body, optimizer):
+        self.body = body
+        self.optimizer = optimizer
+        self.graph = None
+        self.static_inputs = None
+        self.static_outputs = None
+        self.calls = 0
+
+    def _same_shapes(self, inputs: dict) -> bool:
+        return all(inputs[key].shape == value.shape for key, value in self.static_inputs.items())
+
+    def __call__(self, inputs: dict) -> tuple:
+        if self.graph is not None and self._same_shapes(inputs):
+            for key, value in inputs.items():
+                self.static_inputs[key].copy_(value, non_blocking=True)
+            self.graph.replay()
+            return self.static_outputs
+        if self.graph is not None or self.calls < self.warmup_steps:
+            self.calls += 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.optimizer.zero_grad(set_to_none=True)
+                outputs = self.body(inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return outputs
+        self.static_inputs = {key: value.clone() for key, value in inputs.items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.static_outputs = self.body(self.static_inputs)
+        self.graph.replay()  # capturing records the kernels without running them
+        return self.static_outputs
+
+
+# ---------------------------------------------------------------- the Trainer
+
+
+class TreeLangTrainer(Trainer):
+    """``transformers.Trainer`` fed from a :class:`~hf_treelang.train.device_data.TrainingStream`, with a lean step.
+
+    Args (besides the Trainer's):
+        train_stream: the training batches (a one-member stream's :meth:`~TrainingStream.single` view for a single
+            run, the stacked stream for an ensemble).
+        step_mode: ``"auto"`` (CUDA graphs where :func:`cuda_graph_obstacles` finds none, else eager), ``"eager"``
+            or ``"cuda_graph"``.
+
+    See the module docstring for what the step does and does not do.
+    """
+
+    def __init__(self, *args, train_stream, step_mode: str = "auto", **kwargs):
+        if not hasattr(Trainer, "_run_epoch"):
+            raise ImportError("the device engine overrides transformers' Trainer._run_epoch, which this transformers "
+                              "version does not have; use --train_engine dataloader")
+        super().__init__(*args, **kwargs)
+        if self.args.gradient_accumulation_steps != 1:
+            raise ValueError(f"`gradient_accumulation_steps` must be 1 with the device engine, got "
+                             f"{self.args.gradient_accumulation_steps}")
+        self.train_stream = train_stream
+        self.step_mode = resolve_step_mode(step_mode, self.args)
+        self._graph_step = None
+        self._flops_per_token = None
+
+    # -- data
+
+    def get_train_dataloader(self) -> DeviceBatches:
+        return DeviceBatches(self.train_stream)
+
+    def floating_point_ops(self, inputs: dict) -> int:
+        """6 x tokens x parameters (the Trainer's estimate), with the parameter count taken once."""
+        if self._flops_per_token is None:
+            model = self.model
+            count = model.num_parameters(exclude_embeddings=True) if hasattr(model, "num_parameters") else \
+                sum(p.numel() for p in model.parameters())
+            self._flops_per_token = 6 * count
+        return self._flops_per_token * inputs["input_ids"].numel()
+
+    # -- optimizer
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.step_mode == "cuda_graph":
+            for group in optimizer.param_groups:
+                if "capturable" in group:
+                    group["capturable"] = True  # its step counters stay on the device: the update can be captured
+        return optimizer
+
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        """The torch optimizer under accelerate's wrapper."""
+        return getattr(self.optimizer, "optimizer", self.optimizer)
+
+    # -- the step
+
+    def forward_loss(self, model, inputs: dict) -> tuple:
+        """(the loss to differentiate, the loss to log) of one batch; an ensemble returns the members' sum and mean."""
+        loss = model(**inputs)["loss"]
+        return loss, loss.detach()
+
+    def clip_gradients(self, model) -> torch.Tensor:
+        """Clip to ``max_grad_norm`` as the Trainer does; returns the norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+
+    def gradient_norm(self, model) -> torch.Tensor:
+        """The norm of the current gradients (what the Trainer logs as ``grad_norm``)."""
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.args.device)
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+    def _graph_body(self, model, inputs: dict) -> tuple:
+        with self.compute_loss_context_manager():
+            loss, logged = self.forward_loss(model, inputs)
+        loss.backward()
+        clipping = self.args.max_grad_norm is not None and self.args.max_grad_norm > 0
+        norm = self.clip_gradients(model) if clipping else self.gradient_norm(model)
+        self.torch_optimizer().step()
+        return logged, norm
+
+    def lean_step(self, model, inputs: dict) -> tuple:
+        """One optimisation step: (the loss to log, the gradient norm or None); no host sync in either mode."""
+        if self.step_mode == "cuda_graph":
+            if self._graph_step is None:
+                self._graph_step = CUDAGraphStep(lambda batch: self._graph_body(model, batch), self.torch_optimizer())
+            return self._graph_step(inputs)
+        # the previous step's gradients were kept until now for the log (see _run_epoch)
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.compute_loss_context_manager():
+            loss, logged = self.forward_loss(model, inputs)
+        self.accelerator.backward(loss)
+        norm = None
+        if self.args.max_grad_norm is not None and self.args.max_grad_norm > 0:
+            norm = self.clip_gradients(model)
+        self.optimizer.step()
+        return logged, norm
+
+    def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, trial,
+                   ignore_keys_for_eval, start_time, resume_from_checkpoint, epochs_trained,
+                   steps_trained_in_current_epoch, **unused):
+        """One epoch of lean steps (overrides the Trainer's per-epoch loop; see the module docstring)."""
+        args, state = self.args, self.state
+        start = 0
+        if epoch == epochs_trained and resume_from_checkpoint is not None:
+            # the stream re-creates the epoch from (seed, epoch): skipping is slicing
+            start = steps_trained_in_current_epoch
+            self._load_rng_state(resume_from_checkpoint)  # dropout's generators as they were at the checkpoint
+        batches: EpochBatches = self.train_stream.epoch(epoch)
+        learning_rate = grad_norm = None
+        if not model.training:
+            model.train()
+        for step in range(start, batches.steps):
+            inputs = batches.batch(step)
+            self.control = self.callback_handler.on_step_begin(args, state, self.control)
+            logged, grad_norm = self.lean_step(model, inputs)
+            self._tr_loss += logged
+            self.current_flos += float(self.floating_point_ops(inputs))
+            learning_rate = self._get_learning_rate()
+            self.lr_scheduler.step()
+            state.global_step += 1
+            state.epoch = epoch + (step + 1) / steps_in_epoch
+            self.control = self.callback_handler.on_step_end(args, state, self.control)
+            if self.control.should_log and grad_norm is None:
+                grad_norm = self.gradient_norm(model)
+            self._maybe_log_save_evaluate(self._tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
+                                          start_time, learning_rate=learning_rate)
+            if not model.training:  # an evaluation ran
+                model.train()
+            if self.control.should_epoch_stop or self.control.should_training_stop:
+                break
+        self.control = self.callback_handler.on_epoch_end(args, state, self.control)
+        self._maybe_log_save_evaluate(self._tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
+                                      start_time, learning_rate=learning_rate)
+
+
+# ---------------------------------------------------------------- shared data
+
+
+def data_key(data_args) -> str:
+    """The identity of a run's data: every data argument (two runs with equal keys have identical data)."""
+    return json.dumps(asdict(data_args), sort_keys=True, default=str)
+
+
+class RunDataCache:
+    """The data and BP-KL callbacks of the runs of one process, built once per distinct data config.
+
+    ``run_data(data_args)`` is :func:`hf_treelang.train.data.load_run_data` memoised on :func:`data_key`;
+    ``bp_callback(data_args, make)`` returns the callback ``make()`` built for the first run with that data (its BP
+    targets are computed once, in its first ``prepare``).
+    """
+
+    def __init__(self):
+        self._data: dict = {}
+        self._callbacks: dict = {}
+
+    def run_data(self, data_args):
+        from .data import load_run_data
+
+        key = data_key(data_args)
+        if key not in self._data:
+            self._data[key] = load_run_data(data_args)
+        return self._data[key]
+
+    def bp_callback(self, data_args, make):
+        key = data_key(data_args)
+        if key not in self._callbacks:
+            self._callbacks[key] = make()
+        return self._callbacks[key]
+
+    @property
+    def num_data_configs(self) -> int:
+        return len(self._data)
+
+
+def single_run_stream(task: str, data, data_args, training_args) -> TrainingStream:
+    """The training stream of a single run (model task ``"root"`` / ``"mlm"``) on ``training_args.device``."""
+    return TrainingStream(
+        task, data.train.leaves, data.train.roots, seeds=[training_args.seed], num_symbols=data_args.num_symbols,
+        batch_size=training_args.per_device_train_batch_size, mask_rate=data_args.mask_rate if task == "mlm" else None,
+        drop_last=training_args.dataloader_drop_last, device=training_args.device,
+        world_size=training_args.world_size, process_index=training_args.process_index,
+    ).single()
+
+
+def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
+    """The Trainer of a single run (model task ``"root"`` / ``"mlm"``): :class:`TreeLangTrainer` fed by
+    :func:`single_run_stream` with ``--train_engine device`` (the default), the stock ``Trainer`` (a DataLoader and
+    the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
+    (``model``, ``args``, datasets, callbacks, ...)."""
+    if getattr(training_args, "train_engine", "device") == "dataloader":
+        return Trainer(**trainer_kwargs)
+    return TreeLangTrainer(train_stream=single_run_stream(task, data, data_args, training_args),
+                           step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs)
+
+
+@contextlib.contextmanager
+def no_grad_eval(model):
+    """Evaluation mode and no gradients for the duration; restores the mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+__all__ = [
+    "ENSEMBLE_FILE",
+    "STEP_MODES",
+    "TRAIN_ENGINES",
+    "CUDAGraphStep",
+    "DeviceBatches",
+    "RunDataCache",
+    "TreeLangTrainer",
+    "check_engine_arguments",
+    "check_single_run_checkpoint",
+    "cuda_graph_obstacles",
+    "data_key",
+    "resolve_step_mode",
+    "single_run_stream",
+    "trainer_for",
+]
