@@ -116,13 +116,13 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences on which each probe's best epoch is chosen (default: 10^4, the authors')")
     parser.add_argument("--num-test", type=int, default=2**12,
                         help="held-out sequences the accuracies are reported on (default: 2^12)")
-    parser.add_argument("--epochs", type=int, default=paper.PROBE_EPOCHS, help="training epochs (App. E.5)")
+    parser.add_argument("--epochs", type=int, default=paper.PROBE_EPOCHS, help="training epochs (App. E.6)")
     parser.add_argument("--batch-size", type=int, default=paper.PROBE_BATCH_SIZE,
                         help="sequences per step (the authors' notebook)")
     parser.add_argument("--learning-rate", type=float, default=paper.PROBE_LEARNING_RATE,
                         help="Adam learning rate (the authors' notebook)")
     parser.add_argument("--probe-hidden", type=int, default=paper.PROBE_HIDDEN,
-                        help="hidden units of each readout (App. E.5: 64; 0: a linear readout)")
+                        help="hidden units of each readout (App. E.6: 64; 0: a linear readout)")
     parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
     parser.add_argument("--device", default="cpu", help="torch device")
 
@@ -172,7 +172,8 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
              for step in step_names(attention_filter_levels=("<k>",))]
     parser.add_argument("out", help="output folder")
     parser.add_argument("--preset", default="quick", metavar="{" + ",".join(PUBLIC_PRESETS) + "}",
-                        help="quick: about 20 min on a 2-core CPU; paper: the paper's sizes (GPU advisable)")
+                        help="quick: about 20 min on a 2-core CPU, no sweeps; paper: the authors' settings for every "
+                        "figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs a part)")
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

@@ -256,7 +256,7 @@ def test_finetune_mlp_readout_saves_and_loads(tiny_run, tmp_path):
     assert isinstance(_finetune_model(out, readout="linear").classifier, torch.nn.Linear)
 
 
-# ---------------------------------------------------------------- probes as App. E.5 and the notebook
+# ---------------------------------------------------------------- probes as App. E.6 and the notebook
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Ancestor probes on frozen hidden states (paper Fig. 3b, App. E.5-E.7).
+"""Ancestor probes on frozen hidden states (paper Fig. 3b, App. E.6-E.7).
 
 For every (encoder layer, ancestor level) pair a readout is trained to predict, from the hidden state of leaf i
 alone, the symbol of its ancestor at level m::
@@ -6,14 +6,14 @@ alone, the symbol of its ancestor at level m::
     label(i, m) = levels[m][i >> (ℓ - m)]        (level 0 is the root, level ℓ the leaf itself)
 
 The readout is position independent: one network for all positions of a layer, by default the two-layer readout of
-App. E.5 (64 hidden ReLU units; ``probe_hidden=0`` gives a linear readout, the one of the authors' notebook for the
+App. E.6 (64 hidden ReLU units; ``probe_hidden=0`` gives a linear readout, the one of the authors' notebook for the
 k_train probes of App. E.7, right). Layer 0 is the input embedding, layer j the output of encoder block j. The
 encoder is frozen and in eval mode: hidden states are computed once, without masks. All probes are trained at once,
 as one batched network with independent weights per (layer, level); since the loss is the sum of the probes' losses
 and Adam acts per parameter, this is exactly independent training on the same mini-batches. Variant
 ``positions="ends"`` (App. E.7, left) trains on the first and last positions only and tests on all of them.
 
-The protocol is App. E.5 and the authors' notebook (``notebooks/ancestor_inference.ipynb``): Adam at learning rate
+The protocol is App. E.6 and the authors' notebook (``notebooks/ancestor_inference.ipynb``): Adam at learning rate
 1e-4, batches of 32 sequences, 100 epochs on 2^14 labelled sequences, and for each probe the epoch of best accuracy
 on 10^4 validation sequences (epoch 0, before training, included). The notebook reports that best validation accuracy
 (:attr:`ProbeResult.validation_accuracy`); since it is chosen on the same sequences, the headline number here
@@ -257,7 +257,7 @@ def probe(
 ) -> ProbeResult:
     """Train the ancestor probes of every (layer, level) on a frozen checkpoint; best-epoch and final accuracy.
 
-    The defaults are App. E.5 and the authors' notebook (see the module docstring).
+    The defaults are App. E.6 and the authors' notebook (see the module docstring).
 
     Args:
         checkpoint: a TreeLang checkpoint folder of any task (MLM in the paper) or a loaded checkpoint.
@@ -272,7 +272,7 @@ def probe(
         epochs: passes over the training sequences (100 in the paper).
         batch_size: sequences per optimisation step (32).
         learning_rate: Adam learning rate (1e-4).
-        probe_hidden: H, hidden units of each readout (64 in App. E.5); 0 for a linear readout.
+        probe_hidden: H, hidden units of each readout (64 in App. E.6); 0 for a linear readout.
         seed: seed of the data, the initialisation and the batch order.
         progress: show a progress bar over epochs.
     """

@@ -121,7 +121,7 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
     _figure(lines, out / "attention" / "classifier" / "attention.png", out,
             "App. E.5: root classifiers of every k_train at their largest P")
 
-    lines += ["## Probing (Fig. 3b, App. E.5-E.7)", "",
+    lines += ["## Probing (Fig. 3b, App. E.6-E.7)", "",
               f"Readouts trained on {p.probe_train} sequences for {p.probe_epochs} epochs (Adam "
               f"{p.probe_learning_rate:g}, batch {p.probe_batch_size}); each probe at its best epoch on "
               f"{p.probe_validation} validation sequences, accuracy on {p.probe_test} further held-out sequences, "

@@ -34,7 +34,7 @@ SWEEP_EPOCHS = 200
 LAYER_COUNTS = (1, 2, 3, 4)
 GRAMMAR_SEEDS = (1, 15, 31)
 
-# Probes (App. E.5; notebooks/ancestor_inference.ipynb at commit 1b951ae): 2**14 labelled sequences, Adam 1e-4,
+# Probes (App. E.6; notebooks/ancestor_inference.ipynb at commit 1b951ae): 2**14 labelled sequences, Adam 1e-4,
 # batches of 32, 100 epochs, the best epoch on N_val = 1e4 validation sequences, a 64-unit two-layer readout for
 # Fig. 3b and a linear one (decoder_hidden_dim = [], "probes_accuracies_0HL") for the k_train probes of App. E.7.
 PROBE_TRAIN = 2**14
