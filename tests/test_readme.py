@@ -97,7 +97,40 @@ def test_readme_commands_run_at_a_tiny_size(tmp_path):
 
 
 @pytest.mark.parametrize("index", range(len(code_blocks("python"))))
-def test_readme_python_blocks_run(index, tmp_path, monkeypatch):
+def test_readme_python_blocks_run_and_print_what_their_comments_promise(index, tmp_path, monkeypatch):
+    """Every ``print(...)  # -> TEXT`` line of a block prints exactly TEXT (the blocks have no loops: the n-th print
+    call is the n-th print line)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # read at call time
-    exec(compile(code_blocks("python")[index], f"README.md python block {index}", "exec"), {})
+    block = code_blocks("python")[index]
+    printed = []
+    exec(compile(block, f"README.md python block {index}", "exec"),
+         {"print": lambda *args, sep=" ", **_: printed.append(sep.join(map(str, args)))})
+    print_lines = [line for line in block.splitlines() if line.startswith("print(")]
+    assert len(printed) == len(print_lines) > 0, "every block shows its result with print"
+    for line, output in zip(print_lines, printed):
+        if "  # -> " in line:
+            assert output == line.split("  # -> ", 1)[1], line
+
+
+def test_readme_citation_is_the_one_bibtex_entry():
+    from hf_treelang.citation import BIBTEX
+
+    assert README.count("@inproceedings") == 1
+    assert f"```bibtex\n{BIBTEX.strip()}\n```" in README
+
+
+def test_license_file_is_the_mit_license_pyproject_declares():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^license = \{ text = "MIT" \}$', pyproject, flags=re.M)
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License\n")
+    assert "Permission is hereby granted, free of charge" in license_text and "WITHOUT WARRANTY OF ANY KIND" in license_text
+
+
+def test_the_folders_the_readme_commands_write_are_git_ignored():
+    ignored = {line.strip().strip("/") for line in (ROOT / ".gitignore").read_text().splitlines()}
+    written = {command.split("--out ")[1].split("/")[0] for command in readme_commands() if "--out " in command}
+    written |= {"outputs"}  # training and reproduce outputs
+    assert written == {"figures", "outputs"}
+    assert written <= ignored
