@@ -152,10 +152,11 @@ def test_e7_right_probes_the_complete_encoding_of_each_k_train_model(tiny_run):
 
 def test_fig1f_pretrained_arms_get_the_preset_readout(tiny_run):
     out, _, _, _ = tiny_run
+    runs = json.loads((out / "sample_complexity" / "sample_complexity.json").read_text())["runs"]
     for arm in ("frozen", "finetuned"):
-        config = json.loads(next((out / "runs" / "sample_complexity" / arm).glob("P*/config.json")).read_text())
+        config = json.loads(Path(runs[arm][0], "config.json").read_text())
         assert (config["readout"], config["readout_hidden_size"]) == (TINY.finetune_readout, paper.FINETUNE_HIDDEN)
-    scratch = json.loads(next((out / "runs" / "sample_complexity" / "scratch").glob("P*/config.json")).read_text())
+    scratch = json.loads(Path(runs["scratch"][0], "config.json").read_text())
     assert scratch.get("readout", "linear") == "linear"
 
 
