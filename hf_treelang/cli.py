@@ -269,8 +269,26 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(name: str, args: argparse.Namespace) -> int:
     """Register TreeLang (deferred to here in the console script), import the command's module, run it."""
     register()
+    try:
+        _check_common_arguments(args)
+    except (ValueError, TypeError) as error:
+        sys.stderr.write(f"{PROG} {name}: error: {error}\n")
+        return 2
     module = importlib.import_module(COMMANDS[name][0])
     return module.run(args) or 0
+
+
+def _check_common_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad output folder (``out``: a file, under a file, unwritable) or a torch device this machine lacks
+    (``--device``) before the command loads or computes anything."""
+    from hf_treelang.train.folders import check_output_folder
+
+    if getattr(args, "out", None) is not None:
+        check_output_folder("out", args.out)
+    if getattr(args, "device", None) is not None:
+        from hf_treelang.analysis.io import check_device
+
+        check_device(args.device)
 
 
 def run_command(name: str, argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ analyses require, and every bad input refused first (parameter, value, allowed r
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from safetensors.torch import load_file
 
 from hf_treelang.train.arguments import parse_arguments
 from hf_treelang.train.collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback
-from hf_treelang.train.loop import train
+from hf_treelang.train.loop import main, train
 
 # 48 sequences / batch 8 = 6 steps per epoch, 2 epochs; checkpoints every 3 steps (mid-epoch 0, end of epoch 0,
 # mid-epoch 1, end) and an evaluation every 3 steps. Dropout 0.1 stays on, so the restored torch RNG matters too.
@@ -91,3 +92,211 @@ def test_the_mask_epoch_callback_sets_the_epoch_about_to_run():
     for epoch, expected in ((0.0, 0), (1.0, 1), (1.5, 1), (2.0, 2)):  # 1.5: a run resumed in the middle of epoch 1
         callback.on_epoch_begin(None, TrainerState(epoch=epoch), TrainerControl())
         assert collate.epoch == expected
+
+
+# ---------------------------------------------------------------- output folders and the completion marker
+
+
+@pytest.fixture
+def no_data(monkeypatch):
+    """Fail the test if a run gets as far as building its data."""
+    import hf_treelang.train.loop as loop
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the data were built before the bad input was refused")
+
+    monkeypatch.setattr(loop, "load_run_data", refuse)
+
+
+def _copy_run(uninterrupted, task, destination):
+    shutil.copytree(uninterrupted[task][0] / "run", destination)
+    return destination
+
+
+def test_a_finished_run_writes_its_completion_marker_last_listing_every_file(uninterrupted):
+    folder = uninterrupted["mlm"][0] / "run"
+    marker = folder / "run_complete.json"
+    document = json.loads(marker.read_text())
+    assert (document["task"], document["global_step"]) == ("mlm", 12)
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p != marker}
+    assert set(document["files"]) == files
+    assert {"model.safetensors", "run_config.json", "metrics.json", "checkpoint-3/optimizer.pt"} <= files
+    assert all(document["files"][name] == (folder / name).stat().st_size for name in ("model.safetensors",))
+    assert marker.stat().st_mtime_ns >= max((folder / name).stat().st_mtime_ns for name in files)
+    assert not list(folder.glob("*.tmp"))
+
+
+def test_a_second_run_into_a_non_empty_output_dir_is_refused_before_the_data_are_built(tmp_path, no_data):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint-7").mkdir()
+    with pytest.raises(ValueError, match=r"`output_dir` .* is not empty \(checkpoint-7\).*--overwrite_output_dir"):
+        main("root", TINY + ["--output_dir", str(out)])
+    assert [p.name for p in out.iterdir()] == ["checkpoint-7"]
+
+
+def test_overwrite_output_dir_replaces_the_previous_run_and_keeps_other_files(tmp_path, uninterrupted):
+    out = _copy_run(uninterrupted, "root", tmp_path / "run")
+    (out / "notes.txt").write_text("mine")
+    _train("root", out, "--overwrite_output_dir", "true", "--save_steps", "5", "--num_train_epochs", "1")
+    # 6 steps: checkpoints 5 and 6 (the last step); the previous run's 3, 6, 9 and 12 are gone
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5", "checkpoint-6"]
+    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["max_steps"] == 6
+    assert (out / "notes.txt").read_text() == "mine"
+    document = json.loads((out / "run_complete.json").read_text())
+    assert document["global_step"] == 6 and "checkpoint-3/optimizer.pt" not in document["files"]
+    history = json.loads((out / "eval_history.json").read_text())["history"]
+    assert [e["step"] for e in history] == [3, 6]
+
+
+def test_the_analyses_refuse_an_interrupted_run_folder_naming_what_is_missing(tmp_path, uninterrupted, capsys):
+    from hf_treelang.analysis import calibration, dynamics, load_checkpoint
+
+    out = _copy_run(uninterrupted, "mlm", tmp_path / "run")
+    load_checkpoint(out)  # complete: loads
+    (out / "run_complete.json").unlink()  # killed during the final save: no marker, no metrics
+    (out / "metrics.json").unlink()
+    with pytest.raises(ValueError, match=r"incomplete training run: it lacks run_complete.json, metrics.json \(.*\); "
+                                         r"resume it with --resume_from_checkpoint .*checkpoint-12'$"):
+        load_checkpoint(out)
+    assert dynamics.main([str(out), "--out", str(tmp_path / "dynamics")]) == 2
+    assert "run_complete.json" in capsys.readouterr().err
+    assert calibration.main([str(out), "--out", str(tmp_path / "calibration"), "--num-samples", "8"]) == 2
+    assert "incomplete training run" in capsys.readouterr().err
+    assert not (tmp_path / "dynamics").exists() and not (tmp_path / "calibration").exists()
+    assert load_checkpoint(out / "checkpoint-12").task == "mlm"  # a checkpoint-N is a model folder: it loads
+    assert dynamics.find_history(out / "eval_history.json")[1]  # an unfinished run's history file can be read
+
+
+def test_a_marker_that_lists_a_missing_file_is_refused(tmp_path, uninterrupted):
+    from hf_treelang.analysis import load_checkpoint
+
+    out = _copy_run(uninterrupted, "root", tmp_path / "run")
+    (out / "grammar.json").unlink()
+    with pytest.raises(ValueError, match="files listed in run_complete.json are missing: grammar.json"):
+        load_checkpoint(out)
+
+
+# ---------------------------------------------------------------- errors before work
+
+
+def _unwritable_parent(tmp_path):
+    """A folder this process cannot write into (root ignores permission bits, so a read-only /proc entry then)."""
+    import os
+
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if not os.access(folder, os.W_OK):
+        return folder
+    if os.path.isdir("/proc/1") and not os.access("/proc/1", os.W_OK):
+        return Path("/proc/1")
+    pytest.skip("no unwritable folder available to this process")
+
+
+def _bad_finetune_checkpoint(tmp_path, kind):
+    import hf_treelang
+
+    folder = tmp_path / "mlm"
+    config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=16, num_hidden_layers=1,
+                                                  intermediate_size=16)
+    hf_treelang.TreeLangForMaskedLM(config).save_pretrained(folder)
+    if kind == "no_weights":
+        (folder / "model.safetensors").unlink()
+    else:
+        (folder / "config.json").write_text('{"model_type": "treelang", ')
+    return folder
+
+
+def _partial_checkpoint(tmp_path, uninterrupted):
+    folder = tmp_path / "partial"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):  # a save killed after the weights
+        shutil.copy(uninterrupted["root"][0] / "run" / "checkpoint-3" / name, folder / name)
+    return folder
+
+
+BAD_INPUTS = {
+    "output_dir_is_a_file": (lambda tmp, runs: ["--output_dir", str(tmp / "file.txt")],
+                             r"`output_dir` must be a folder \(existing or to create\), got .*file.txt', which is a file"),
+    "output_dir_under_a_file": (lambda tmp, runs: ["--output_dir", str(tmp / "file.txt" / "run")],
+                                r"`output_dir` must be a folder path, got .*: .*file.txt' is a file"),
+    "output_dir_unwritable": (lambda tmp, runs: ["--output_dir", str(_unwritable_parent(tmp) / "run")],
+                              r"`output_dir` must be a folder this process can write, got .* is not writable"),
+    "heads_do_not_divide_hidden_size": (lambda tmp, runs: ["--hidden_size", "10", "--num_attention_heads", "3"],
+                                        r"hidden_size \(10\) must be divisible by num_attention_heads \(3\)"),
+    "classifier_pooling": (lambda tmp, runs: ["--classifier_pooling", "cls"],
+                           r"`classifier_pooling` must be one of \('concat', 'mean'\), got 'cls'"),
+    "batch_size_0": (lambda tmp, runs: ["--per_device_train_batch_size", "0"],
+                     r"`per_device_train_batch_size` must be an integer in \[1, 2147483647\], got 0$"),
+    "learning_rate_nan": (lambda tmp, runs: ["--learning_rate", "nan"],
+                          r"`learning_rate` must be a real number >= 0, got nan$"),
+    "cpu_threads_negative": (lambda tmp, runs: ["--cpu_threads", "-1"], r"`cpu_threads` must be an integer >= 1, got -1$"),
+    "resume_from_an_empty_folder": (lambda tmp, runs: ["--resume_from_checkpoint", str(_mkdir(tmp / "empty"))],
+                                    r"`resume_from_checkpoint` .*empty' is empty; expected a checkpoint-N folder"),
+    "resume_from_a_partial_checkpoint": (
+        lambda tmp, runs: ["--resume_from_checkpoint", str(_partial_checkpoint(tmp, runs))],
+        r"`resume_from_checkpoint` .*partial' is incomplete .*it lacks trainer_state.json, optimizer.pt, "
+        r"scheduler.pt, rng_state.pth"),
+}
+
+
+def _mkdir(path):
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_a_bad_training_input_fails_first_naming_it_and_leaves_no_folder(tmp_path, uninterrupted, no_data, case):
+    (tmp_path / "file.txt").write_text("not a folder")
+    make_argv, message = BAD_INPUTS[case]
+    argv = TINY + ["--output_dir", str(tmp_path / "never"), *make_argv(tmp_path, uninterrupted)]
+    with pytest.raises(ValueError, match=message):
+        main("root", argv)
+    assert not (tmp_path / "never").exists() and not (tmp_path / "file.txt" / "run").exists()
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("no_weights", r"`model_name_or_path` .*mlm' has a config.json but no weights"),
+    ("malformed_config", r"`model_name_or_path` .*mlm': config.json is not valid JSON"),
+])
+def test_a_bad_finetune_checkpoint_fails_first_and_leaves_no_folder(tmp_path, no_data, kind, message):
+    folder = _bad_finetune_checkpoint(tmp_path, kind)
+    with pytest.raises(ValueError, match=message):
+        main("finetune", TINY + ["--output_dir", str(tmp_path / "never"), "--model_name_or_path", str(folder)])
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"depth": 2,', r"argument file '.*args.json' is not valid JSON"),
+    ("[2, 3]", r"argument file '.*args.json' must hold a JSON object .*got a list"),
+    ('{"dpeth": 2}', r"argument file '.*args.json': .*dpeth"),
+])
+def test_a_bad_json_arguments_file_is_named_in_the_error(tmp_path, no_data, content, message):
+    path = tmp_path / "args.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        main("root", [str(path)])
+
+
+def test_the_analysis_commands_check_device_and_out_before_computing(tmp_path, monkeypatch, capsys):
+    from hf_treelang.analysis import calibration
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("calibration computed before its arguments were checked")
+
+    monkeypatch.setattr(calibration, "calibrate", refuse)
+    (tmp_path / "file.txt").write_text("not a folder")
+    checkpoint = str(tmp_path)  # never read: the arguments are refused first
+    cases = [
+        (["--out", str(tmp_path / "out"), "--device", "foo"], "`device` must be one of 'cpu', 'cuda'"),
+        (["--out", str(tmp_path / "file.txt")], "`out` must be a folder (existing or to create)"),
+        (["--out", str(tmp_path / "file.txt" / "sub")], "file.txt' is a file"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--out", str(tmp_path / "out"), "--device", "cuda"], "needs a CUDA GPU, but this machine has none"))
+    for extra, message in cases:
+        assert calibration.main([checkpoint, *extra]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("hf-treelang calibration: error: ") and message in error, error
+    assert not (tmp_path / "out").exists()

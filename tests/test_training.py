@@ -108,7 +108,8 @@ def test_a_json_file_gives_the_same_arguments_as_flags(tmp_path):
 def test_root_run_writes_a_complete_loadable_output_folder(tmp_path, capsys):
     out = tmp_path / "root"
     assert main("root", TINY[:-2] + ["--output_dir", str(out), "--report_to", "tensorboard"]) == 0
-    assert "k_test=0: accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "final: step 12 · " in printed and "acc k_test 0..2 (model/BP_0)" in printed
     for name in ("config.json", "model.safetensors", "trainer_state.json", "metrics.json", "eval_history.json",
                  "curves.png", "kl_curves.png", "README.md", "run_config.json", "grammar.json"):
         assert (out / name).is_file(), name

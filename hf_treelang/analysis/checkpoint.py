@@ -5,18 +5,17 @@ Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``q`` symbols, ``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from hf_treelang.core.grammar import Grammar
+from hf_treelang.train.folders import TASK_ARCHITECTURES, check_run_complete, read_model_config
 
-# task name -> the head class a checkpoint of that task is saved with
-TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification"}
+from .io import check_device
+
 TASK_DESCRIPTIONS = {"mlm": "masked language modelling", "root": "root classification"}
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 @dataclass
@@ -71,33 +70,15 @@ class Checkpoint:
         return f"{self.path} ({task}, q={self.num_symbols}, depth={self.depth}, k_train={self.filter_level})"
 
 
-def _expected_folder() -> str:
-    return "a TreeLang checkpoint folder written by save_pretrained (config.json with model_type 'treelang' + weights)"
-
-
 def read_checkpoint_config(path) -> tuple[Path, dict]:
-    """Validate a checkpoint folder without loading it; returns (path, config.json as a dict)."""
-    if path is None or str(path) == "":
-        raise ValueError(f"checkpoint must be {_expected_folder()}, got {path!r}")
-    folder = Path(path)
-    if not folder.exists():
-        raise ValueError(f"checkpoint {str(folder)!r} does not exist; expected {_expected_folder()}")
-    if not folder.is_dir():
-        raise ValueError(f"checkpoint {str(folder)!r} is a file, not a folder; expected {_expected_folder()}")
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        contents = "it is empty" if not any(folder.iterdir()) else "it has no config.json"
-        raise ValueError(f"checkpoint {str(folder)!r}: {contents}; expected {_expected_folder()}")
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"checkpoint {str(folder)!r}: config.json is not valid JSON ({error})") from None
-    if config.get("model_type") != "treelang":
-        raise ValueError(
-            f"checkpoint {str(folder)!r} has model_type {config.get('model_type')!r}; expected {_expected_folder()}"
-        )
-    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
-        raise ValueError(f"checkpoint {str(folder)!r} has a config but no weights (expected one of {_WEIGHT_FILES})")
+    """Validate a checkpoint folder without loading it; returns (path, config.json as a dict).
+
+    A model folder (``save_pretrained``, ``hf-treelang convert``, a ``checkpoint-N``) is read as it is; a training
+    run's output folder must be complete (``run_complete.json``, :mod:`hf_treelang.train.folders`): a run killed
+    before it wrote everything is refused, naming what it lacks.
+    """
+    folder, config = read_model_config("checkpoint", path)
+    check_run_complete(folder, "checkpoint")
     return folder, config
 
 
@@ -120,6 +101,7 @@ def load_checkpoint(path, *, task: str | None = None, device: str | torch.device
     """
     if task is not None and task not in TASK_ARCHITECTURES:
         raise ValueError(f"task must be one of {sorted(TASK_ARCHITECTURES)} or None, got {task!r}")
+    device = check_device(device)
     folder, config = read_checkpoint_config(path)
     found = checkpoint_task(config)
     if task is not None and found != task:

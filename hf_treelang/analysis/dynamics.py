@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.train.folders import check_run_complete
 
 from .io import cli_error, prepare_output, write_json
 
@@ -138,6 +139,12 @@ def find_history(run) -> tuple[Path, list]:
     path = Path(run)
     if not path.exists():
         raise ValueError(f"run {str(path)!r} does not exist; expected {expected}")
+    if path.is_dir():  # a training run's folder must be complete; its history file can be read while it runs
+        try:
+            check_run_complete(path)
+        except ValueError as error:
+            raise ValueError(f"{error}; to plot the curves of an unfinished run so far, pass its history file "
+                             f"{str(path / 'eval_history.json')!r}") from None
     if path.is_file():
         entries = _read(path)
         if entries is None:

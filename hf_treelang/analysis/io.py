@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_treelang.core.params import check_int
+from hf_treelang.train.folders import check_output_folder
 
 
 def check_positive(name: str, value, low: int = 1) -> int:
@@ -17,15 +18,55 @@ def check_positive(name: str, value, low: int = 1) -> int:
     return check_int(name, value, low)
 
 
+def check_output_dir(out_dir, name: str = "out") -> Path:
+    """``out_dir`` as a folder that can be created or written into (not a file, not under a file, writable).
+
+    Creates nothing: the commands call it before computing anything, :func:`prepare_output` before writing.
+    """
+    return check_output_folder(name, out_dir)
+
+
 def prepare_output(out_dir) -> Path:
     """Create the output folder (after all inputs have been validated)."""
-    if out_dir is None or str(out_dir) == "":
-        raise ValueError(f"out_dir must be a folder path, got {out_dir!r}")
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"out_dir {str(path)!r} exists and is not a folder")
+    path = check_output_dir(out_dir)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+DEVICES = "'cpu', 'cuda', 'cuda:<index>' or 'mps'"
+
+
+def check_device(device):
+    """``device`` as a ``torch.device`` that this machine has; a ValueError naming it and what is available otherwise.
+
+    Examples: ``"cpu"``; ``"cuda"`` / ``"cuda:1"`` with at least 1 / 2 CUDA devices; ``"mps"`` on Apple silicon.
+    """
+    import torch
+
+    if isinstance(device, torch.device):
+        parsed = device
+    else:
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, TypeError, ValueError):
+            raise ValueError(f"`device` must be one of {DEVICES}, got {device!r}") from None
+    if parsed.type == "cpu":
+        return parsed
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"`device` {device!r} needs a CUDA GPU, but this machine has none (torch "
+                             f"{torch.__version__}); use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"`device` must be 'cpu' or 'cuda:<index>' with index in [0, {count - 1}] (this machine "
+                             f"has {count} CUDA device{'s' if count > 1 else ''}), got {device!r}")
+        return parsed
+    if parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"`device` {device!r} needs Apple's MPS backend, which this machine lacks; use --device "
+                             "cpu")
+        return parsed
+    raise ValueError(f"`device` must be one of {DEVICES}, got {device!r}")
 
 
 def _jsonable(value):

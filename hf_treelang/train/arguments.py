@@ -22,6 +22,7 @@ from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from . import paper_settings as paper
+from .folders import check_output_folder
 
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
@@ -178,6 +179,17 @@ class ModelArguments:
             kwargs["num_hidden_layers"] = depth
         return kwargs
 
+    def config(self, data_args: DataArguments) -> TreeLangConfig:
+        """The ``TreeLangConfig`` of a model trained from scratch on ``data_args``' data (its checks run here)."""
+        return TreeLangConfig.from_data(
+            num_symbols=data_args.num_symbols,
+            depth=data_args.depth,
+            filter_level=data_args.k_train,
+            sigma=float(data_args.sigma),
+            grammar_seed=data_args.grammar_seed,
+            **self.model_kwargs(data_args.depth),
+        )
+
 
 @dataclass
 class TreeLangTrainingArguments(TrainingArguments):
@@ -228,6 +240,12 @@ class TreeLangTrainingArguments(TrainingArguments):
         metadata={"help": "Also evaluate and save a checkpoint at the end of these epochs, each in [1, "
                   "num_train_epochs] (--preset paper: the authors' checkpoint epochs; default: none)."},
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace the previous run's files in a non-empty --output_dir (checkpoints, weights, "
+                  "metrics, TensorBoard logs; other files stay). Without it (or --resume_from_checkpoint) a "
+                  "non-empty --output_dir is refused, so that two runs never mix their files."},
+    )
     remove_unused_columns: bool = field(
         default=False,
         metadata={"help": "Keep every column of the training data (False, required for MLM: the collator keys each "
@@ -243,6 +261,30 @@ class TreeLangTrainingArguments(TrainingArguments):
         if self.num_evaluations is None:
             self.num_evaluations = 0
         super().__post_init__()
+
+    def validate(self) -> None:
+        """Raise a ValueError/TypeError naming the field, its value and the allowed range for any bad value.
+
+        Checks values only; the folders (output, checkpoint to resume) are checked by
+        :func:`hf_treelang.train.loop.validate_arguments` through :mod:`hf_treelang.train.folders`.
+        """
+        check_output_folder("output_dir", self.output_dir)
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            check_int(name, getattr(self, name), 1, MAX_SIZE)
+        if self.max_steps != -1:  # -1: train for num_train_epochs
+            check_int("max_steps", self.max_steps, 1, MAX_SIZE)
+        check_real("num_train_epochs", self.num_train_epochs, 0.0)
+        for name in ("learning_rate", "weight_decay", "adam_epsilon", "max_grad_norm"):
+            check_real(name, getattr(self, name), 0.0)
+        for name in ("adam_beta1", "adam_beta2"):
+            if check_real(name, getattr(self, name), 0.0, 1.0) == 1.0:  # Adam divides by 1 - β^t
+                raise ValueError(f"`{name}` must be a real number in [0, 1), got 1.0")
+        check_param("seed", self.seed)
+        if self.cpu_threads is not None:
+            check_int("cpu_threads", self.cpu_threads, 1)
+        check_int("dataloader_num_workers", self.dataloader_num_workers, 0)
+        check_int("num_evaluations", self.num_evaluations, 0, MAX_SIZE)
+        check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
 
 
 def _explicit_keys(argv: list) -> set:
@@ -280,8 +322,14 @@ def parse_arguments(task: str, argv: list | None = None):
     if len(argv) == 1 and argv[0].endswith(".json"):
         if not os.path.isfile(argv[0]):
             raise ValueError(f"argument file {argv[0]!r} does not exist")
-        with open(argv[0]) as handle:
-            values = json.load(handle)
+        try:
+            with open(argv[0]) as handle:
+                values = json.load(handle)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"argument file {argv[0]!r} is not valid JSON: {error}") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"argument file {argv[0]!r} must hold a JSON object of argument names and values "
+                             f"(like {{\"depth\": 4}}), got a {type(values).__name__}")
         for old, new in RENAMED_ARGUMENTS.items():
             if isinstance(values, dict) and old in values and new in values:
                 raise ValueError(f"argument file {argv[0]!r}: {old!r} is the former name of {new!r}: give {new!r} only")
@@ -289,7 +337,10 @@ def parse_arguments(task: str, argv: list | None = None):
                 warn_renamed(old, new, f"argument file {argv[0]!r}")
                 values[new] = values.pop(old)
         explicit = set(values)
-        data_args, model_args, training_args = parser.parse_dict(values)
+        try:
+            data_args, model_args, training_args = parser.parse_dict(values)
+        except (ValueError, TypeError) as error:
+            raise type(error)(f"argument file {argv[0]!r}: {error}") from None
     else:
         explicit = _explicit_keys(argv)
         for old, new in RENAMED_ARGUMENTS.items():
@@ -305,6 +356,8 @@ def parse_arguments(task: str, argv: list | None = None):
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
     data_args.validate()
+    model_args.config(data_args)  # the architecture's checks (e.g. hidden_size divisible by num_attention_heads)
+    training_args.validate()
     return data_args, model_args, training_args
 
 

@@ -17,7 +17,6 @@ classification from an MLM checkpoint, encoder frozen or not, Fig. 1f).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -40,8 +39,18 @@ from .callbacks import (
 )
 from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, RootClassificationCollator
 from .data import RunData, load_run_data, to_datasets
+from .folders import (
+    TASK_ARCHITECTURES,
+    check_output_dir_free,
+    check_resume_checkpoint,
+    check_run_complete,
+    clear_previous_run,
+    mark_run_started,
+    read_model_config,
+    write_run_complete,
+)
 from .launch import relaunch_data_parallel_cpu
-from .outputs import write_outputs
+from .outputs import write_outputs, write_run_config
 from .readout import check_readout, keep_frozen_in_eval_mode, set_readout
 
 
@@ -69,32 +78,45 @@ def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArg
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     data_args.validate()
+    training_args.validate()
+    config = model_args.config(data_args)  # the architecture's own checks
     resume = training_args.resume_from_checkpoint
-    if resume is not None and not os.path.isdir(resume):
-        raise ValueError(f"resume_from_checkpoint {resume!r} is not an existing checkpoint folder")
+    if resume is not None:
+        if training_args.overwrite_output_dir:
+            raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
+                             f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
+        _, saved = check_resume_checkpoint(resume)
+        _check_saved_model("resume_from_checkpoint", resume, saved, data_args)
+        expected = TASK_ARCHITECTURES[_model_task(task)]
+        if expected not in (saved.get("architectures") or []):
+            raise ValueError(f"`resume_from_checkpoint` {resume!r} holds a {saved.get('architectures')} model; this "
+                             f"{task} run trains a {expected}")
+        if task != "finetune":
+            for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+                if saved.get(name) != getattr(config, name):
+                    raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with {name}={saved.get(name)}; "
+                                     f"this run has {name}={getattr(config, name)}: pass the checkpoint's architecture")
+    check_output_dir_free(training_args.output_dir, overwrite=training_args.overwrite_output_dir,
+                          resume=resume is not None)
     if task == "finetune":
         path = model_args.model_name_or_path
-        if path is None or not os.path.isfile(os.path.join(path, "config.json")):
-            raise ValueError(
-                f"model_name_or_path {path!r} is not a saved TreeLang checkpoint (no config.json there); run "
-                "training/run_mlm.py first or pass --model_name_or_path <MLM output folder>"
-            )
-        with open(os.path.join(path, "config.json")) as handle:
-            config = json.load(handle)
-        if config.get("model_type") != "treelang":
-            raise ValueError(f"model_name_or_path {path!r} holds model_type {config.get('model_type')!r}, not 'treelang'")
-        q, depth = config.get("vocab_size", 0) - 1, config.get("depth")
-        if q != data_args.num_symbols or depth != data_args.depth:
-            raise ValueError(
-                f"model_name_or_path {path!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
-                f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
-            )
+        try:
+            _, saved = read_model_config("model_name_or_path", path)
+            check_run_complete(path, "model_name_or_path")
+        except ValueError as error:
+            raise ValueError(f"{error}; run training/run_mlm.py first or pass --model_name_or_path <MLM output "
+                             "folder>") from None
+        _check_saved_model("model_name_or_path", path, saved, data_args)
     elif model_args.model_name_or_path is not None:
         raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
-    for name in ("num_evaluations", "num_checkpoints"):
-        value = getattr(training_args, name)
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if task == "mlm":
+        if training_args.remove_unused_columns:
+            raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
+                             "by its example_index column), got True")
+        if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
+            raise ValueError("`dataloader_persistent_workers` must be False for MLM with dataloader_num_workers > 0 "
+                             "(persistent workers keep the collator of the first epoch, and the masks are keyed by "
+                             "the epoch), got True")
     check_readout(model_args.readout, model_args.readout_hidden_size)
     if task != "finetune" and model_args.readout != "linear":
         raise ValueError(f"readout {model_args.readout!r} is only used by run_finetune.py (a new head on an MLM "
@@ -133,12 +155,27 @@ class EpochCheckpointCallback(TrainerCallback):
         return control
 
 
+def _check_saved_model(name: str, path, saved: dict, data_args: DataArguments) -> None:
+    """A saved config.json must be a valid TreeLang config of the run's data (q and ℓ)."""
+    from hf_treelang.models.configuration_treelang import TreeLangConfig
+
+    try:
+        TreeLangConfig.from_dict(dict(saved))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"`{name}` {str(path)!r}: config.json is not a valid TreeLang config: {error}") from None
+    q, depth = saved["vocab_size"] - 1, saved["depth"]
+    if q != data_args.num_symbols or depth != data_args.depth:
+        raise ValueError(
+            f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
+            f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
+        )
+
+
 # ---------------------------------------------------------------- model and metrics
 
 
 def build_model(task: str, data_args: DataArguments, model_args: ModelArguments):
     """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint."""
-    from hf_treelang.models.configuration_treelang import TreeLangConfig
     from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
 
     if task == "finetune":
@@ -149,16 +186,8 @@ def build_model(task: str, data_args: DataArguments, model_args: ModelArguments)
             model.freeze_encoder()
             keep_frozen_in_eval_mode(model)
         return model
-    config = TreeLangConfig.from_data(
-        num_symbols=data_args.num_symbols,
-        depth=data_args.depth,
-        filter_level=data_args.k_train,
-        sigma=float(data_args.sigma),
-        grammar_seed=data_args.grammar_seed,
-        **model_args.model_kwargs(data_args.depth),
-    )
     model_class = TreeLangForMaskedLM if task == "mlm" else TreeLangForSequenceClassification
-    return model_class(config)
+    return model_class(model_args.config(data_args))
 
 
 def argmax_logits(logits, labels):
@@ -202,6 +231,13 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
     with training_args.main_process_first(desc="building the data"):
         data = load_run_data(data_args)
         train_set, validation_set = to_datasets(_model_task(task), data, data_args.num_symbols)
+    if training_args.should_save:
+        # the folder becomes a run folder: run_config.json first, run_complete.json (the marker) last
+        if training_args.overwrite_output_dir:
+            clear_previous_run(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        mark_run_started(output_dir)
+        write_run_config(task, data_args, model_args, training_args)
     set_seed(training_args.seed)
     model = build_model(task, data_args, model_args)
     if training_args.num_evaluations > 0 and training_args.resume_from_checkpoint is None:
@@ -246,6 +282,7 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
         data.grammar.save(os.path.join(output_dir, "grammar.json"))
         write_outputs(task, data_args, model_args, training_args, bp_callback, final, history,
                        train_runtime, train_output, trainer.state.global_step)
+        write_run_complete(output_dir, task=task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
 
 
@@ -256,7 +293,7 @@ def main(task: str, argv: list | None = None) -> int:
     from .arguments import parse_arguments
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parse_arguments(task, argv)  # bad arguments fail here, before any process is started
+    validate_arguments(task, *parse_arguments(task, argv))  # bad arguments fail here, before any process starts
     code = relaunch_data_parallel_cpu(argv)
     if code is not None:
         return code

@@ -102,6 +102,7 @@ def run_training(spec: RunSpec) -> dict:
     )
     training_args = TreeLangTrainingArguments(
         output_dir=str(output_dir),
+        overwrite_output_dir=True,  # no run_done.json: what the folder holds is an interrupted attempt
         num_train_epochs=float(spec.epochs),
         max_steps=-1 if spec.max_steps is None else int(spec.max_steps),
         per_device_train_batch_size=int(spec.batch_size),

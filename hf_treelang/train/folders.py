@@ -1,0 +1,270 @@
+"""The folders of training: where a run may write, what it may start or resume from, and when it is complete.
+
+Three kinds of folder, told apart by the files in them:
+
+* a **model folder** (``save_pretrained``, ``hf-treelang convert``, a Trainer ``checkpoint-N``): ``config.json``
+  (``model_type`` ``"treelang"``) and the weights. :func:`read_model_config` checks one without loading it.
+* a **resumable checkpoint** (``checkpoint-N``): a model folder plus every file a byte-identical resume reads
+  (:data:`RESUME_FILES`); the Trainer writes ``trainer_state.json`` last, so a checkpoint killed while saving lacks it.
+  :func:`check_resume_checkpoint` names what a folder lacks.
+* a **run folder** (the ``output_dir`` of :func:`hf_treelang.train.loop.train`): ``run_config.json``
+  (:data:`RUN_CONFIG`) is written first, once the inputs are checked and the data built, and ``run_complete.json``
+  (:data:`RUN_COMPLETE`) last, atomically (written to a temporary file, then ``os.replace``), listing every file the
+  run wrote. A folder with ``run_config.json`` and no ``run_complete.json`` is a run that was interrupted (or is still
+  running): :func:`check_run_complete` refuses it and says what is missing. A model folder has no ``run_config.json``,
+  so it loads as it is.
+
+A second run into a non-empty ``output_dir`` would mix its files with the first run's (old ``checkpoint-N`` folders
+next to new ones): :func:`check_output_dir_free` refuses it unless the run resumes (``--resume_from_checkpoint``) or
+replaces the previous run (``--overwrite_output_dir``, which :func:`clear_previous_run` implements: the previous run's
+files go, anything else in the folder stays).
+
+Every check here runs before any work, raises a ``ValueError`` naming the parameter, the value and what is allowed,
+and creates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+RUN_CONFIG = "run_config.json"  # written first: the folder is a run folder
+RUN_COMPLETE = "run_complete.json"  # written last: the run folder is complete
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# a finished run's top-level files (beyond the marker): what an incomplete folder is reported to lack
+RUN_FILES = ("config.json", "model.safetensors", "trainer_state.json", "grammar.json", RUN_CONFIG, "metrics.json",
+             "eval_history.json", "README.md")
+# what a byte-identical resume reads (besides config.json and the weights): the Trainer's state, optimiser, schedule
+# and random generators (rng_state.pth, or rng_state_<rank>.pth per process of a data-parallel run)
+RESUME_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng_state.pth")
+# what a run writes at the top of its output_dir, removed by --overwrite_output_dir (with the previous marker's list)
+RUN_WRITES = RUN_FILES + (RUN_COMPLETE, "run_done.json", "training_args.bin", "curves.png", "kl_curves.png",
+                          "model.safetensors.index.json", "pytorch_model.bin", "eval_history.json.tmp")
+RUN_WRITE_FOLDERS = ("tensorboard",)
+CHECKPOINT_PREFIX = "checkpoint-"
+# task -> the head class a model folder of that task is saved with (config.json's "architectures")
+TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification"}
+
+MODEL_FOLDER = "a TreeLang checkpoint folder written by save_pretrained (config.json with model_type 'treelang' + weights)"
+
+
+# ---------------------------------------------------------------- where a run may write
+
+
+def check_output_folder(name: str, path) -> Path:
+    """``path`` as a folder that can be created or written into: not a file, not under a file, writable.
+
+    Creates nothing. Raises a ValueError naming ``name`` otherwise.
+    """
+    if path is None or str(path) == "":
+        raise ValueError(f"`{name}` must be a folder path, got {path!r}")
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"`{name}` must be a folder (existing or to create), got {str(folder)!r}, which is a file")
+    existing = folder
+    while not existing.exists():  # the nearest existing ancestor decides whether the folder can be created
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != folder and not existing.is_dir():
+        raise ValueError(f"`{name}` must be a folder path, got {str(folder)!r}: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"`{name}` must be a folder this process can write, got {str(folder)!r}: "
+                         f"{str(existing)!r} is not writable")
+    return folder
+
+
+def _entries(folder: Path) -> list:
+    return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
+
+
+def _shown(names: list, limit: int = 6) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_output_dir_free(output_dir, *, overwrite: bool, resume: bool) -> None:
+    """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run."""
+    folder = Path(output_dir)
+    entries = _entries(folder)
+    if entries and not (overwrite or resume):
+        raise ValueError(
+            f"`output_dir` {str(folder)!r} is not empty ({_shown(entries)}): a new run would mix its files with "
+            "those; pass --overwrite_output_dir true to replace the previous run's files, --resume_from_checkpoint "
+            f"{str(folder / (CHECKPOINT_PREFIX + 'N'))!r} to continue it, or another --output_dir"
+        )
+
+
+def clear_previous_run(output_dir) -> list:
+    """Remove what a previous run wrote into ``output_dir`` (``--overwrite_output_dir``); returns the removed names.
+
+    Removed: the files the previous ``run_complete.json`` lists, the files and folders a run writes
+    (:data:`RUN_WRITES`, :data:`RUN_WRITE_FOLDERS`, ``checkpoint-*``); anything else stays.
+    """
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return []
+    listed = set()
+    try:
+        listed = {Path(name).parts[0] for name in json.loads((folder / RUN_COMPLETE).read_text()).get("files", {})}
+    except (OSError, ValueError, AttributeError):
+        pass  # no (readable) marker: the known names below
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        ours = (entry.name in listed or entry.name in RUN_WRITES or entry.name in RUN_WRITE_FOLDERS
+                or (entry.is_dir() and entry.name.startswith(CHECKPOINT_PREFIX)))
+        if not ours:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry.name)
+    return removed
+
+
+# ---------------------------------------------------------------- what a run starts or resumes from
+
+
+def read_model_config(name: str, path) -> tuple[Path, dict]:
+    """Check that ``path`` is a TreeLang model folder without loading it; returns (folder, config.json as a dict).
+
+    The errors name ``name`` (the parameter that gave the folder) and say what the folder lacks.
+    """
+    if path is None or str(path) == "":
+        raise ValueError(f"`{name}` must be {MODEL_FOLDER}, got {path!r}")
+    folder = Path(path)
+    if not folder.exists():
+        raise ValueError(f"`{name}` {str(folder)!r} does not exist; expected {MODEL_FOLDER}")
+    if not folder.is_dir():
+        raise ValueError(f"`{name}` {str(folder)!r} is a file, not a folder; expected {MODEL_FOLDER}")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        contents = "it is empty" if not any(folder.iterdir()) else "it has no config.json"
+        raise ValueError(f"`{name}` {str(folder)!r}: {contents}; expected {MODEL_FOLDER}")
+    try:
+        config = json.loads(config_file.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"`{name}` {str(folder)!r}: config.json is not valid JSON ({error}); expected "
+                         f"{MODEL_FOLDER}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"`{name}` {str(folder)!r}: config.json holds a {type(config).__name__}, not a JSON "
+                         f"object; expected {MODEL_FOLDER}")
+    if config.get("model_type") != "treelang":
+        raise ValueError(f"`{name}` {str(folder)!r} has model_type {config.get('model_type')!r}; expected "
+                         f"{MODEL_FOLDER}")
+    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
+        raise ValueError(f"`{name}` {str(folder)!r} has a config.json but no weights (expected one of "
+                         f"{', '.join(WEIGHT_FILES)}); expected {MODEL_FOLDER}")
+    return folder, config
+
+
+def check_resume_checkpoint(path) -> tuple[Path, dict]:
+    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`); returns (folder, config)."""
+    name = "resume_from_checkpoint"
+    expected = f"a checkpoint-N folder written by the Trainer (config.json, weights, {', '.join(RESUME_FILES)})"
+    folder = Path(path)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is a file, not a folder"
+        raise ValueError(f"`{name}` {str(folder)!r} {what}; expected {expected}")
+    if not any(folder.iterdir()):
+        raise ValueError(f"`{name}` {str(folder)!r} is empty; expected {expected}")
+    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
+    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
+        missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
+    for required in RESUME_FILES:
+        if required == "rng_state.pth":
+            if not (folder / required).is_file() and not any(folder.glob("rng_state_*.pth")):
+                missing.append(required)
+        elif not (folder / required).is_file():
+            missing.append(required)
+    if missing:
+        raise ValueError(f"`{name}` {str(folder)!r} is incomplete (a save interrupted?): it lacks "
+                         f"{', '.join(missing)}; expected {expected}")
+    return read_model_config(name, folder)
+
+
+# ---------------------------------------------------------------- when a run is complete
+
+
+def _files_under(folder: Path) -> dict:
+    """{relative posix path: size in bytes} of every file under ``folder``, but the marker and temporary files."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != RUN_COMPLETE and not path.name.endswith(".tmp"):
+            files[path.relative_to(folder).as_posix()] = path.stat().st_size
+    return files
+
+
+def write_run_complete(output_dir, **summary) -> Path:
+    """Write ``run_complete.json`` last, atomically: ``summary`` and every file the run folder holds, with sizes."""
+    folder = Path(output_dir)
+    document = {**summary, "files": _files_under(folder)}
+    path = folder / RUN_COMPLETE
+    temporary = folder / (RUN_COMPLETE + ".tmp")
+    temporary.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def mark_run_started(output_dir) -> None:
+    """A run (re)starts in ``output_dir``: a previous ``run_complete.json`` no longer describes the folder."""
+    marker = Path(output_dir) / RUN_COMPLETE
+    if marker.is_file():
+        marker.unlink()
+
+
+def is_run_folder(path) -> bool:
+    """Whether ``path`` is the output folder of a training run (it has ``run_config.json``)."""
+    return (Path(path) / RUN_CONFIG).is_file()
+
+
+def check_run_complete(path, name: str = "run") -> None:
+    """Refuse a run folder that is not complete, naming what is missing; a model folder (no run_config.json) passes.
+
+    A complete run folder has ``run_complete.json`` (written last) and every file it lists.
+    """
+    folder = Path(path)
+    if not is_run_folder(folder):
+        return
+    marker = folder / RUN_COMPLETE
+    checkpoints = sorted((p for p in folder.glob(CHECKPOINT_PREFIX + "*") if p.is_dir()),
+                         key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]) if p.name[len(CHECKPOINT_PREFIX):].isdigit()
+                         else -1)
+    advice = ("; resume it with --resume_from_checkpoint " + repr(str(checkpoints[-1])) if checkpoints
+              else "; train it again with --overwrite_output_dir true")
+    if not marker.is_file():
+        missing = [RUN_COMPLETE] + [f for f in RUN_FILES if not (folder / f).is_file()]
+        raise ValueError(
+            f"`{name}` {str(folder)!r} is an incomplete training run: it lacks {', '.join(missing)} (training writes "
+            f"{RUN_COMPLETE} last, so the run was interrupted or is still running){advice}"
+        )
+    try:
+        listed = json.loads(marker.read_text()).get("files", {})
+    except (ValueError, AttributeError) as error:
+        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error})") from None
+    missing = [f for f in listed if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
+
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "MODEL_FOLDER",
+    "RESUME_FILES",
+    "RUN_COMPLETE",
+    "RUN_CONFIG",
+    "RUN_FILES",
+    "TASK_ARCHITECTURES",
+    "WEIGHT_FILES",
+    "check_output_dir_free",
+    "check_output_folder",
+    "check_resume_checkpoint",
+    "check_run_complete",
+    "clear_previous_run",
+    "is_run_folder",
+    "mark_run_started",
+    "read_model_config",
+    "write_run_complete",
+]
