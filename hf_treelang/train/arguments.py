@@ -253,6 +253,33 @@ class TreeLangTrainingArguments(TrainingArguments):
     )
     dataloader_drop_last: bool = field(default=False, metadata={"help": "Drop the last incomplete batch."})
     dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin memory (only useful on GPUs)."})
+    train_engine: str = field(
+        default="device",
+        metadata={"help": "'device' (default): the training set lives on the device and is shuffled and masked there "
+                  "from seeded generators, with a lean Trainer step (hf_treelang.train.engine); 'dataloader': the "
+                  "stock Trainer path (a DataLoader and the masking collator)."},
+    )
+    step_mode: str = field(
+        default="auto",
+        metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one fp32 "
+                  "process with a constant learning rate, else eager), 'eager' or 'cuda_graph'."},
+    )
+    ensemble_seeds: list[int] | None = field(
+        default=None,
+        metadata={"help": "Train an ensemble: the model seeds S of its members, which are every (S, K) with K in "
+                  "--ensemble_k_train; member (S, K) is the run --seed S --k_train K and is written to "
+                  "OUTPUT_DIR/members/seed{S}-k{K}/ (default: a single run, or [--seed] with --ensemble_k_train)."},
+    )
+    ensemble_k_train: list[int] | None = field(
+        default=None,
+        metadata={"help": "Ensemble: the k_train of its members, each in [0, depth] (default: [--k_train])."},
+    )
+    ensemble_mode: str = field(
+        default="auto",
+        metadata={"help": "Ensemble: 'stacked' (one batched model, one kernel per layer for all members), "
+                  "'sequential' (one member after another) or 'auto' (stacked on a GPU, and on the CPU for small "
+                  "models; hf_treelang.train.ensemble.choose_ensemble_mode)."},
+    )
 
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
@@ -285,6 +312,9 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_int("dataloader_num_workers", self.dataloader_num_workers, 0)
         check_int("num_evaluations", self.num_evaluations, 0, MAX_SIZE)
         check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
+        from .engine import check_engine_arguments  # the engine's and the ensemble's choices
+
+        check_engine_arguments(self)
 
 
 def _explicit_keys(argv: list) -> set:

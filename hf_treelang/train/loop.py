@@ -50,8 +50,9 @@ from .folders import (
     write_run_complete,
 )
 from .launch import relaunch_data_parallel_cpu
-from .outputs import write_outputs, write_run_config
 from .readout import check_readout, keep_frozen_in_eval_mode, set_readout
+from .outputs import write_outputs, write_run_config
+from .engine import check_engine_arguments, check_single_run_checkpoint, trainer_for
 
 
 @dataclass
@@ -85,6 +86,7 @@ def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArg
         if training_args.overwrite_output_dir:
             raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
                              f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
+        check_single_run_checkpoint(resume)
         _, saved = check_resume_checkpoint(resume)
         _check_saved_model("resume_from_checkpoint", resume, saved, data_args)
         expected = TASK_ARCHITECTURES[_model_task(task)]
@@ -219,17 +221,35 @@ def _tensorboard_dir(trainer, output_dir: str) -> None:
             callback.logging_dir = os.path.join(output_dir, "tensorboard")
 
 
-def train(task: str, data_args: DataArguments, model_args: ModelArguments,
-          training_args: TreeLangTrainingArguments) -> TrainingResult:
-    """Run one experiment end to end (see the module docstring); returns a :class:`TrainingResult`."""
-    from transformers import Trainer, set_seed
+def bp_callback_for(task: str, data: RunData, data_args: DataArguments, training_args) -> BPKLCallback:
+    """The BP-KL callback of a run (its BP targets are computed in its first ``prepare``)."""
+    return BPKLCallback(
+        data.grammar, data_args.depth, data_args.k_train, _model_task(task), data.validation, data.tests,
+        batch_size=training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
+    )
 
+
+def train(task: str, data_args: DataArguments, model_args: ModelArguments,
+          training_args: TreeLangTrainingArguments, *, cache=None):
+    """Run one experiment end to end (see the module docstring); returns a :class:`TrainingResult`.
+
+    With ``--ensemble_seeds`` / ``--ensemble_k_train`` it trains an ensemble instead and returns an
+    :class:`hf_treelang.train.ensemble.EnsembleResult`. ``cache`` (a :class:`hf_treelang.train.engine.RunDataCache`)
+    shares the data and BP targets with the other runs of this process that have the same data.
+    """
+    from transformers import set_seed
+
+    from .ensemble import is_ensemble, train_ensemble
+
+    if is_ensemble(training_args):
+        return train_ensemble(task, data_args, model_args, training_args)
     validate_arguments(task, data_args, model_args, training_args)
+    check_engine_arguments(training_args)
     if training_args.cpu_threads:
         torch.set_num_threads(int(training_args.cpu_threads))
     output_dir = training_args.output_dir
     with training_args.main_process_first(desc="building the data"):
-        data = load_run_data(data_args)
+        data = load_run_data(data_args) if cache is None else cache.run_data(data_args)
         train_set, validation_set = to_datasets(_model_task(task), data, data_args.num_symbols)
     if training_args.should_save:
         # the folder becomes a run folder: run_config.json first, run_complete.json (the marker) last
@@ -252,7 +272,8 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
     schedule = LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)
     epochs = training_args.checkpoint_epochs
     epoch_schedule = [EpochCheckpointCallback(epochs)] if epochs else []
-    trainer = Trainer(
+    trainer = trainer_for(
+        _model_task(task), data, data_args, training_args,
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -264,10 +285,9 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
                    MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
     )
     _tensorboard_dir(trainer, output_dir)
-    bp_callback = BPKLCallback(
-        data.grammar, data_args.depth, data_args.k_train, _model_task(task), data.validation, data.tests,
-        batch_size=training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
-    ).attach(trainer)
+    make_bp_callback = lambda: bp_callback_for(task, data, data_args, training_args)  # noqa: E731
+    bp_callback = (make_bp_callback() if cache is None else cache.bp_callback(data_args, make_bp_callback))
+    bp_callback.attach(trainer)
     ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

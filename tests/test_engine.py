@@ -1,0 +1,161 @@
+"""The device engine: the training set on the device (seeded order and masks), the lean Trainer step, resuming.
+
+Tiny sizes (ℓ = 2, q = 3, d = 32, 12 steps); every run is on the CPU (the CUDA-graph step needs a GPU and is refused
+here with a clear error).
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hf_treelang.core.masking import IGNORE_INDEX
+from hf_treelang.train.arguments import TreeLangTrainingArguments, parse_arguments
+from hf_treelang.train.device_data import TrainingStream, epoch_generator
+from hf_treelang.train.engine import resolve_step_mode
+from hf_treelang.train.loop import train
+
+TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
+        "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
+        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "3",
+        "--num_checkpoints", "3", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",
+        "--use_dataset_builder", "false"]
+
+
+def _run(task, output_dir, *extra):
+    return train(task, *parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra]))
+
+
+def _leaves(members=1, n=40, length=8, q=3, seed=0):
+    return np.random.default_rng(seed).integers(0, q, size=(members, n, length))
+
+
+# ---------------------------------------------------------------- the stream
+
+
+def test_epoch_generator_is_a_function_of_seed_and_epoch():
+    def order(seed, epoch):
+        return torch.randperm(50, generator=epoch_generator(seed, epoch)).tolist()
+
+    assert order(3, 7) == order(3, 7)
+    assert order(3, 7) != order(3, 8) and order(3, 7) != order(4, 7)
+
+
+def test_an_epoch_serves_every_row_once_with_exactly_one_masked_leaf():
+    leaves = _leaves()
+    stream = TrainingStream("mlm", leaves, seeds=[5], num_symbols=3, batch_size=16)
+    epoch = stream.single().epoch(0)
+    assert len(stream) == 3 and epoch.inputs.shape == (40, 8)  # ceil(40 / 16) steps, the last one partial
+    masked = epoch.inputs == 3
+    assert masked.sum(-1).eq(1).all()
+    assert torch.equal(epoch.labels != IGNORE_INDEX, masked)
+    restored = torch.where(masked, epoch.labels, epoch.inputs)  # (40, 8) the unmasked rows, in the epoch's order
+    assert sorted(map(tuple, restored.tolist())) == sorted(map(tuple, leaves[0].tolist()))
+    assert not torch.equal(restored, torch.as_tensor(leaves[0]))  # shuffled
+    batches = [stream.single().epoch(0).batch(step)["input_ids"].shape[0] for step in range(3)]
+    assert batches == [16, 16, 8]
+
+
+def test_the_stream_is_deterministic_and_epochs_differ():
+    leaves = _leaves()
+    first = TrainingStream("mlm", leaves, seeds=[1], num_symbols=3, batch_size=8).epoch(0)
+    again = TrainingStream("mlm", leaves, seeds=[1], num_symbols=3, batch_size=8).epoch(0)
+    other = TrainingStream("mlm", leaves, seeds=[1], num_symbols=3, batch_size=8).epoch(1)
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.labels, again.labels)
+    assert not torch.equal(first.inputs, other.inputs)
+
+
+def test_a_member_of_a_stacked_stream_is_served_its_single_runs_batches():
+    leaves = _leaves(members=2)
+    stacked = TrainingStream("mlm", leaves, seeds=[4, 9], num_symbols=3, batch_size=8).epoch(2)
+    single = TrainingStream("mlm", leaves[1], seeds=[9], num_symbols=3, batch_size=8).single().epoch(2)
+    assert torch.equal(stacked.inputs[1], single.inputs) and torch.equal(stacked.labels[1], single.labels)
+    assert stacked.batch(1)["input_ids"].shape == (2, 8, 8)
+
+
+def test_data_parallel_processes_split_every_global_batch():
+    leaves = _leaves(n=36)
+    whole = TrainingStream("root", leaves, np.zeros((1, 36), dtype=np.int64), seeds=[2], num_symbols=3,
+                           batch_size=8, world_size=1)
+    parts = [TrainingStream("root", leaves, np.zeros((1, 36), dtype=np.int64), seeds=[2], num_symbols=3,
+                            batch_size=4, world_size=2, process_index=rank).single() for rank in (0, 1)]
+    assert len(parts[0]) == len(parts[1]) == 5  # ceil(36 / 8), the last step filled from the start of the order
+    epochs = [part.epoch(0) for part in parts]
+    reference = whole.single().epoch(0).inputs  # (36, 8) the epoch's order
+    for step in range(4):
+        together = torch.cat([epoch.batch(step)["input_ids"] for epoch in epochs])  # (8, 8)
+        assert torch.equal(together, reference[step * 8 : (step + 1) * 8])
+
+
+def test_mask_rate_masks_that_fraction_and_at_least_one_leaf():
+    leaves = _leaves(n=400, length=16)
+    epoch = TrainingStream("mlm", leaves, seeds=[0], num_symbols=3, batch_size=32, mask_rate=0.25).single().epoch(0)
+    masked = epoch.inputs == 3
+    assert masked.sum(-1).min() >= 1
+    assert abs(masked.float().mean().item() - 0.25) < 0.03
+    assert torch.equal(epoch.labels != IGNORE_INDEX, masked)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"leaves": np.full((1, 10, 8), 3)}, "leaves"),
+        ({"leaves": np.zeros((1, 10, 6), dtype=np.int64)}, "2\\*\\*depth"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"seeds": [-1]}, "seed"),
+        ({"mask_rate": 1.5}, "mask_rate"),
+        ({"task": "root"}, "roots"),
+    ],
+)
+def test_bad_training_data_is_refused_with_the_parameter_named(kwargs, message):
+    arguments = {"task": "mlm", "leaves": _leaves(n=10), "seeds": [0], "num_symbols": 3, "batch_size": 4, **kwargs}
+    task, leaves = arguments.pop("task"), arguments.pop("leaves")
+    with pytest.raises(ValueError, match=message):
+        TrainingStream(task, leaves, **arguments)
+
+
+# ---------------------------------------------------------------- the Trainer
+
+
+def test_step_mode_cuda_graph_is_refused_without_a_gpu_and_auto_is_eager():
+    args = TreeLangTrainingArguments(output_dir="unused", use_cpu=True)
+    assert resolve_step_mode("auto", args) == "eager"
+    with pytest.raises(ValueError, match="step_mode.*cuda_graph.*not on a CUDA GPU"):
+        resolve_step_mode("cuda_graph", args)
+    with pytest.raises(ValueError, match="step_mode"):
+        resolve_step_mode("fast", args)
+
+
+def test_gradient_accumulation_is_refused_by_the_device_engine(tmp_path):
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        _run("root", tmp_path / "never", "--gradient_accumulation_steps", "2")
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_device_engine_writes_what_the_dataloader_engine_writes(tmp_path):
+    device = _run("mlm", tmp_path / "device")
+    loader = _run("mlm", tmp_path / "loader", "--train_engine", "dataloader")
+    assert device.global_step == loader.global_step == 12
+    assert [e["step"] for e in device.history] == [e["step"] for e in loader.history] == [0, 1, 3, 12]
+    assert set(device.final_metrics) == set(loader.final_metrics)
+    files = {p.relative_to(tmp_path / "device").as_posix() for p in (tmp_path / "device").rglob("*") if p.is_file()}
+    other = {p.relative_to(tmp_path / "loader").as_posix() for p in (tmp_path / "loader").rglob("*") if p.is_file()}
+    assert files == other
+    state = json.loads((tmp_path / "device" / "trainer_state.json").read_text())
+    assert state["log_history"][-1]["train_loss"] > 0
+
+
+def test_resuming_gives_byte_identical_weights_with_dropout(tmp_path):
+    full = _run("mlm", tmp_path / "full", "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1")
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = _run("mlm", resumed_dir, "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1",
+                   "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert resumed.global_step == full.global_step == 12
+    first = load_file(tmp_path / "full" / "model.safetensors")
+    second = load_file(resumed_dir / "model.safetensors")
+    assert all(torch.equal(first[key], second[key]) for key in first)  # the data, masks and dropout all restored

@@ -1,0 +1,304 @@
+"""Ensembles: a member is its single run; stacked weights are the members' models; bad ensembles fail early.
+
+Tiny sizes (ℓ = 2, q = 3, d = 32, 12 steps), dropout 0 (so that a member and its single run are the same
+computation), one thread. Tolerances: weights 1e-5 (the attention's key bias excepted: its gradient is zero in exact
+arithmetic, since softmax ignores a shift shared by every score, so Adam turns the rounding noise of that zero into
+steps of ±lr; the key bias is checked at 1e-3 and the logits, which it cannot change, at 1e-5), evaluation metrics
+1e-5.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM, set_seed
+
+import hf_treelang  # noqa: F401  (registers the Auto classes)
+from hf_treelang.models import TreeLangConfig, TreeLangForMaskedLM, TreeLangForSequenceClassification
+from hf_treelang.train import loop, outputs
+from hf_treelang.train.arguments import parse_arguments
+from hf_treelang.train.ensemble import choose_ensemble_mode, ensemble_members, train_members
+from hf_treelang.train.stacked import StackedTreeLang, clip_grad_norm_per_member
+
+TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
+        "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
+        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "2",
+        "--num_checkpoints", "1", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",
+        "--use_dataset_builder", "false", "--hidden_dropout_prob", "0", "--attention_probs_dropout_prob", "0"]
+COMPARED = ("eval_loss", "eval_accuracy", "eval_num_examples", "eval_kl_bp_k0", "eval_kl_bp_k1", "eval_kl_bp_k2",
+            "eval_match_bp", "eval_spearman_bp", "eval_acc_ktest0", "eval_acc_ktest2", "eval_bp_acc_ktest1")
+
+
+def _arguments(task, output_dir, *extra):
+    return parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra])
+
+
+def _train(task, output_dir, *extra):
+    return loop.train(task, *_arguments(task, output_dir, *extra))
+
+
+def _touch_curves(history, depth, k_train, test_levels, path_all, path_kl, **kwargs):
+    """Stands in for outputs.plot_curves: matplotlib is most of a tiny run's time (the curves are tested elsewhere)."""
+    for path in (path_all, path_kl):
+        open(path, "wb").close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """MLM: one seed, two k_train, stacked; root: two seeds, one k_train, stacked; and the matching single runs."""
+    root = tmp_path_factory.mktemp("ensembles")
+    calls = []
+    original, plot_curves = loop.bp_callback_for, outputs.plot_curves
+
+    def counting(*args, **kwargs):
+        calls.append(args[2].k_train)
+        return original(*args, **kwargs)
+
+    loop.bp_callback_for = counting
+    outputs.plot_curves = _touch_curves
+    try:
+        out = {
+            "mlm": _train("mlm", root / "mlm", "--ensemble_seeds", "1", "--ensemble_k_train", "0", "2",
+                          "--ensemble_mode", "stacked"),
+            "root": _train("root", root / "root", "--ensemble_seeds", "0", "1", "--ensemble_k_train", "1",
+                           "--ensemble_mode", "stacked"),
+        }
+        out["bp_callbacks_built"] = list(calls)  # by the two ensembles
+        for task, seed, k_train in (("mlm", 1, 0), ("mlm", 1, 2), ("root", 1, 1)):
+            out[(task, seed, k_train)] = _train(task, root / f"single-{task}-{seed}-{k_train}", "--seed", str(seed),
+                                                "--k_train", str(k_train))
+    finally:
+        loop.bp_callback_for = original
+        outputs.plot_curves = plot_curves
+    out["dir"] = root
+    return out
+
+
+def _assert_member_is_single_run(member_dir, single_dir, model_class, inputs):
+    member, single = load_file(member_dir / "model.safetensors"), load_file(single_dir / "model.safetensors")
+    assert sorted(member) == sorted(single)
+    for name in member:
+        tolerance = 1e-3 if name.endswith("attention.in_proj.bias") else 1e-5
+        assert torch.allclose(member[name], single[name], atol=tolerance, rtol=0), name
+    for name in (n for n in member if n.endswith("attention.in_proj.bias")):
+        d = member[name].shape[0] // 3
+        query_value = torch.cat([member[name][:d], member[name][2 * d :]]), torch.cat([single[name][:d],
+                                                                                        single[name][2 * d :]])
+        assert torch.allclose(*query_value, atol=1e-5, rtol=0), name
+    models = [model_class.from_pretrained(folder).eval() for folder in (member_dir, single_dir)]
+    with torch.no_grad():
+        logits = [model(input_ids=inputs).logits for model in models]
+    assert torch.allclose(logits[0], logits[1], atol=1e-5, rtol=0)
+    histories = [json.loads((folder / "eval_history.json").read_text())["history"] for folder in (member_dir, single_dir)]
+    assert [e["step"] for e in histories[0]] == [e["step"] for e in histories[1]] == [0, 1, 12]
+    for ours, theirs in zip(*histories):
+        for key in COMPARED:
+            assert ours[key] == pytest.approx(theirs[key], abs=1e-5), key
+    metrics = [json.loads((folder / "metrics.json").read_text()) for folder in (member_dir, single_dir)]
+    assert metrics[0]["train_loss"] == pytest.approx(metrics[1]["train_loss"], abs=1e-5)
+    assert metrics[0]["bp_accuracy"] == metrics[1]["bp_accuracy"]
+
+
+# ---------------------------------------------------------------- a member is its single run
+
+
+@pytest.mark.parametrize("k_train", [0, 2])
+def test_an_mlm_member_with_dropout_zero_equals_its_single_run(runs, k_train):
+    inputs = torch.randint(0, 4, (5, 4))
+    _assert_member_is_single_run(runs["dir"] / "mlm" / "members" / f"seed1-k{k_train}",
+                                 runs["dir"] / f"single-mlm-1-{k_train}", TreeLangForMaskedLM, inputs)
+
+
+def test_a_root_member_with_dropout_zero_equals_its_single_run(runs):
+    inputs = torch.randint(0, 4, (5, 4))
+    _assert_member_is_single_run(runs["dir"] / "root" / "members" / "seed1-k1", runs["dir"] / "single-root-1-1",
+                                 TreeLangForSequenceClassification, inputs)
+
+
+def test_members_with_different_k_train_get_their_own_data(runs):
+    members = runs["dir"] / "mlm" / "members"
+    configs = [json.loads((members / f"seed1-k{k}" / "run_config.json").read_text()) for k in (0, 2)]
+    assert [c["data_args"]["k_train"] for c in configs] == [0, 2]
+    assert [c["training_args"]["seed"] for c in configs] == [1, 1]
+    weights = [load_file(members / f"seed1-k{k}" / "model.safetensors") for k in (0, 2)]
+    assert not torch.equal(weights[0]["lm_head.weight"], weights[1]["lm_head.weight"])  # same init, other data
+    assert runs["mlm"].num_data_configs == 2 and runs["root"].num_data_configs == 1
+    assert sorted(runs["bp_callbacks_built"]) == [0, 1, 2]  # one BP-KL callback per distinct data config
+
+
+def test_every_member_folder_is_a_complete_loadable_run(runs):
+    folder = runs["dir"] / "mlm" / "members" / "seed1-k2"
+    for name in ("config.json", "model.safetensors", "run_config.json", "eval_history.json", "metrics.json",
+                 "trainer_state.json", "grammar.json", "README.md", "kl_curves.png", "run_complete.json"):
+        assert (folder / name).is_file(), name
+    assert AutoModelForMaskedLM.from_pretrained(folder).config.filter_level == 2
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert {f"eval_kl_bp_k{k}" for k in range(3)} <= set(metrics["final"])
+    assert (folder / "checkpoint-12" / "model.safetensors").is_file()
+    ensemble = runs["dir"] / "mlm"
+    manifest = json.loads((ensemble / "ensemble.json").read_text())
+    assert manifest["members"] == ["seed1-k0", "seed1-k2"] and manifest["mode"] == "stacked"
+    assert (ensemble / "checkpoint-12" / "ensemble.json").is_file()
+
+
+# ---------------------------------------------------------------- the stacked model
+
+
+@pytest.mark.parametrize("task, pooling, activation", [("mlm", "concat", "relu"), ("root", "concat", "gelu"),
+                                                       ("root", "mean", "relu")])
+def test_stacked_forward_and_gradients_equal_each_members_model(task, pooling, activation):
+    model_class = TreeLangForMaskedLM if task == "mlm" else TreeLangForSequenceClassification
+    models = []
+    for seed in range(3):
+        set_seed(seed)
+        config = TreeLangConfig.from_data(num_symbols=3, depth=2, filter_level=seed % 3, hidden_size=16,
+                                          num_hidden_layers=2, intermediate_size=24, num_attention_heads=2,
+                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                          classifier_pooling=pooling, hidden_act=activation)
+        models.append(model_class(config))
+    stacked = StackedTreeLang.from_models(models, task)
+    inputs = torch.randint(0, 4, (3, 5, 4))
+    labels = torch.full((3, 5, 4), -100) if task == "mlm" else torch.randint(0, 3, (3, 5))
+    if task == "mlm":
+        labels[:, :, 1] = torch.randint(0, 3, (3, 5))
+    output = stacked(inputs, labels)
+    output.loss.backward()
+    for index, model in enumerate(models):
+        single = model(input_ids=inputs[index], labels=labels[index])
+        single.loss.backward()
+        assert torch.allclose(output.logits[index], single.logits, atol=1e-6)
+        assert output.member_losses[index].item() == pytest.approx(single.loss.item(), abs=1e-6)
+        grads = dict(model.named_parameters())
+        for name, parameter in stacked.named_parameters():
+            assert torch.allclose(parameter.grad[index], grads[name].grad, atol=1e-6), name
+        back = stacked.member_model(index)
+        assert back.config.filter_level == index % 3
+        assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+
+
+def test_gradient_clipping_is_per_member():
+    models = []
+    for seed in range(3):
+        set_seed(seed)
+        models.append(TreeLangForSequenceClassification(TreeLangConfig.from_data(
+            num_symbols=3, depth=2, hidden_size=8, num_hidden_layers=1, intermediate_size=8,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)))
+    stacked = StackedTreeLang.from_models(models, "root")
+    inputs, labels = torch.randint(0, 4, (3, 6, 4)), torch.randint(0, 3, (3, 6))
+    stacked(inputs, labels).loss.backward()
+    for parameter in stacked.parameters():
+        parameter.grad[1] *= 1000.0  # a member with a huge gradient must not shrink the others' steps
+    expected = []
+    for index, model in enumerate(models):
+        model(input_ids=inputs[index], labels=labels[index]).loss.backward()
+        if index == 1:
+            for parameter in model.parameters():
+                parameter.grad *= 1000.0
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        expected.append((norm, {name: p.grad for name, p in model.named_parameters()}))
+    norms = clip_grad_norm_per_member(list(stacked.parameters()), 0.5, 3)
+    for index, (norm, grads) in enumerate(expected):
+        assert norms[index].item() == pytest.approx(norm.item(), rel=1e-5)
+        for name, parameter in stacked.named_parameters():
+            assert torch.allclose(parameter.grad[index], grads[name], atol=1e-6), name
+
+
+def test_the_auto_mode_stacks_small_models_and_gpus_and_runs_large_cpu_models_in_sequence():
+    quick = TreeLangConfig.from_data(num_symbols=4, depth=4, hidden_size=64, intermediate_size=256)
+    paper = TreeLangConfig.from_data(num_symbols=4, depth=4, hidden_size=128, intermediate_size=2048)
+    assert choose_ensemble_mode(quick, 32, "cpu") == "stacked"
+    assert choose_ensemble_mode(paper, 32, "cpu") == "sequential"
+    assert choose_ensemble_mode(paper, 32, "cuda") == "stacked"
+
+
+# ---------------------------------------------------------------- bad ensembles
+
+
+@pytest.fixture()
+def no_data(monkeypatch):
+    """Fail the test if any data are built."""
+    import hf_treelang.train.data as data
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("data were built before the ensemble was checked")
+
+    monkeypatch.setattr(data, "load_run_data", refuse)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--ensemble_seeds", "0", "0"], "ensemble_seeds.*repeat"),
+        (["--ensemble_k_train", "1", "3"], "k_train"),
+        (["--ensemble_seeds", "0", "--train_engine", "dataloader"], "train_engine"),
+        (["--ensemble_seeds", "0", "1", "--ensemble_mode", "parallel"], "ensemble_mode"),
+    ],
+)
+def test_bad_ensemble_arguments_fail_before_any_data(tmp_path, no_data, extra, message):
+    with pytest.raises(ValueError, match=message):
+        loop.train("root", *_arguments("root", tmp_path / "never", *extra))
+    assert not (tmp_path / "never").exists()
+
+
+def _members(tmp_path, changes):
+    data_args, model_args, training_args = _arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
+    members = ensemble_members(data_args, model_args, training_args)
+    for (kind, name), value in changes.items():
+        setattr(getattr(members[1], kind), name, value)
+    return members
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({("model_args", "hidden_size"): 64}, "architecture.*hidden_size"),
+        ({("data_args", "num_train"): 64}, "data.*num_train"),
+        ({("training_args", "max_steps"): 5}, "max_steps"),
+        ({("training_args", "seed"): 0}, "repeated"),
+    ],
+)
+def test_members_of_different_architectures_sizes_or_steps_or_repeated_fail_before_any_data(
+        tmp_path, no_data, changes, message):
+    members = _members(tmp_path, changes)
+    with pytest.raises(ValueError, match=message):
+        train_members("mlm", members, output_dir=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_ensemble_cannot_resume_a_single_runs_checkpoint_nor_the_reverse(runs, tmp_path, no_data):
+    single_checkpoint = runs["dir"] / "single-mlm-1-0" / "checkpoint-12"
+    with pytest.raises(ValueError, match="checkpoint of a single run"):
+        loop.train("mlm", *_arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1",
+                                      "--ensemble_mode", "stacked", "--resume_from_checkpoint",
+                                      str(single_checkpoint)))
+    ensemble_checkpoint = runs["dir"] / "mlm" / "checkpoint-12"
+    with pytest.raises(ValueError, match="checkpoint of an ensemble"):
+        loop.train("mlm", *_arguments("mlm", tmp_path / "never", "--resume_from_checkpoint",
+                                      str(ensemble_checkpoint)))
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_finetune_ensemble_is_refused(tmp_path, no_data):
+    data_args, model_args, training_args = _arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
+    members = ensemble_members(data_args, model_args, training_args)
+    with pytest.raises(ValueError, match="finetune"):
+        train_members("finetune", members, output_dir=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_stacked_ensemble_resumes_byte_identically_from_its_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    extra = ["--ensemble_seeds", "0", "1", "--ensemble_mode", "stacked", "--num_checkpoints", "3",
+             "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1"]
+    full = _train("root", tmp_path / "full", *extra)
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = _train("root", resumed_dir, *extra, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert full.global_step == resumed.global_step == 12
+    for name in ("seed0-k0", "seed1-k0"):
+        first = load_file(tmp_path / "full" / "members" / name / "model.safetensors")
+        second = load_file(resumed_dir / "members" / name / "model.safetensors")
+        assert all(torch.equal(first[key], second[key]) for key in first), name
