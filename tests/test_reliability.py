@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_treelang.train.arguments import parse_arguments
+from hf_treelang.train.arguments import TreeLangTrainingArguments, parse_arguments
 from hf_treelang.train.collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback
 from hf_treelang.train.loop import main, train
 
@@ -36,25 +36,48 @@ def _evaluations_after(history, step):
 # ---------------------------------------------------------------- resuming
 
 
+class UninterruptedRuns:
+    """Uninterrupted runs, trained once per (task, train_engine) on first use and shared by the tests."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.runs = {}
+
+    def get(self, task, engine=None):
+        if (task, engine) not in self.runs:
+            folder = self.factory.mktemp(f"full_{task}_{engine or 'default'}")
+            self.runs[task, engine] = (folder, _train(task, folder / "run", *_engine_flags(engine)))
+        return self.runs[task, engine]
+
+    def __getitem__(self, task):
+        return self.get(task)
+
+
+def _engine_flags(engine):
+    return () if engine is None else ("--train_engine", engine)
+
+
+# The default engine, and the DataLoader + collator path too where the engine is a choice (--train_engine).
+ENGINES = [None] + (["dataloader"] if "train_engine" in TreeLangTrainingArguments.__dataclass_fields__ else [])
+RESUMES = [(engine, task, step) for engine in ENGINES for task, step in (("root", 3), ("mlm", 3), ("mlm", 9))]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """One uninterrupted run per task, shared by the resume tests."""
-    runs = {}
-    for task in ("root", "mlm"):
-        folder = tmp_path_factory.mktemp(f"full_{task}")
-        runs[task] = (folder, _train(task, folder / "run"))
-    return runs
+    return UninterruptedRuns(tmp_path_factory)
 
 
-@pytest.mark.parametrize("task, step", [("root", 3), ("mlm", 3), ("mlm", 9)],
-                         ids=["root-mid-epoch-0", "mlm-mid-epoch-0", "mlm-mid-epoch-1"])
+@pytest.mark.parametrize("engine, task, step", RESUMES,
+                         ids=[f"{engine or 'default'}-{task}-step{step}" for engine, task, step in RESUMES])
 def test_a_resumed_run_ends_with_the_same_bytes_and_evaluations_as_the_uninterrupted_run(
-        tmp_path, uninterrupted, task, step):
-    folder, full = uninterrupted[task]
+        tmp_path, uninterrupted, engine, task, step):
+    """Steps 3 and 9 are in the middle of epochs 0 and 1 (6 steps per epoch)."""
+    folder, full = uninterrupted.get(task, engine)
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     shutil.copytree(folder / "run" / f"checkpoint-{step}", resumed_dir / f"checkpoint-{step}")
-    resumed = _train(task, resumed_dir, "--resume_from_checkpoint", str(resumed_dir / f"checkpoint-{step}"))
+    resumed = _train(task, resumed_dir, "--resume_from_checkpoint", str(resumed_dir / f"checkpoint-{step}"),
+                     *_engine_flags(engine))
     assert resumed.global_step == full.global_step == 12
     first = load_file(folder / "run" / "model.safetensors")
     second = load_file(resumed_dir / "model.safetensors")
