@@ -302,3 +302,19 @@ def test_a_stacked_ensemble_resumes_byte_identically_from_its_checkpoint(tmp_pat
         first = load_file(tmp_path / "full" / "members" / name / "model.safetensors")
         second = load_file(resumed_dir / "members" / name / "model.safetensors")
         assert all(torch.equal(first[key], second[key]) for key in first), name
+
+
+def test_a_sequential_ensemble_trains_its_members_as_single_runs_sharing_the_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    built = []
+    original = loop.bp_callback_for
+    monkeypatch.setattr(loop, "bp_callback_for", lambda *args, **kwargs: built.append(1) or original(*args, **kwargs))
+    result = _train("root", tmp_path / "sequential", "--ensemble_seeds", "0", "1", "--ensemble_mode", "sequential",
+                    "--num_evaluations", "1", "--num_checkpoints", "0")
+    assert result.mode == "sequential" and sorted(result.members) == ["seed0-k0", "seed1-k0"]
+    assert result.num_data_configs == 1 and len(built) == 1  # the data and BP targets built once for both members
+    _train("root", tmp_path / "single", "--seed", "1", "--num_evaluations", "1", "--num_checkpoints", "0")
+    member = load_file(tmp_path / "sequential" / "members" / "seed1-k0" / "model.safetensors")
+    alone = load_file(tmp_path / "single" / "model.safetensors")
+    assert all(torch.equal(member[key], alone[key]) for key in member)  # the same computation, bit for bit
+    assert (tmp_path / "sequential" / "members" / "seed1-k0" / "run_complete.json").is_file()
