@@ -2,14 +2,22 @@
 
 :func:`train` takes the three argument dataclasses of :mod:`hf_treelang.train.arguments` and:
 
-1. validates every input (levels, sizes, checkpoints) before anything is written;
-2. builds the data: the builder's split streams of k_train and of every k_test (:mod:`hf_treelang.train.data`);
+1. validates every input (values with their ranges, the output folder, the checkpoints to start or resume from)
+   before anything is built or written; a non-empty ``output_dir`` needs ``--overwrite_output_dir`` or
+   ``--resume_from_checkpoint`` (:mod:`hf_treelang.train.folders`);
+2. builds the data: the builder's split streams of k_train and of every k_test (:mod:`hf_treelang.train.data`),
+   then writes ``run_config.json``, which makes ``output_dir`` a run folder;
 3. builds the model (root classifier, masked-LM head, or the root classifier on top of an MLM checkpoint);
 4. runs ``transformers.Trainer`` with the paper's optimiser, log-spaced evaluations and checkpoints, the BP-KL
    callback, TensorBoard and a JSON history;
 5. writes the output folder: the model (``save_pretrained``), ``trainer_state.json``, ``checkpoint-*``,
    ``eval_history.json``, ``metrics.json``, ``run_config.json``, ``grammar.json``, ``tensorboard/``,
-   ``curves.png``, ``kl_curves.png`` and the model card ``README.md`` (:mod:`hf_treelang.train.outputs`).
+   ``curves.png``, ``kl_curves.png`` and the model card ``README.md`` (:mod:`hf_treelang.train.outputs`), then,
+   last and atomically, ``run_complete.json``: the analyses and fine-tuning refuse a run folder without it.
+
+Resuming is byte-identical: the Trainer restores the weights, optimiser, schedule and random generators, and the MLM
+masks are a function of (seed, epoch, example), not of a stream consumed ahead of the checkpoint
+(:class:`~hf_treelang.train.collators.MaskedLeafCollator`).
 
 Tasks: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence), ``"finetune"`` (root
 classification from an MLM checkpoint, encoder frozen or not, Fig. 1f).
