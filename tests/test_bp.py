@@ -1,4 +1,5 @@
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -6,6 +7,8 @@ import torch
 
 from enumeration import EnumeratedModel
 from hf_treelang import BeliefPropagation, Grammar, sample_trees
+from hf_treelang.core import bp as bp_module
+from hf_treelang.core.oracle import predicted_marginals, task_inputs
 
 PAPER = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
 TOLERANCE = 1e-12
@@ -181,3 +184,151 @@ def test_bad_parameters_are_rejected(kwargs, match):
     params = {"depth": 4, "filter_level": 0} | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         BeliefPropagation(PAPER, **params)
+
+
+# ---------------------------------------------------------------- range: rules below float32's smallest number
+
+SIGMA_30 = Grammar.random(num_symbols=4, sigma=30.0, grammar_seed=0)  # smallest rule: M[0, 2, 0] = 4.0e-50
+
+
+def test_float32_keeps_a_sequence_of_probability_4e_50_possible():
+    # Depth 1: the sequence (2, 0) has probability p0[0] M[0, 2, 0] = 1e-50, below float32's 1.4e-45.
+    expected = np.log(SIGMA_30.root_prior[0] * SIGMA_30.M[0, 2, 0])
+    result = BeliefPropagation(SIGMA_30, 1, 0, dtype=torch.float32).infer(np.array([[2, 0]]))
+    assert not result.impossible.any()
+    assert result.log_likelihood.dtype == torch.float32
+    assert result.log_likelihood[0].item() == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_array_equal(result.root[0].numpy(), [1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("grammar,depth", [(SIGMA_30, 2), (Grammar.random(2, 30.0, 1), 3)], ids=["q4", "q2"])
+def test_float32_matches_enumeration_at_sigma_30(grammar, depth):
+    # Uniform random symbols and masks: most sequences need rules far below float32's range.
+    q = grammar.num_symbols
+    leaves = np.random.default_rng(0).integers(0, q + 1, size=(40, 2**depth))
+    for k in range(depth + 1):
+        exact = EnumeratedModel(grammar, depth, k)
+        result = BeliefPropagation(grammar, depth, k, dtype=torch.float32, on_impossible="flag").infer(leaves)
+        for row, sequence in enumerate(leaves):
+            likelihood, marginals = exact.posterior(sequence, mask_id=q)
+            assert bool(result.impossible[row]) == (likelihood == 0), (k, row)
+            if likelihood == 0:
+                continue
+            assert result.log_likelihood[row].item() == pytest.approx(np.log(likelihood), rel=1e-6)
+            for m, table in marginals.items():
+                np.testing.assert_allclose(result.levels[m][row].double().numpy(), table, atol=1e-5, err_msg=f"k={k}")
+
+
+@pytest.mark.parametrize("name,grammar,depth", CASES + [("sigma-30", SIGMA_30, 2)], ids=[c[0] for c in CASES] + ["s30"])
+def test_log_domain_kernels_match_enumeration(name, grammar, depth):
+    # The kernels that the rows at risk of underflow are run with, forced on every row.
+    q = grammar.num_symbols
+    for k in range(depth + 1):
+        exact = EnumeratedModel(grammar, depth, k)
+        leaves = evidence(grammar, depth, 0, seed=k)
+        bp = BeliefPropagation(grammar, depth, k)
+        result, fragile = bp._infer(bp._validate(leaves), True, log_domain=True)
+        assert not fragile.any()
+        for row, sequence in enumerate(leaves):
+            likelihood, marginals = exact.posterior(sequence, mask_id=q)
+            assert result.log_likelihood[row].item() == pytest.approx(np.log(likelihood), abs=TOLERANCE)
+            for m, table in marginals.items():
+                np.testing.assert_allclose(result.levels[m][row].numpy(), table, atol=TOLERANCE, err_msg=f"k={k}")
+
+
+def log_posterior(exact, grammar, sequence):
+    """(log P(observed leaves), {m: marginals of level m}) by enumeration in the log domain: exact at any σ, where the
+    products of EnumeratedModel underflow float64."""
+    k, q, x = exact.filter_level, exact.q, exact.assignments
+    with np.errstate(divide="ignore"):
+        log_M, log_paths = np.log(grammar.M), np.log(grammar.path_matrices(k))
+        log_p = np.log(grammar.root_prior)[x[:, 0]]
+    if k > 0:
+        for j, col in enumerate(exact.levels[k]):
+            log_p = log_p + log_paths[x[:, 0], x[:, col], j]
+    for m in range(k, exact.depth):
+        for i, col in enumerate(exact.levels[m]):
+            children = exact.levels[m + 1][2 * i : 2 * i + 2]
+            log_p = log_p + log_M[x[:, col], x[:, children[0]], x[:, children[1]]]
+    observed = sequence != q
+    log_p = np.where(np.all(exact.leaves[:, observed] == sequence[observed], 1), log_p, -np.inf)
+    log_likelihood = np.logaddexp.reduce(log_p)
+    weights = np.exp(log_p - log_likelihood) if log_likelihood > -np.inf else np.zeros_like(log_p)
+    marginals = {m: np.stack([np.bincount(x[:, col], weights=weights, minlength=q) for col in cols])
+                 for m, cols in exact.levels.items()}
+    return log_likelihood, marginals
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-9), (torch.float32, 5e-5)], ids=["f64", "f32"])
+@pytest.mark.parametrize("sigma", [100.0, 300.0])
+def test_large_sigma_matches_log_domain_enumeration(sigma, dtype, tolerance):
+    # Rules down to 1e-300: messages whose entries span more than float64's range, which the plain kernels flush.
+    for grammar, depth in [(Grammar.random(2, sigma, 2), 3), (Grammar.random(4, sigma, 1), 2)]:
+        q = grammar.num_symbols
+        leaves = np.random.default_rng(2).integers(0, q + 1, size=(30, 2**depth))
+        for k in range(depth):
+            exact = EnumeratedModel(grammar, depth, k)
+            result = BeliefPropagation(grammar, depth, k, dtype=dtype, on_impossible="flag").infer(leaves)
+            for row, sequence in enumerate(leaves):
+                log_likelihood, marginals = log_posterior(exact, grammar, sequence)
+                assert bool(result.impossible[row]) == (log_likelihood == -np.inf), (k, row)
+                if log_likelihood == -np.inf:
+                    continue
+                assert result.log_likelihood[row].item() == pytest.approx(log_likelihood, rel=tolerance)
+                for m, table in marginals.items():
+                    np.testing.assert_allclose(result.levels[m][row].double().numpy(), table, atol=tolerance,
+                                               err_msg=f"q={q} k={k} row={row} m={m}")
+
+
+# ---------------------------------------------------------------- memory: passes sized by the q² working set
+
+
+@pytest.mark.parametrize("q,depth,dtype", [(4, 4, torch.float64), (64, 6, torch.float64), (128, 6, torch.float32),
+                                           (128, 16, torch.float64)])
+def test_default_batch_keeps_the_q_squared_working_set_under_the_budget(q, depth, dtype):
+    M = np.full((q, q, q), 1.0 / q**2)  # the size is what matters here, not the rules
+    bp = BeliefPropagation(Grammar(M), depth, 0, dtype=dtype)
+    batch = bp.default_batch_size()
+    itemsize = torch.finfo(dtype).bits // 8
+    largest_level = 2 ** (depth - 1) * q * q * itemsize  # bytes of one q x q tensor per node of level ℓ-1
+    assert batch == 1 or batch * largest_level <= bp_module.WORKING_SET_BYTES
+    assert batch * 2**depth <= 1 << 17
+    if q == 4:
+        assert batch == 2**13  # small q: unchanged, 2**17 leaves per pass
+
+
+def test_node_slices_and_passes_do_not_change_the_results(monkeypatch):
+    leaves = evidence(PAPER, 4, 1, seed=7, num=9)
+    bp = BeliefPropagation(PAPER, 4, 2)
+    ids = bp._validate(leaves)
+    whole = [bp.infer(leaves), bp._infer(ids, True, log_domain=True)[0]]
+    monkeypatch.setattr(bp_module, "WORKING_SET_BYTES", 1)  # one node per slice, one sequence per pass
+    assert bp.default_batch_size() == 1
+    sliced = [bp.infer(leaves), bp._infer(ids, True, log_domain=True)[0]]
+    for one, other in zip(sliced, whole):  # plain kernels, then log-domain kernels
+        for m in [0, 2, 3, 4]:
+            torch.testing.assert_close(one.levels[m], other.levels[m], atol=1e-15, rtol=0)
+        torch.testing.assert_close(one.log_likelihood, other.log_likelihood, atol=1e-12, rtol=0)
+    assert sliced[0].leaves is sliced[0].levels[4]
+
+
+def test_negative_strides_and_read_only_arrays_are_accepted():
+    leaves = evidence(PAPER, 3, 0, seed=8)
+    expected = BeliefPropagation(PAPER, 3, 0).infer(leaves[:, ::-1].copy()).leaves
+    reversed_view = leaves[:, ::-1]  # negative stride: torch.from_numpy refuses it
+    torch.testing.assert_close(BeliefPropagation(PAPER, 3, 0).infer(reversed_view).leaves, expected, atol=0, rtol=0)
+    read_only = leaves[:, ::-1].copy()
+    read_only.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on non-writable arrays
+        BeliefPropagation(PAPER, 3, 0).infer(read_only)
+
+
+def test_the_oracle_accepts_negative_strides():
+    leaves = evidence(PAPER, 3, 0, seed=9)
+    bp = BeliefPropagation(PAPER, 3, 0)
+    positions = np.arange(len(leaves))[::-1] % 8
+    expected = predicted_marginals(bp, leaves[:, ::-1].copy(), positions.copy())
+    torch.testing.assert_close(predicted_marginals(bp, leaves[:, ::-1], positions), expected, atol=0, rtol=0)
+    roots = np.arange(len(leaves))[::-1] % 4
+    assert task_inputs("root", leaves[:, ::-1], roots, mask_token_id=4, sampling_seed=0).labels.tolist() == roots.tolist()

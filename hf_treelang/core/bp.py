@@ -17,12 +17,26 @@ ones for a mask), one upward pass and one downward pass give every marginal exac
 Messages are normalised at every node and the logarithms of the normalisers are accumulated per subtree, so
 ``log_likelihood = log P_k(observed leaves)`` is exact in nats at any depth (65 536 leaves included).
 
+Range: a grammar with large σ has rules far below float32's smallest number (σ = 30 gives M entries of 4e-50), and a
+message can hold probabilities whose ratio exceeds even float64's range (σ in the hundreds). Every sequence is run
+first with the plain kernels above (normalised messages, one matrix product per update). A sequence where some
+normaliser fell below ``q² tiny / eps`` of the dtype — the only way a flushed term could still matter — is run
+again with the *log-domain* kernels: messages are logarithms and every update is a log-sum-exp over the non-zero
+rules, ``log upward[a] = log Σ_{(a,b,c): M[a,b,c] > 0} exp(log M[a,b,c] + log left[b] + log right[c])``, each sum
+shifted by its own largest term. Nothing is flushed there, in float32 too, so "probability zero" (``impossible``)
+means that the grammar gives the evidence probability zero, never an underflow.
+
+Memory: the plain updates hold q² numbers per node (the joint of two children), the log-domain ones one number per
+non-zero rule. A pass holds at most :data:`WORKING_SET_BYTES` of them: the default ``batch_size`` is sized by it,
+and a level whose nodes would exceed it (one sequence at q = 256, ℓ = 16) is processed in slices of nodes.
+
 Dimension glossary: ``n`` batch, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, level ``m`` has ``2**m``
-nodes, ``j`` a node of level k.
+nodes, ``c`` a slice of nodes of one level, ``j`` a node of level k, ``R`` the non-zero rules of M.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +44,12 @@ import torch
 
 from .grammar import Grammar
 from .params import check_filter_level, check_int, check_param
+
+WORKING_SET_BYTES = 256 * 2**20  # the per-node temporaries of one pass; with its messages a pass stays under ~512 MiB
+_LEAVES_PER_PASS = 1 << 17  # at small q, passes of about this many leaves are the fastest (cache)
+_QQ_BUFFERS = 2  # q x q tensors alive at once per node in the plain kernels (outer product or joint, and a copy)
+_RULE_BUFFERS = 4  # R-sized tensors alive at once per node in the log-domain kernels (terms, index, shifted, exp)
+_Q_BUFFERS = 12  # q-sized tensors per leaf in a pass: evidence, messages of every level, marginals
 
 
 @dataclass
@@ -53,18 +73,6 @@ class BPResult:
     levels: list | None = None
 
 
-def _normalise_with_log(message: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (message / Σ message, log Σ message) over the last axis; a zero message stays zero (log -inf)."""
-    total = message.sum(-1, keepdim=True)
-    return message / torch.where(total > 0, total, 1.0), torch.log(total.squeeze(-1))
-
-
-def _normalise(message: torch.Tensor) -> torch.Tensor:
-    """message / Σ message over the last axis; a zero message stays zero."""
-    total = message.sum(-1, keepdim=True)
-    return message / torch.where(total > 0, total, 1.0)
-
-
 class BeliefPropagation:
     """The exact oracle BP_k for a grammar, a depth ℓ and an assumed filter level k.
 
@@ -76,7 +84,8 @@ class BeliefPropagation:
         depth: ℓ, sequences have 2**depth leaves.
         filter_level: k in [0, depth], the model BP assumes.
         mask_id: the id of an unobserved leaf (default q, the model's mask token); must not be a symbol in [0, q).
-        dtype: float64 (default, exact to ~1e-15) or float32.
+        dtype: float64 (default, exact to ~1e-15) or float32 (to ~1e-6), at any σ: rules below the dtype's range
+            (σ = 30 has rules of 4e-50) are handled in the log domain, see the module docstring.
         on_impossible: ``"raise"`` (default) raises a ValueError on evidence of probability zero; ``"flag"``
             returns uniform marginals, ``log_likelihood = -inf`` and ``impossible = True`` for those rows.
 
@@ -118,16 +127,28 @@ class BeliefPropagation:
         """q, the number of symbols."""
         return self.grammar.num_symbols
 
-    def _grammar_tensors(self, device: torch.device) -> "_GrammarTensors":
-        if device not in self._tables:
-            self._tables[device] = _GrammarTensors(self.grammar, self.filter_level, self.dtype, device)
-        return self._tables[device]
+    def default_batch_size(self) -> int:
+        """Sequences per pass when ``infer`` is given no ``batch_size``: the pass's working set (q² numbers per node
+        and its messages) stays under :data:`WORKING_SET_BYTES`, and a pass holds at most 2**17 leaves."""
+        q, length = self.num_symbols, 1 << self.depth
+        itemsize = torch.finfo(self.dtype).bits // 8
+        # The largest level holds 2**(ℓ-1) nodes, each with _QQ_BUFFERS q x q tensors; every leaf carries q-vectors.
+        per_sequence = itemsize * length * (q * q * _QQ_BUFFERS // 2 + q * _Q_BUFFERS)
+        return max(1, min(_LEAVES_PER_PASS // length, WORKING_SET_BYTES // per_sequence))
+
+    def _grammar_tensors(self, device: torch.device, dtype: torch.dtype) -> "_GrammarTensors":
+        key = (device, dtype)
+        if key not in self._tables:
+            self._tables[key] = _GrammarTensors(self.grammar, self.filter_level, dtype, device)
+        return self._tables[key]
 
     def _validate(self, leaves) -> torch.Tensor:
         if isinstance(leaves, np.ndarray):
             if leaves.dtype.kind not in "iu":
                 raise TypeError(f"leaves must hold integers, got dtype {leaves.dtype}")
-            leaves = torch.from_numpy(leaves.astype(np.int64, copy=False))
+            # torch.from_numpy refuses negative strides (x[:, ::-1]) and warns on read-only arrays: copy those.
+            leaves = np.ascontiguousarray(leaves, dtype=np.int64)
+            leaves = torch.from_numpy(leaves if leaves.flags.writeable else leaves.copy())
         elif isinstance(leaves, torch.Tensor):
             if leaves.dtype.is_floating_point or leaves.dtype.is_complex or leaves.dtype == torch.bool:
                 raise TypeError(f"leaves must hold integers, got dtype {leaves.dtype}")
@@ -153,27 +174,24 @@ class BeliefPropagation:
             downward: also run the downward pass (leaf and level marginals); the root and the likelihood need
                 only the upward pass.
             batch_size: sequences per internal pass (memory and cache use only; results do not depend on it).
-                Default: about 2**17 leaves per pass.
+                Default: :meth:`default_batch_size`, sized by the pass's working set (q² numbers per node).
 
         Returns:
             A :class:`BPResult`.
         """
         ids = self._validate(leaves)  # (n, 2**l)
-        if batch_size is None:
-            batch_size = max(1, (1 << 17) >> self.depth)
-        batch_size = check_int("batch_size", batch_size, 1)
-        parts = [self._infer(chunk, downward) for chunk in torch.split(ids, batch_size)] or [self._infer(ids, downward)]
-        if len(parts) == 1:
-            result = parts[0]
+        batch_size = self.default_batch_size() if batch_size is None else check_int("batch_size", batch_size, 1)
+        n = ids.shape[0]
+        if n <= batch_size:
+            result = self._infer_exact(ids, downward)
         else:
-            cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
-            result = BPResult(root=cat("root"), log_likelihood=cat("log_likelihood"), impossible=cat("impossible"))
-            if downward:
-                result.levels = [
-                    None if parts[0].levels[m] is None else torch.cat([p.levels[m] for p in parts])
-                    for m in range(self.depth + 1)
-                ]
-                result.leaves = result.levels[self.depth]
+            # The outputs are allocated once and filled pass by pass (no concatenation holding them twice).
+            result = None
+            for start in range(0, n, batch_size):
+                part = self._infer_exact(ids[start : start + batch_size], downward)
+                if result is None:
+                    result = _empty_like_rows(part, n)
+                _assign_rows(result, slice(start, start + batch_size), part)
         if bool(result.impossible.any()) and self.on_impossible == "raise":
             rows = torch.nonzero(result.impossible).flatten().tolist()
             raise ValueError(
@@ -182,37 +200,54 @@ class BeliefPropagation:
             )
         return result
 
-    def _infer(self, ids: torch.Tensor, downward: bool) -> BPResult:
-        """BP on validated ids (n, 2**ℓ) whose masks are mapped to q."""
-        tables = self._grammar_tensors(ids.device)
+    def _infer_exact(self, ids: torch.Tensor, downward: bool) -> BPResult:
+        """BP on validated ids: the plain kernels, then the log-domain ones on the rows the plain ones mark fragile
+        (in passes whose per-node working set fits :data:`WORKING_SET_BYTES`)."""
+        result, fragile = self._infer(ids, downward, log_domain=False)
+        rows = torch.nonzero(fragile).flatten()
+        if rows.numel():
+            tables = self._grammar_tensors(ids.device, self.dtype)
+            q, largest_level = self.num_symbols, 1 << max(self.depth - 1, 0)
+            per_node = max(tables.log_rules.num_rules * largest_level, q * q << self.filter_level)
+            per_sequence = per_node * _RULE_BUFFERS * tables.itemsize
+            for part in torch.split(rows, max(1, WORKING_SET_BYTES // per_sequence)):
+                _assign_rows(result, part, self._infer(ids[part], downward, log_domain=True)[0])
+        return result
+
+    def _infer(self, ids: torch.Tensor, downward: bool, log_domain: bool):
+        """BP on validated ids (n, 2**ℓ) whose masks are mapped to q, with the plain or the log-domain kernels.
+
+        Returns (BPResult, fragile): ``fragile`` (n,) marks the rows where a normaliser fell below the dtype's
+        ``q² tiny / eps`` (plain kernels only; always False for the log-domain ones).
+        """
+        tables = self._grammar_tensors(ids.device, self.dtype)
         n, k, l, q = ids.shape[0], self.filter_level, self.depth, self.num_symbols
+        kernels = (_LogKernels if log_domain else _PlainKernels)(tables, n, ids.device)
+        node_slice = max(1, WORKING_SET_BYTES // (max(n, 1) * kernels.bytes_per_node))
 
         # Upward pass through the full part of the tree, levels ℓ-1 .. k.
         upward = [None] * (l + 1)
         if downward or k == l:
-            upward[l] = tables.evidence[ids]  # (n, 2**l, q)
+            upward[l] = kernels.evidence(ids)  # (n, 2**l, q)
         if k < l:
             # The level above the leaves is a lookup: upward[a] ∝ M[a, left, right], a masked child summed out.
             pair = ids[:, 0::2] * (q + 1) + ids[:, 1::2]  # (n, 2**(l-1))
-            upward[l - 1] = tables.pair_message[pair]  # (n, 2**(l-1), q)
-            log_scale = tables.pair_log_norm[pair]  # (n, 2**(l-1)): log normalisers per subtree
+            upward[l - 1], log_scale = kernels.pair(pair)  # (n, 2**(l-1), q), (n, 2**(l-1)): log normalisers
         else:
             log_scale = torch.zeros(n, 1 << l, dtype=self.dtype, device=ids.device)
         for m in range(l - 2, k - 1, -1):
-            left, right = upward[m + 1][:, 0::2], upward[m + 1][:, 1::2]  # (n, 2**m, q)
-            # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]
-            outer = (left[..., :, None] * right[..., None, :]).reshape(n, 1 << m, q * q)  # (n, 2**m, q*q)
-            message, log_norm = _normalise_with_log(outer @ tables.M_flat_t)  # (n, 2**m, q)
-            upward[m] = message
-            log_scale = log_scale[:, 0::2] + log_scale[:, 1::2] + log_norm
+            children = upward[m + 1]  # (n, 2**(m+1), q)
+            message, log_norm = _by_node_slices(kernels.upward, node_slice, children[:, 0::2], children[:, 1::2])
+            upward[m] = message  # (n, 2**m, q)
+            log_scale = log_scale[:, 0::2] + log_scale[:, 1::2] + log_norm  # per subtree
 
         # Filtered part: every level-k node talks to the root through its path factor P_k.
-        # to_root[j, a] ∝ Σ_b P_k[a,b,j] upward_k[j, b]
-        to_root, log_norm = _normalise_with_log(torch.einsum("jab,njb->nja", tables.paths, upward[k]))  # (n, 2**k, q)
+        log_to_root, log_norm = kernels.to_root(upward[k])  # (n, 2**k, q) normalised, entries <= 0; (n, 2**k)
         log_scale = log_scale + log_norm
-        log_to_root = torch.log(to_root)  # (n, 2**k, q), entries <= 0
-        log_root = tables.log_prior + log_to_root.sum(1)  # (n, q)
-        log_likelihood = torch.logsumexp(log_root, -1) + log_scale.sum(1)  # (n,)
+        log_root = tables.log_prior + log_to_root.sum(1)  # (n, q): a product of normalised messages
+        log_total = torch.logsumexp(log_root, -1)  # (n,)
+        kernels.watch_log(log_total)
+        log_likelihood = log_total + log_scale.sum(1)  # (n,)
         impossible = ~torch.isfinite(log_likelihood)
         any_impossible = bool(impossible.any())
         if any_impossible:
@@ -221,45 +256,30 @@ class BeliefPropagation:
         root = torch.softmax(log_root, -1)  # (n, q)
         result = BPResult(root=root, log_likelihood=log_likelihood, impossible=impossible)
         if not downward:
-            return result
+            return result, kernels.fragile
 
         # Downward, filtered part: from_root[j, a] ∝ p0[a] Π_{j' != j} to_root[j', a], as exclusive sums of logs
         # (exact even when some to_root entries are zero).
-        from_root = torch.softmax(tables.log_prior + _exclusive_sum(log_to_root), -1)  # (n, 2**k, q)
-        # downward_k[j, b] ∝ Σ_a P_k[a,b,j] from_root[j, a]
-        downward = _normalise(torch.einsum("jab,nja->njb", tables.paths, from_root))  # (n, 2**k, q)
+        down = kernels.from_root(tables.log_prior + _exclusive_sum(log_to_root))  # (n, 2**k, q)
 
         levels = [None] * (l + 1)
         levels[0] = root[:, None, :]
-        if k > 0:
-            levels[k] = _normalise(downward * upward[k])
+        if 0 < k < l:
+            levels[k] = kernels.marginal(down, upward[k])
         for m in range(k, l):
-            # joint[b, c] = Σ_a downward[a] M[a,b,c], shared by both children:
-            # downward_left[b] ∝ Σ_c joint[b,c] right[c];  downward_right[c] ∝ Σ_b joint[b,c] left[b]
-            joint = (downward @ tables.M_flat).reshape(n, 1 << m, q, q)  # (n, 2**m, q, q)
-            downward = torch.empty(n, 2 << m, q, dtype=self.dtype, device=ids.device)  # (n, 2**(m+1), q)
+            children = upward[m + 1]  # (n, 2**(m+1), q); the leaf evidence when m + 1 = ℓ
+            to_left, to_right = _by_node_slices(kernels.downward, node_slice, down, children[:, 0::2], children[:, 1::2])
+            down = kernels.normalise(torch.stack([to_left, to_right], 2).reshape(n, 2 << m, q))  # (n, 2**(m+1), q)
             if m + 1 < l:
-                left, right = upward[m + 1][:, 0::2], upward[m + 1][:, 1::2]  # (n, 2**m, q)
-                downward[:, 0::2] = _normalise((joint * right[..., None, :]).sum(-1))
-                downward[:, 1::2] = _normalise((joint * left[..., :, None]).sum(-2))
-                levels[m + 1] = _normalise(downward * upward[m + 1])
-            else:
-                # Children are leaves, whose evidence is one-hot (a lookup in joint) or, if masked, all ones (a sum).
-                left_ids, right_ids = ids[:, 0::2], ids[:, 1::2]  # (n, 2**m)
-                picked = torch.gather(joint, 3, right_ids.clamp(max=q - 1)[..., None, None].expand(-1, -1, q, 1))
-                summed = joint.sum(-1)  # (n, 2**m, q)
-                downward[:, 0::2] = _normalise(torch.where((right_ids == q)[..., None], summed, picked[..., 0]))
-                picked = torch.gather(joint, 2, left_ids.clamp(max=q - 1)[..., None, None].expand(-1, -1, 1, q))
-                summed = joint.sum(-2)  # (n, 2**m, q)
-                downward[:, 1::2] = _normalise(torch.where((left_ids == q)[..., None], summed, picked[..., 0, :]))
-                # An observed leaf's posterior is its one-hot evidence, a masked leaf's its downward message.
-                levels[l] = torch.where((ids == q)[..., None], downward, upward[l])
+                levels[m + 1] = kernels.marginal(down, children)
+        # An observed leaf's posterior is its one-hot evidence, a masked leaf's its downward message.
+        levels[l] = torch.where((ids == q)[..., None], kernels.probabilities(down), tables.evidence[ids])
         if any_impossible:
             uniform = torch.full_like(root[0], 1.0 / q)
             levels = [None if lv is None else torch.where(impossible[:, None, None], uniform, lv) for lv in levels]
         result.levels = levels
         result.leaves = levels[l]
-        return result
+        return result, kernels.fragile
 
     def root_marginals(self, leaves) -> torch.Tensor:
         """P_k(root | observed leaves), (n, q)."""
@@ -278,6 +298,182 @@ class BeliefPropagation:
         return self.infer(leaves).levels
 
 
+class _PlainKernels:
+    """The message updates of the module docstring on normalised messages, one matrix product each (the fast path).
+
+    Every normaliser below ``q² tiny / eps`` of the dtype marks its row in ``fragile``: a term flushed to zero
+    (below ``tiny``) can matter only where the sum it belonged to is that small, so only those rows are computed
+    again with :class:`_LogKernels`.
+    """
+
+    def __init__(self, tables: "_GrammarTensors", n: int, device: torch.device):
+        self.tables = tables
+        info, q = torch.finfo(tables.dtype), tables.num_symbols
+        self.threshold = q * q * info.tiny / info.eps
+        self.bytes_per_node = q * q * _QQ_BUFFERS * tables.itemsize
+        self.fragile = torch.zeros(n, dtype=torch.bool, device=device)  # (n,)
+
+    def _watch(self, total: torch.Tensor) -> None:
+        self.fragile |= (total < self.threshold).flatten(1).any(1)
+
+    def watch_log(self, log_total: torch.Tensor) -> None:
+        """Mark the rows where a product of normalised messages, of total exp(log_total) (n, ...), is that small."""
+        self.fragile |= (log_total < math.log(self.threshold)).reshape(log_total.shape[0], -1).any(1)
+
+    def evidence(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tables.evidence[ids]  # (n, 2**l, q): one-hot, or ones for a mask
+
+    def pair(self, pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tables.pair_message[pair], self.tables.pair_log_norm[pair]
+
+    def normalise(self, message: torch.Tensor) -> torch.Tensor:
+        """message / Σ message over the last axis (a zero message stays zero)."""
+        total = message.sum(-1, keepdim=True)
+        self._watch(total)
+        return message / torch.where(total > 0, total, 1.0)
+
+    def _normalise_with_log(self, message: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        total = message.sum(-1)
+        self._watch(total)
+        return message / torch.where(total > 0, total, 1.0)[..., None], torch.log(total)
+
+    def upward(self, left: torch.Tensor, right: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(upward (n, c, q) normalised, log of its normaliser (n, c)) of c parents from their children (n, c, q)."""
+        # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]
+        outer = (left[..., :, None] * right[..., None, :]).flatten(-2)  # (n, c, q*q)
+        return self._normalise_with_log(outer @ self.tables.M_flat_t)
+
+    def to_root(self, upward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log to_root (n, 2**k, q) normalised, log normalisers (n, 2**k)) from the level-k upward messages."""
+        # to_root[j, a] ∝ Σ_b P_k[a,b,j] upward[j, b]
+        to_root, log_norm = self._normalise_with_log(torch.einsum("jab,njb->nja", self.tables.paths, upward))
+        return torch.log(to_root), log_norm
+
+    def from_root(self, log_from_root: torch.Tensor) -> torch.Tensor:
+        """The downward messages (n, 2**k, q) of the level-k nodes, normalised, from log from_root (n, 2**k, q)."""
+        self.watch_log(torch.logsumexp(log_from_root, -1))  # from_root, too, is a product of normalised messages
+        # downward[j, b] ∝ Σ_a P_k[a,b,j] from_root[j, a]
+        return self.normalise(torch.einsum("jab,nja->njb", self.tables.paths, torch.softmax(log_from_root, -1)))
+
+    def downward(self, down: torch.Tensor, left: torch.Tensor, right: torch.Tensor):
+        """(to_left, to_right), each (n, c, q) unnormalised, from c parents' downward and their children's upward."""
+        q = self.tables.num_symbols
+        joint = (down @ self.tables.M_flat).unflatten(-1, (q, q))  # (n, c, q, q): joint[b,c] = Σ_a down[a] M[a,b,c]
+        # downward_left[b] ∝ Σ_c joint[b,c] right[c];  downward_right[c] ∝ Σ_b left[b] joint[b,c]
+        return (joint @ right[..., None])[..., 0], (left[..., None, :] @ joint)[..., 0, :]
+
+    def marginal(self, down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """Posterior of nodes ∝ downward * upward, (n, c, q)."""
+        return self.normalise(down * up)
+
+    @staticmethod
+    def probabilities(message: torch.Tensor) -> torch.Tensor:
+        return message
+
+
+class _LogKernels:
+    """The same updates on the logarithms of the messages, summing over the non-zero rules only (log-sum-exp per
+    parent, or per child symbol on the way down). Nothing is ever flushed to zero, in float32 too: these kernels are
+    exact at any σ. They cost exp and log on each of the R non-zero rules per node (R = q² for the paper's grammars,
+    q³ for a dense tensor), so they run only on the rows that the plain kernels mark fragile."""
+
+    def __init__(self, tables: "_GrammarTensors", n: int, device: torch.device):
+        self.tables = tables
+        self.rules = tables.log_rules
+        self.bytes_per_node = self.rules.num_rules * _RULE_BUFFERS * tables.itemsize
+        q = tables.num_symbols
+        self.path_slice = max(1, WORKING_SET_BYTES // (max(n, 1) * q * q * _RULE_BUFFERS * tables.itemsize))
+        self.fragile = torch.zeros(n, dtype=torch.bool, device=device)  # (n,) nothing is fragile here
+
+    def watch_log(self, log_total: torch.Tensor) -> None:
+        pass
+
+    def evidence(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.rules.log_evidence[ids]  # (n, 2**l, q): 0 or -inf
+
+    def pair(self, pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rules.log_pair_message[pair], self.tables.pair_log_norm[pair]
+
+    @staticmethod
+    def _normalise_with_log(log_message: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_norm = torch.logsumexp(log_message, -1)  # (n, c), -inf for a zero message
+        return log_message - torch.where(torch.isfinite(log_norm), log_norm, 0.0)[..., None], log_norm
+
+    def normalise(self, log_message: torch.Tensor) -> torch.Tensor:
+        return self._normalise_with_log(log_message)[0]
+
+    def upward(self, left: torch.Tensor, right: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # log upward[a] = log Σ_{rules (a,b,c)} exp(log M[a,b,c] + log left[b] + log right[c])
+        r = self.rules
+        terms = r.log_M + left[..., r.left] + right[..., r.right]  # (n, c, R)
+        return self._normalise_with_log(_segment_logsumexp(terms, r.parent, self.tables.num_symbols))
+
+    def _over_paths(self, update, messages: torch.Tensor) -> torch.Tensor:
+        """update(log P_k of nodes j, their messages) on slices of level-k nodes: the (n, j, q, q) terms stay bounded."""
+        size, log_paths = self.path_slice, self.rules.log_paths  # (2**k, q, q)
+        parts = [update(log_paths[j : j + size], messages[:, j : j + size]) for j in range(0, messages.shape[1], size)]
+        return torch.cat(parts, 1)  # (n, 2**k, q)
+
+    def to_root(self, upward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # log to_root[j, a] = log Σ_b exp(log P_k[a,b,j] + log upward[j, b])
+        update = lambda log_paths, up: torch.logsumexp(log_paths + up[..., None, :], -1)  # noqa: E731
+        return self._normalise_with_log(self._over_paths(update, upward))
+
+    def from_root(self, log_from_root: torch.Tensor) -> torch.Tensor:
+        # log downward[j, b] = log Σ_a exp(log P_k[a,b,j] + log from_root[j, a])
+        update = lambda log_paths, from_root: torch.logsumexp(log_paths + from_root[..., :, None], -2)  # noqa: E731
+        return self.normalise(self._over_paths(update, log_from_root))
+
+    def downward(self, down: torch.Tensor, left: torch.Tensor, right: torch.Tensor):
+        # log downward_left[b] = log Σ_{rules (a,b,c)} exp(log down[a] + log M[a,b,c] + log right[c]), and symmetrically
+        r, q = self.rules, self.tables.num_symbols
+        from_parent = r.log_M + down[..., r.parent]  # (n, c, R)
+        return (_segment_logsumexp(from_parent + right[..., r.right], r.left, q),
+                _segment_logsumexp(from_parent + left[..., r.left], r.right, q))
+
+    @staticmethod
+    def marginal(down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return _softmax(down + up)
+
+    @staticmethod
+    def probabilities(log_message: torch.Tensor) -> torch.Tensor:
+        return torch.exp(log_message)
+
+
+def _segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, size: int) -> torch.Tensor:
+    """out[..., i] = log Σ_{r: segment[r] = i} exp(values[..., r]), each segment shifted by its own maximum (-inf for
+    an empty segment). values (..., R), segment (R,) in [0, size) -> (..., size)."""
+    index = segment.expand(values.shape)
+    empty = values.new_full((*values.shape[:-1], size), float("-inf"))
+    top = empty.scatter_reduce(-1, index, values, "amax")  # (..., size)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    total = torch.zeros_like(top).scatter_add_(-1, index, torch.exp(values - top.gather(-1, index)))
+    return torch.log(total) + top
+
+
+def _finite_max(values: torch.Tensor) -> torch.Tensor:
+    """The maximum over the last axis, 0 where every entry is -inf (so that subtracting it never makes NaN)."""
+    top = values.amax(-1)
+    return torch.where(torch.isfinite(top), top, 0.0)
+
+
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    """softmax over the last axis; a row of -inf gives zeros instead of NaN."""
+    values = torch.exp(logits - _finite_max(logits)[..., None])
+    total = values.sum(-1, keepdim=True)
+    return values / torch.where(total > 0, total, 1.0)
+
+
+def _by_node_slices(kernel, size: int, *messages: torch.Tensor):
+    """``kernel(*messages)`` on slices of at most ``size`` nodes (axis 1), concatenated: a level's q² temporaries
+    stay bounded however many nodes it has."""
+    nodes = messages[0].shape[1]
+    if nodes <= size:
+        return kernel(*messages)
+    parts = [kernel(*(x[:, start : start + size] for x in messages)) for start in range(0, nodes, size)]
+    return tuple(torch.cat(slices, 1) for slices in zip(*parts))
+
+
 def _exclusive_sum(values: torch.Tensor) -> torch.Tensor:
     """out[:, j] = Σ_{j' != j} values[:, j'] along axis 1, exact with -inf entries (no -inf - -inf)."""
     prefix = torch.cumsum(values, 1)
@@ -286,19 +482,86 @@ def _exclusive_sum(values: torch.Tensor) -> torch.Tensor:
     return torch.cat([zeros, prefix[:, :-1]], 1) + torch.cat([suffix[:, 1:], zeros], 1)
 
 
+def _empty_like_rows(part: BPResult, n: int) -> BPResult:
+    """An uninitialised BPResult of n rows with the shapes, dtypes and device of ``part``."""
+    empty = lambda t: None if t is None else t.new_empty((n, *t.shape[1:]))  # noqa: E731
+    result = BPResult(root=empty(part.root), log_likelihood=empty(part.log_likelihood), impossible=empty(part.impossible))
+    if part.levels is not None:
+        result.levels = [empty(level) for level in part.levels]
+        result.leaves = result.levels[-1]
+    return result
+
+
+def _assign_rows(result: BPResult, rows, part: BPResult) -> None:
+    """result[rows] = part (a slice or an index tensor of rows), cast to result's dtypes."""
+    result.root[rows] = part.root.to(result.root.dtype)
+    result.log_likelihood[rows] = part.log_likelihood.to(result.log_likelihood.dtype)
+    result.impossible[rows] = part.impossible
+    if result.levels is not None:
+        for level, values in zip(result.levels, part.levels):
+            if level is not None:
+                level[rows] = values.to(level.dtype)
+
+
 class _GrammarTensors:
-    """The grammar as tensors on one device and dtype, in the layouts the message updates use."""
+    """The grammar as tensors on one device and dtype, in the layouts the message updates use.
+
+    Everything is computed in float64 and cast last, so that a rule of probability 4e-50 still normalises (and
+    gives its logarithm) exactly in a float32 pass.
+    """
 
     def __init__(self, grammar: Grammar, filter_level: int, dtype: torch.dtype, device: torch.device):
         q = grammar.num_symbols
-        as_tensor = lambda a: torch.tensor(np.array(a), dtype=dtype, device=device)  # noqa: E731
-        self.M_flat = as_tensor(grammar.M.reshape(q, q * q))  # (q, q*q): [a, (b, c)]
+        self.num_symbols, self.dtype, self.device = q, dtype, device
+        self.itemsize = torch.finfo(dtype).bits // 8
+        self._grammar, self._filter_level = grammar, filter_level
+        cast = self.cast
+        paths = grammar.path_matrices(filter_level).transpose(2, 0, 1)  # (2**k, q, q): [j, a, b]
+        self.M_flat = cast(grammar.M.reshape(q, q * q))  # (q, q*q): [a, (b, c)]
         self.M_flat_t = self.M_flat.T.contiguous()  # (q*q, q)
-        self.paths = as_tensor(grammar.path_matrices(filter_level).transpose(2, 0, 1))  # (2**k, q, q): [j, a, b]
-        self.log_prior = torch.log(as_tensor(grammar.root_prior))  # (q,)
+        self.paths = cast(paths)  # (2**k, q, q)
+        self.log_prior = cast(_log(grammar.root_prior))  # (q,)
         self.evidence = torch.cat([torch.eye(q), torch.ones(1, q)]).to(device=device, dtype=dtype)  # (q+1, q)
         # Upward message of a parent from its two leaf children, id q meaning "masked" (summed over).
         with_masks = np.concatenate([grammar.M, grammar.M.sum(1, keepdims=True)], 1)  # (q, q+1, q)
         with_masks = np.concatenate([with_masks, with_masks.sum(2, keepdims=True)], 2)  # (q, q+1, q+1)
-        pair = as_tensor(with_masks.transpose(1, 2, 0).reshape((q + 1) ** 2, q))  # ((q+1)**2, q)
-        self.pair_message, self.pair_log_norm = _normalise_with_log(pair)
+        self._pair = with_masks.transpose(1, 2, 0).reshape((q + 1) ** 2, q)  # ((q+1)**2, q)
+        total = self._pair.sum(1, keepdims=True)  # ((q+1)**2, 1)
+        self.pair_message = cast(self._pair / np.where(total > 0, total, 1.0))  # ((q+1)**2, q)
+        self.pair_log_norm = cast(_log(total[:, 0]))  # ((q+1)**2,)
+        self._log_rules = None
+
+    def cast(self, array: np.ndarray) -> torch.Tensor:
+        return torch.tensor(np.ascontiguousarray(array), dtype=self.dtype, device=self.device)
+
+    @property
+    def log_rules(self) -> "_LogRules":
+        """The tables of :class:`_LogKernels`, built on first use."""
+        if self._log_rules is None:
+            self._log_rules = _LogRules(self)
+        return self._log_rules
+
+
+class _LogRules:
+    """The grammar for :class:`_LogKernels`: the non-zero rules (a, b, c) with log M[a,b,c], log P_k, log evidence."""
+
+    def __init__(self, tables: _GrammarTensors):
+        grammar, q = tables._grammar, tables.num_symbols
+        parent, left, right = np.nonzero(grammar.M)  # (R,) each
+        self.num_rules = parent.size  # R >= q: every M[a] sums to one
+        as_index = lambda a: torch.as_tensor(a, dtype=torch.int64, device=tables.device)  # noqa: E731
+        self.parent, self.left, self.right = as_index(parent), as_index(left), as_index(right)  # (R,)
+        self.log_M = tables.cast(np.log(grammar.M[parent, left, right]))  # (R,)
+        paths = grammar.path_matrices(tables._filter_level).transpose(2, 0, 1)  # (2**k, q, q): [j, a, b]
+        self.log_paths = tables.cast(_log(paths))  # (2**k, q, q)
+        self.log_evidence = torch.log(tables.evidence)  # (q+1, q): 0 or -inf
+        pair = tables._pair  # ((q+1)**2, q): sums of rules, never flushed in float64
+        log_total = _log(pair.sum(1, keepdims=True))  # ((q+1)**2, 1)
+        log_pair = _log(pair) - np.where(np.isfinite(log_total), log_total, 0.0)
+        self.log_pair_message = tables.cast(log_pair)  # ((q+1)**2, q), normalised (or all -inf)
+
+
+def _log(array: np.ndarray) -> np.ndarray:
+    """np.log with log 0 = -inf and no warning."""
+    with np.errstate(divide="ignore"):
+        return np.log(array)

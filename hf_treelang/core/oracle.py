@@ -20,7 +20,6 @@ from .bp import BeliefPropagation
 from .masking import mask_evaluation_set
 
 TASKS = ("root", "mlm")
-_LEAVES_PER_PASS = 1 << 18  # BP passes of bounded memory: the all-leaf marginals of a pass are (b, 2**l, q)
 
 
 @dataclass
@@ -58,9 +57,9 @@ def task_inputs(task: str, leaves, roots, *, mask_token_id: int, sampling_seed: 
     """
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
-    leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, 2**l)
+    leaves = _as_tensor(leaves).to(torch.int64)  # (n, 2**l)
     if task == "root":
-        return TaskInputs(leaves, None, torch.as_tensor(np.asarray(roots), dtype=torch.int64))
+        return TaskInputs(leaves, None, _as_tensor(roots).to(torch.int64))
     masked, labels, positions = mask_evaluation_set(leaves, mask_token_id, sampling_seed)
     rows = torch.arange(leaves.shape[0])
     return TaskInputs(masked, positions, labels[rows, positions])  # labels: the masked symbol per row, (n,)
@@ -74,8 +73,9 @@ def predicted_marginals(bp: BeliefPropagation, inputs, positions=None) -> torch.
         inputs: (n, 2**ℓ) model inputs (masked leaves carry the mask id).
         positions: (n,) the masked leaf to predict per row, or ``None`` for the root.
 
-    The masked-leaf case runs BP in passes of about 2**18 leaves and keeps only the predicted leaf of each row, so
-    memory stays bounded at any n and depth.
+    The masked-leaf case runs BP in passes of its default batch size (sized by q, see
+    :meth:`~hf_treelang.core.bp.BeliefPropagation.default_batch_size`) and keeps only the predicted leaf of each
+    row, so memory stays bounded at any n, depth and q.
 
     Example:
         >>> from hf_treelang.core.grammar import Grammar
@@ -85,14 +85,19 @@ def predicted_marginals(bp: BeliefPropagation, inputs, positions=None) -> torch.
     """
     if positions is None:
         return bp.root_marginals(inputs)  # (n, q)
-    inputs = torch.as_tensor(np.asarray(inputs) if not isinstance(inputs, torch.Tensor) else inputs)
-    positions = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
-    batch = max(1, _LEAVES_PER_PASS >> bp.depth)
+    inputs = _as_tensor(inputs)  # (n, 2**l)
+    positions = _as_tensor(positions)  # (n,)
+    batch = bp.default_batch_size()
     parts = []
     for chunk, where in zip(torch.split(inputs, batch), torch.split(positions.to(torch.int64), batch)):
         leaves = bp.leaf_marginals(chunk)  # (b, 2**l, q)
         parts.append(leaves[torch.arange(leaves.shape[0], device=leaves.device), where.to(leaves.device)])  # (b, q)
     return torch.cat(parts) if parts else torch.empty(0, bp.num_symbols, dtype=bp.dtype)
+
+
+def _as_tensor(values) -> torch.Tensor:
+    """A tensor of ``values``; numpy arrays are made contiguous first (torch refuses negative strides)."""
+    return values if isinstance(values, torch.Tensor) else torch.as_tensor(np.ascontiguousarray(values))
 
 
 def bp_accuracy(bp: BeliefPropagation, data: TaskInputs) -> float:
