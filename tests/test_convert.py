@@ -1,6 +1,7 @@
 """Conversion of state dicts saved by the paper's code into TreeLang checkpoints (issue 3)."""
 
 import math
+import pickle
 import re
 
 import pytest
@@ -42,20 +43,26 @@ class Decoder(nn.Module):
 
 
 class PaperModel(nn.Module):
-    """A stand-in for the paper's module, with exactly its parameter names."""
+    """A stand-in for the paper's module, with exactly its parameter names.
 
-    def __init__(self, task: str, q=Q, depth=DEPTH, d=D, layers=LAYERS, d_ff=D_FF):
+    ``mask_token=False`` is the paper's root classifier (``TransformerClassifier(vocab_size=q, n_special_tokens=0)``):
+    an embedding of q rows. ``pooling="mean"`` is its ``embedding_agg="mean"``: the readout sees the average token.
+    """
+
+    def __init__(self, task: str, q=Q, depth=DEPTH, d=D, layers=LAYERS, d_ff=D_FF, mask_token=True, pooling="flatten"):
         super().__init__()
-        self.task = task
-        self.input_embedding = nn.Embedding(q + 1, d)
+        self.task, self.pooling = task, pooling
+        self.input_embedding = nn.Embedding(q + 1 if mask_token else q, d)
         self.positional_embedding = PositionalEncoding(d)
         self.encoder_layer = nn.TransformerEncoderLayer(d, 1, d_ff, 0.1, batch_first=True)
         self.transformer_encoder = nn.TransformerEncoder(self.encoder_layer, layers, enable_nested_tensor=False)
-        self.decoder = Decoder(d * 2**depth if task == "root" else d, q)
+        self.decoder = Decoder(d * 2**depth if task == "root" and pooling == "flatten" else d, q)
 
     def forward(self, x):
         h = self.transformer_encoder(self.positional_embedding(self.input_embedding(x)))  # (b, T, d)
-        return self.decoder(h.flatten(1) if self.task == "root" else h)
+        if self.task == "mlm":
+            return self.decoder(h)
+        return self.decoder(h.flatten(1) if self.pooling == "flatten" else h.mean(1))
 
 
 def paper_state_dict_file(tmp_path, task, seed=0):
@@ -129,3 +136,109 @@ def test_non_sinusoidal_positional_table_raises(tmp_path):
     torch.save(state, tmp_path / "learned_pe.pt")
     with pytest.raises(ValueError, match="sinusoidal"):
         hf_treelang.convert(tmp_path / "learned_pe.pt", tmp_path / "out", task="mlm", depth=DEPTH)
+
+
+# ---------------------------------------------------------------- issue 12: root classifiers without a mask token
+
+
+def symbols(batch=16, seed=0):
+    """Inputs of symbols only (no mask token), as a root classifier sees."""
+    return torch.randint(0, Q, (batch, 2**DEPTH), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("pooling", ["flatten", "mean"])
+def test_root_classifier_without_mask_token_converts_with_identical_logits(tmp_path, pooling):
+    torch.manual_seed(3)
+    paper = PaperModel("root", mask_token=False, pooling=pooling).eval()
+    assert paper.input_embedding.weight.shape == (Q, D)
+    torch.save(paper.state_dict(), tmp_path / "root.pt")
+    hf_treelang.convert(tmp_path / "root.pt", tmp_path / "out", task="root", depth=DEPTH)
+    converted = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+    assert converted.config.vocab_size == Q + 1 and converted.config.num_symbols == Q
+    assert converted.config.classifier_pooling == {"flatten": "concat", "mean": "mean"}[pooling]
+    embedding = converted.treelang.embeddings.token_embeddings.weight  # (q + 1, d)
+    assert torch.equal(embedding[:Q], paper.input_embedding.weight)
+    assert torch.equal(embedding[Q], torch.zeros(D))  # the mask row, which a root classifier never sees
+    with torch.no_grad():
+        expected, actual = paper(symbols()), converted(symbols()).logits
+    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+
+
+def test_masked_lm_without_mask_token_is_refused(tmp_path):
+    torch.manual_seed(0)
+    torch.save(PaperModel("mlm", mask_token=False).state_dict(), tmp_path / "mlm.pt")
+    with pytest.raises(ValueError, match=r"input_embedding.weight has 4 rows .* expected q \+ 1"):
+        hf_treelang.convert(tmp_path / "mlm.pt", tmp_path / "out", task="mlm", depth=DEPTH)
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_checkpoint_of_the_paper_converts(tmp_path):
+    # The paper's training loop saves {"model_state_dict": ..., "training_history": ...}.
+    paper, _ = paper_state_dict_file(tmp_path, "mlm", seed=2)
+    history = {"training_loss": [torch.tensor(1.2), torch.tensor(0.9)], "val_accuracy": [0.5, 0.6]}
+    torch.save({"model_state_dict": paper.state_dict(), "training_history": history}, tmp_path / "ckpt.pt")
+    converted = hf_treelang.convert(tmp_path / "ckpt.pt", tmp_path / "out", task="mlm", depth=DEPTH)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(tokens()).logits, paper(tokens()), atol=1e-6, rtol=0)
+
+
+def test_output_path_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys):
+    _, path = paper_state_dict_file(tmp_path, "root")
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    with pytest.raises(FileExistsError, match="afile exists and is not a folder"):
+        hf_treelang.convert(path, target, task="root", depth=DEPTH)
+    assert main([str(path), str(target), "--task", "root", "--depth", str(DEPTH)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-treelang convert: error: ") and "afile" in err
+    assert target.read_text() == "keep me"
+
+
+def unreadable_files(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not weights\n")
+    pickled = tmp_path / "numpy.pt"
+    torch.save({"input_embedding.weight": __import__("numpy").zeros((5, 2))}, pickled)  # refused by weights_only
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    return [(text, "not a file written by torch.save"), (pickled, "holds objects other than tensors"),
+            (empty, "not a file written by torch.save")]
+
+
+def test_unreadable_files_give_one_clear_error(tmp_path, capsys):
+    for path, message in unreadable_files(tmp_path):
+        with pytest.raises(ValueError, match=message):
+            hf_treelang.convert(path, tmp_path / "out", task="root", depth=DEPTH)
+        assert main([str(path), str(tmp_path / "out"), "--task", "root", "--depth", str(DEPTH)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_file_and_bad_arguments_give_one_line_before_any_work(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", "3"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    for depth in ("0", "17"):
+        assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", depth]) == 2
+        assert f"`depth` must be an integer in [1, 16], got {depth}" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", "3",
+                 "--heads", "0"]) == 2
+    assert "`num_attention_heads` must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_state_dict_without_positional_encoding_is_refused(tmp_path):
+    paper, _ = paper_state_dict_file(tmp_path, "root")
+    state = {k: v for k, v in paper.state_dict().items() if k != "positional_embedding.pe"}
+    torch.save(state, tmp_path / "no_pe.pt")
+    with pytest.raises(ValueError, match="without positional encoding"):
+        hf_treelang.convert(tmp_path / "no_pe.pt", tmp_path / "out", task="root", depth=DEPTH)
+
+
+def test_mismatched_layer_weights_leave_no_partial_folder(tmp_path):
+    paper, _ = paper_state_dict_file(tmp_path, "mlm")
+    state = paper.state_dict()
+    state["transformer_encoder.layers.1.linear2.weight"] = torch.zeros(D, D_FF + 1)
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="size mismatch"):
+        hf_treelang.convert(tmp_path / "bad.pt", tmp_path / "out", task="mlm", depth=DEPTH)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt", "paper_mlm.pt"]
