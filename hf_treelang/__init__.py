@@ -69,7 +69,9 @@ def register() -> None:
     """Register TreeLang with the ``transformers`` Auto classes and ``datasets.load_dataset("treelang")``.
 
     Idempotent. ``import hf_treelang`` runs it, so that ``AutoModel.from_pretrained`` and ``load_dataset`` know the
-    names without further ado; the ``hf-treelang`` command runs it just before a sub-command.
+    names without further ado; the ``hf-treelang`` command runs it just before a sub-command. With a ``datasets``
+    release whose internals the ``load_dataset`` hook does not know, the hook alone is skipped, with one warning
+    (:func:`hf_treelang.data.registration.register_dataset_builder`): the rest of the package still imports.
     """
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 

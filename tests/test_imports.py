@@ -174,3 +174,35 @@ def test_the_choices_of_the_command_line_are_those_of_the_library():
         for step, _ in steps_of(preset):
             generic = "train_mlm_k<k>" if step.startswith("train_mlm_k") else step
             assert generic in help_text, step
+
+
+def test_a_changed_datasets_release_degrades_to_one_warning():
+    # Simulate a datasets release whose dataset_module_factory takes another first argument: the hook cannot be
+    # installed, yet the grammar, BP and the model import and work, with one warning naming the version and the route.
+    code = """
+import json, warnings
+import datasets, datasets.load
+original = datasets.load.dataset_module_factory
+def dataset_module_factory(name, *args, **kwargs):  # the changed internals
+    return original(name, *args, **kwargs)
+datasets.load.dataset_module_factory = dataset_module_factory
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import hf_treelang
+    from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForMaskedLM
+    hf_treelang.register()  # the command line registers again: no second warning
+bp = BeliefPropagation(Grammar.random(4, 1.0, 0), depth=2)
+model = TreeLangForMaskedLM(TreeLangConfig(depth=2, hidden_size=8, num_hidden_layers=1, intermediate_size=8))
+print(json.dumps({"warnings": [str(w.message) for w in caught if "treelang" in str(w.message)],
+                  "version": datasets.__version__,
+                  "hook": datasets.load.dataset_module_factory is dataset_module_factory,
+                  "root": bp.root_marginals(__import__("torch").tensor([[0, 1, 2, 3]])).shape[1],
+                  "logits": list(model(__import__("torch").tensor([[0, 1, 4, 3]])).logits.shape)}))
+"""
+    result = json.loads(python(code))
+    assert len(result["warnings"]) == 1, result["warnings"]
+    message = result["warnings"][0]
+    assert f"datasets {result['version']}" in message and "first parameter" in message
+    assert "hf-treelang publish-dataset" in message and "load_dataset(OUT, 'k2')" in message
+    assert result["hook"] is True  # left as it was
+    assert result["root"] == 4 and result["logits"] == [1, 4, 4]

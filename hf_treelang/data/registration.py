@@ -9,17 +9,21 @@ How the name is resolved: datasets 5 has no loading scripts; ``load_dataset`` / 
 that function so that the exact name ``"treelang"`` is answered first, before the packaged builders, the local
 directories and the Hub are looked at: a folder named ``treelang`` or stray data files in the working directory are
 never read (use ``"./treelang"`` to load such a folder). The wrapper checks the internals it relies on when it is
-installed and raises if they changed, rather than silently falling through to the Hub.
+installed, rather than silently falling through to the Hub. If a ``datasets`` release changed them, the hook is not
+installed and ``import hf_treelang`` warns once, naming the datasets version and the route that needs no hook
+(``hf-treelang publish-dataset OUT`` then ``load_dataset(OUT, "k2")``); the rest of the package keeps working.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 
 DATASET_NAME = "treelang"
 BUILDER_MODULE = "hf_treelang.dataset_builder.treelang"
 _HOOK_FLAG = "_hf_treelang_hook"
+_warned_unavailable = False  # the warning of an unsupported datasets release is given once per process
 
 
 def _check_internals(load_module) -> None:
@@ -59,16 +63,24 @@ def _treelang_module(load_module, data_dir=None, data_files=None):
     )
 
 
-def register_dataset_builder() -> None:
-    """Make ``datasets.load_dataset("treelang", ...)`` build the treelang data (idempotent)."""
-    import datasets.inspect
-    import datasets.load
+def register_dataset_builder() -> bool:
+    """Make ``datasets.load_dataset("treelang", ...)`` build the treelang data (idempotent).
 
-    load_module = datasets.load
-    original = load_module.dataset_module_factory
-    if getattr(original, _HOOK_FLAG, False):
-        return
-    _check_internals(load_module)
+    Returns True once the hook is installed. With a ``datasets`` release whose internals changed, installs nothing,
+    warns once (a UserWarning naming the version and the route that still works) and returns False.
+    """
+    try:
+        import datasets.inspect
+        import datasets.load
+
+        load_module = datasets.load
+        original = getattr(load_module, "dataset_module_factory", None)
+        if getattr(original, _HOOK_FLAG, False):
+            return True
+        _check_internals(load_module)
+    except Exception as error:  # noqa: BLE001 -- whatever changed, the grammar, BP and the model must still import
+        _warn_unavailable(error)
+        return False
 
     @functools.wraps(original)
     def dataset_module_factory(path, *args, **kwargs):
@@ -80,3 +92,26 @@ def register_dataset_builder() -> None:
     load_module.dataset_module_factory = dataset_module_factory
     if getattr(datasets.inspect, "dataset_module_factory", None) is original:
         datasets.inspect.dataset_module_factory = dataset_module_factory
+    return True
+
+
+def _warn_unavailable(error: Exception) -> None:
+    """The one warning of a datasets release the hook does not support."""
+    global _warned_unavailable
+    if _warned_unavailable:
+        return
+    _warned_unavailable = True
+    try:
+        import datasets
+
+        version = f"datasets {datasets.__version__}"
+    except Exception:  # noqa: BLE001
+        version = "this datasets installation"
+    detail = str(error).split(": ", 1)[-1] if isinstance(error, RuntimeError) else f"{type(error).__name__}: {error}"
+    warnings.warn(
+        f"hf_treelang: load_dataset('{DATASET_NAME}', ...) is unavailable with {version} ({detail}). Everything "
+        f"else works; to load the data, write it with `hf-treelang publish-dataset OUT --configs k2` and load the "
+        f"folder: load_dataset(OUT, 'k2').",
+        UserWarning,
+        stacklevel=2,
+    )
