@@ -79,16 +79,77 @@ class TreeLangBPMetric(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, labels=None, from_logits: bool = True) -> dict:
-        predictions = np.asarray(predictions, dtype=np.float64)  # (n, q)
-        references = np.asarray(references, dtype=np.float64)  # (n, q)
-        if predictions.ndim != 2 or predictions.shape != references.shape:
+        if not isinstance(from_logits, (bool, np.bool_)):
+            raise TypeError(f"from_logits must be True or False, got {from_logits!r}")
+        predictions = _as_matrix("predictions", predictions)  # (n, q)
+        references = _as_matrix("references", references)  # (n, q)
+        if predictions.shape != references.shape:
             raise ValueError(
                 f"predictions and references must both have shape (n, q), got {predictions.shape} and "
                 f"{references.shape}"
             )
+        if predictions.shape[0] == 0 or predictions.shape[1] < 2:
+            raise ValueError(f"predictions must have n >= 1 rows of q >= 2 values, got shape {predictions.shape}")
+        _check_distributions("references", references)  # BP's marginals
+        if not from_logits:
+            _check_distributions("predictions", predictions)
+        if labels is not None:
+            _check_labels(labels, predictions.shape)
         log_model = log_probabilities(predictions, from_logits=from_logits)
         result = compare_with_bp(log_model, references)
         if labels is not None:
             result["accuracy"] = accuracy(log_model, labels)
             result["bp_accuracy"] = accuracy(references, labels)
         return result
+
+
+DISTRIBUTION_TOLERANCE = 1e-5  # |Σ_a p[a] - 1| allowed per row: float32 marginals and softmax outputs pass
+
+
+def _as_matrix(name: str, values) -> np.ndarray:
+    """``values`` as a finite float64 (n, q) array, or a ValueError naming ``name``."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be an (n, q) array of numbers: {error}") from None
+    if array.ndim != 2:
+        raise ValueError(f"{name} must have shape (n, q), got {array.shape}")
+    bad = np.argwhere(~np.isfinite(array))
+    if bad.size:
+        row, column = bad[0]
+        raise ValueError(f"{name} must be finite, got {float(array[row, column])} at row {row}, column {column}")
+    return array
+
+
+def _check_distributions(name: str, values: np.ndarray) -> None:
+    """Every row of ``values`` (n, q) a probability distribution: entries in [0, 1], sums within the tolerance."""
+    negative = np.argwhere(values < 0)
+    if negative.size:
+        row, column = negative[0]
+        raise ValueError(
+            f"{name} must be probability distributions (entries >= 0), got {float(values[row, column]):.6g} at row {row}, "
+            f"column {column}"
+        )
+    sums = values.sum(1)  # (n,)
+    off = np.flatnonzero(np.abs(sums - 1.0) > DISTRIBUTION_TOLERANCE)
+    if off.size:
+        row = off[0]
+        raise ValueError(
+            f"{name} must be probability distributions (rows summing to 1 within {DISTRIBUTION_TOLERANCE:g}), got "
+            f"row {row} summing to {float(sums[row]):.6g}"
+        )
+
+
+def _check_labels(labels, shape: tuple) -> None:
+    """``labels`` (n,) integer symbols in [0, q)."""
+    n, q = shape
+    array = np.asarray(labels)
+    if array.shape != (n,):
+        raise ValueError(f"labels must have shape (n,) = ({n},), got {array.shape}")
+    if array.dtype.kind not in "iu":
+        if array.dtype.kind != "f" or not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
+            raise ValueError(f"labels must be integer symbols in [0, {q - 1}], got dtype {array.dtype}")
+    outside = np.flatnonzero((array < 0) | (array >= q))
+    if outside.size:
+        row = outside[0]
+        raise ValueError(f"labels must be symbols in [0, {q - 1}], got {array[row].item()} at row {row}")

@@ -108,3 +108,45 @@ def test_metric_rejects_mismatched_shapes_and_unknown_config():
         TreeLangBPMetric().compute(predictions=[[1.0, 0.0]], references=[[0.3, 0.3, 0.4]])
     with pytest.raises(ValueError, match="config_name"):
         TreeLangBPMetric(config_name="nope")
+
+
+# ---------------------------------------------------------------- issue 12: inputs are checked before any result
+
+
+@pytest.mark.parametrize(
+    "references,match",
+    [
+        ([[5.0, 5.0]], r"references must be probability distributions \(rows summing to 1 within 1e-05\), got row 0 "
+                       r"summing to 10"),
+        ([[0.5, 0.5], [1.2, -0.2]], r"references must be probability distributions \(entries >= 0\), got -0.2 at row 1"),
+        ([[0.5, float("nan")]], "references must be finite, got nan at row 0, column 1"),
+        ([[0.6, 0.3]], "row 0 summing to 0.9"),
+    ],
+)
+def test_metric_rejects_references_that_are_not_distributions(references, match):
+    predictions = np.zeros((len(references), 2))
+    with pytest.raises(ValueError, match=match):
+        TreeLangBPMetric().compute(predictions=predictions, references=references)
+
+
+def test_metric_accepts_float32_marginals():
+    marginals = torch.softmax(torch.randn(50, 7, generator=torch.Generator().manual_seed(0)), -1)  # float32 rows
+    result = TreeLangBPMetric().compute(predictions=torch.log(marginals).double().numpy(), references=marginals.numpy())
+    assert result["kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("labels,bad", [([0, 7], "7 at row 1"), ([-1, 0], "-1 at row 0"), ([0, 2], "2 at row 1")])
+def test_metric_rejects_labels_out_of_range(labels, bad):
+    with pytest.raises(ValueError, match=rf"labels must be symbols in \[0, 1\], got {bad}"):
+        TreeLangBPMetric(config_name="with_labels").compute(
+            predictions=[[1.0, 0.0], [0.0, 1.0]], references=[[0.9, 0.1], [0.2, 0.8]], labels=labels
+        )
+
+
+def test_metric_rejects_bad_predictions():
+    with pytest.raises(ValueError, match="predictions must be finite, got inf"):
+        TreeLangBPMetric().compute(predictions=[[float("inf"), 0.0]], references=[[0.5, 0.5]])
+    with pytest.raises(ValueError, match="predictions must be probability distributions"):
+        TreeLangBPMetric().compute(predictions=[[0.7, 0.7]], references=[[0.5, 0.5]], from_logits=False)
+    with pytest.raises(TypeError, match="from_logits must be True or False"):
+        TreeLangBPMetric().compute(predictions=[[0.7, 0.3]], references=[[0.5, 0.5]], from_logits="no")
