@@ -147,16 +147,22 @@ def _parse_sizes(text: str) -> list:
 def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="an MLM-pre-trained TreeLang checkpoint folder")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--sizes", type=_parse_sizes, default=[2**8, 2**10, 2**12],
-                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default: 2^8,2^10,2^12)")
+    parser.add_argument("--sizes", type=_parse_sizes, default=[2**7, 2**9, 2**11],
+                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default: 2^7,2^9,2^11)")
     parser.add_argument("--arms", nargs="+", choices=SAMPLE_COMPLEXITY_ARMS, default=list(SAMPLE_COMPLEXITY_ARMS),
                         help=f"which arms to run (default: {' '.join(SAMPLE_COMPLEXITY_ARMS)})")
     parser.add_argument("--epochs", type=float, default=20.0, help="training epochs per run")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap on the steps of one run (default: none)")
-    parser.add_argument("--num-test", type=int, default=10_000, help="test sequences")
+    parser.add_argument("--max-steps", type=int, default=600,
+                        help="cap on the optimizer steps of one run (the defaults: <= 15 min on a 2-core CPU)")
+    parser.add_argument("--num-test", type=int, default=2048, help="test sequences (k_test = k_train)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (paper: 32)")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate (paper: 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="runs trained at the same time, 0 = in this process (default: one per CPU core)")
+    parser.add_argument("--force", action="store_true",
+                        help="run in an OUT written with other settings (runs of unchanged identity are kept)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,13 +176,46 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     )
     steps = [f"{step} ({extra})" if step.endswith("<k>") and extra else step
              for step in step_names(attention_filter_levels=("<k>",))]
-    parser.add_argument("out", help="output folder")
+    parser.add_argument("out", nargs="?", default=None, help="output folder (not with --plan)")
+    parser.add_argument("--plan", default=None, metavar="OUT",
+                        help="train nothing: write OUT/plan.json (every training run of the preset, the figures it "
+                        "feeds, its optimizer steps) and print the total steps and the estimated time on this machine "
+                        "and on one GPU (default: none, run the reproduction)")
     parser.add_argument("--preset", default="quick", metavar="{" + ",".join(PUBLIC_PRESETS) + "}",
                         help="quick: about 20 min on a 2-core CPU, no sweeps; paper: the authors' settings for every "
                         "figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs a part)")
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+SWEEP_EXECUTORS = ("local", "slurm")  # hf_treelang.sweep.engine.EXECUTORS
+
+
+def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", nargs="?", default=None,
+                        help='the sweep: a JSON (or YAML) file {"task": ..., "base": {run arguments}, "grid": '
+                        '{argument: [values]}}')
+    parser.add_argument("out", nargs="?", default=None,
+                        help="output folder: OUT/runs/<grid point>/ per run, OUT/results.jsonl, OUT/sweep.png")
+    parser.add_argument("--status", default=None, metavar="OUT",
+                        help="show which runs of the sweep in OUT are done, running, failed or pending, and exit "
+                        "(default: none, run the sweep)")
+    parser.add_argument("--executor", choices=SWEEP_EXECUTORS, default="local",
+                        help="local: worker processes on this machine; slurm: a SLURM job array through submitit "
+                        "(pip install 'hf-treelang[cluster]')")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="local executor: runs trained at the same time, 0 = in this process (default: one per "
+                        "CPU core)")
+    parser.add_argument("--force", action="store_true",
+                        help="run in an OUT written by a different SPEC (runs whose identity is unchanged are kept)")
+    parser.add_argument("--slurm-partition", default=None, help="slurm: the partition (default: the cluster's)")
+    parser.add_argument("--slurm-time", type=int, default=24 * 60, help="slurm: time limit of a job, in minutes")
+    parser.add_argument("--slurm-cpus", type=int, default=4, help="slurm: CPU cores per job")
+    parser.add_argument("--slurm-gpus", type=int, default=1, help="slurm: GPUs per job")
+    parser.add_argument("--slurm-array-parallelism", type=int, default=None,
+                        help="slurm: jobs of the array running at once (default: the cluster's limit)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 # sub-command -> (module whose run(args) implements it, one-line summary, description, argument builder)
@@ -226,9 +265,21 @@ COMMANDS = {
         "hf_treelang.analysis.sample_complexity",
         "accuracy vs P, three arms (Fig. 1f)",
         "Root accuracy vs labelled P without pre-training, and from an MLM checkpoint frozen or fine-tuned (paper "
-        "Fig. 1f). Writes sample_complexity.png and sample_complexity.json; each run keeps its folder under "
-        "OUT/runs and is reused when the command is rerun.",
+        "Fig. 1f). Prints the estimated time first; writes sample_complexity.png and sample_complexity.json, "
+        "redrawn as runs finish. Each run keeps its folder under OUT/runs (a sweep, see hf-treelang sweep): a rerun "
+        "reuses a run only when its identity (arguments, checkpoint content, data format) is unchanged, and "
+        "refuses an OUT written with other settings unless --force.",
         _sample_complexity_arguments,
+    ),
+    "sweep": (
+        "hf_treelang.sweep.engine",
+        "a grid of training runs, locally or on SLURM, resumable",
+        "Train every run of a grid SPEC into OUT/runs/<grid point>/: on worker processes (--executor local) or as a "
+        "SLURM job array through submitit (--executor slurm). A rerun skips finished runs of the same identity (a "
+        "hash of the resolved arguments, the starting checkpoint and the data format), resumes interrupted ones "
+        "from their last checkpoint and trains changed ones again. Results are appended to OUT/results.jsonl and "
+        "OUT/sweep.png is redrawn as runs finish; --status OUT shows done / running / failed.",
+        _sweep_arguments,
     ),
     "reproduce": (
         "hf_treelang.reproduce",

@@ -2,7 +2,7 @@
 
 Layers, lowest first (imports point down only)::
 
-    core (numpy, torch)  <  models (transformers)  <  data, dataset_builder  <  train  <  analysis  <  reproduce
+    core (numpy, torch)  <  models (transformers)  <  data, dataset_builder  <  train  <  sweep  <  analysis  <  reproduce
 
 Every ``import x`` / ``from x import y`` of every file under ``hf_treelang/`` and ``dataset_builder/`` counts, relative
 imports resolved to absolute names and imports inside functions included (a lazy import is still a dependency).
@@ -104,7 +104,7 @@ def _check(offending: list, rule: str) -> None:
 
 def test_the_import_graph_covers_every_layer():
     layers = ["hf_treelang.core", "hf_treelang.models", "hf_treelang.data", "hf_treelang.dataset_builder",
-              "hf_treelang.train", "hf_treelang.analysis", "hf_treelang.reproduce"]
+              "hf_treelang.train", "hf_treelang.sweep", "hf_treelang.analysis", "hf_treelang.reproduce"]
     for layer in layers:
         assert any(_in(imp.importer, layer) for imp in IMPORTS), f"no import found in {layer}: is the parser broken?"
     assert "hf_treelang.dataset_builder.treelang" in MODULES
@@ -124,8 +124,8 @@ def test_core_imports_only_the_standard_library_numpy_torch_and_core():
 
 
 def test_models_import_nothing_of_the_layers_above():
-    above = ("hf_treelang.data", "hf_treelang.dataset_builder", "hf_treelang.train", "hf_treelang.analysis",
-             "hf_treelang.reproduce", "hf_treelang.evaluation")
+    above = ("hf_treelang.data", "hf_treelang.dataset_builder", "hf_treelang.train", "hf_treelang.sweep",
+             "hf_treelang.analysis", "hf_treelang.reproduce", "hf_treelang.evaluation")
     offending = [imp for imp in IMPORTS if _in(imp.importer, "hf_treelang.models") and _in(imp.module, *above)]
     _check(offending, "hf_treelang.models must not import data/train/analysis/reproduce/evaluation")
 
@@ -145,11 +145,12 @@ def test_the_files_copied_next_to_checkpoints_import_only_stdlib_torch_transform
     "layer, forbidden",
     [
         (("hf_treelang.data", "hf_treelang.dataset_builder"),
-         ("hf_treelang.train", "hf_treelang.analysis", "hf_treelang.reproduce")),
-        (("hf_treelang.train",), ("hf_treelang.analysis", "hf_treelang.reproduce")),
+         ("hf_treelang.train", "hf_treelang.sweep", "hf_treelang.analysis", "hf_treelang.reproduce")),
+        (("hf_treelang.train",), ("hf_treelang.sweep", "hf_treelang.analysis", "hf_treelang.reproduce")),
+        (("hf_treelang.sweep",), ("hf_treelang.analysis", "hf_treelang.reproduce")),
         (("hf_treelang.analysis",), ("hf_treelang.reproduce",)),
     ],
-    ids=["data", "train", "analysis"],
+    ids=["data", "train", "sweep", "analysis"],
 )
 def test_a_layer_imports_nothing_of_the_layers_above(layer, forbidden):
     offending = [imp for imp in IMPORTS if _in(imp.importer, *layer) and _in(imp.module, *forbidden)]

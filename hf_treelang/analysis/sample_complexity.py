@@ -3,12 +3,19 @@
 For every number P of labelled training sequences, three arms are trained on root classification:
 
 * ``scratch``   — no pre-training: a randomly initialised encoder of the MLM checkpoint's architecture (○);
-* ``frozen``    — the MLM-pre-trained encoder, frozen; only the new linear readout learns (□);
+* ``frozen``    — the MLM-pre-trained encoder, frozen; only the new readout learns (□);
 * ``finetuned`` — the MLM-pre-trained encoder, fine-tuned with the readout (◇).
 
-Each run goes through the training package (:mod:`hf_treelang.training`), in its own folder, and is skipped when
-that folder already holds its finished metrics, so an interrupted sweep resumes. The reported number is the test
-accuracy on data of the pre-training filter level (k_test = k_train), next to the Bayes-optimal BP accuracy.
+The runs are a sweep (:mod:`hf_treelang.sweep`): ``OUT/runs/<arm>-P<P>/`` each, trained on worker processes, the
+estimated time printed before the first step, the figure redrawn as runs finish. A rerun into the same folder skips a
+run only when its identity is unchanged — the same arguments, the same content of the MLM checkpoint, the same data
+format — trains it again when that changed, and resumes interrupted runs; a folder written with other settings (sizes,
+epochs, steps, ...) is refused unless ``force``. The reported number is the test accuracy on data of the
+pre-training filter level (k_test = k_train), next to the accuracy of BP_{k_train} on the same inputs.
+
+The defaults of ``hf-treelang sample-complexity`` (P = 2^7, 2^9, 2^11; 20 epochs capped at 600 steps: 80, 320 and 600
+steps; 2048 test sequences) keep the default MLM checkpoint of ``training/run_mlm.py`` (the paper's model) within
+about 15 minutes on a 2-core CPU: 3 000 optimizer steps, the frozen arm's at about a third of the cost.
 """
 
 from __future__ import annotations
@@ -17,17 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tqdm.auto import tqdm
-
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.train.runs import RunSpec, run_training
+from hf_treelang.sweep.engine import PlannedRun, execute_runs
+from hf_treelang.sweep.estimate import epoch_steps
+from hf_treelang.train.runs import RunSpec
 
 from .checkpoint import as_checkpoint
-from .io import check_positive, cli_error, prepare_output, write_json
+from .io import check_output_dir, check_positive, cli_error, prepare_output, write_json
 
 ARMS = ("scratch", "frozen", "finetuned")
+FIGURE_ID = "1f"
 _MARKERS = {"scratch": ("o", "no pre-training"), "frozen": ("s", "MLM pre-trained, frozen"),
             "finetuned": ("D", "MLM pre-trained, fine-tuned")}
+ARCHITECTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+                "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "classifier_pooling")
 
 
 @dataclass
@@ -36,9 +46,10 @@ class SampleComplexityResult:
 
     Attributes:
         sizes: the numbers P of labelled training sequences.
-        accuracy: arm -> list (one per P) of root test accuracies on k_test = k_train data.
+        accuracy: arm -> list (one per P) of root test accuracies on k_test = k_train data (None: the run failed).
         bp_accuracy: accuracy of the matched BP on the same test data (the optimum).
         runs: arm -> list of the run folders.
+        failed: ``{run name: error}`` of the runs that failed.
     """
 
     sizes: list
@@ -48,6 +59,7 @@ class SampleComplexityResult:
     depth: int
     filter_level: int
     runs: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -58,13 +70,85 @@ class SampleComplexityResult:
             "accuracy": self.accuracy,
             "bp_accuracy": self.bp_accuracy,
             "runs": {arm: [str(r) for r in runs] for arm, runs in self.runs.items()},
+            "failed": self.failed,
         }
 
 
 def check_sizes(sizes) -> list:
     if sizes is None or len(sizes) == 0:
         raise ValueError("sizes must list at least one number of labelled sequences P, got none")
-    return [check_positive("sizes", p) for p in sizes]
+    sizes = [check_positive("sizes", p) for p in sizes]
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"sizes must not repeat a number of labelled sequences P, got {sizes}")
+    return sizes
+
+
+def check_arms(arms) -> tuple:
+    arms = tuple(arms)
+    unknown = [a for a in arms if a not in ARMS]
+    if not arms or unknown or len(set(arms)) != len(arms):
+        raise ValueError(f"arms must be a non-empty subset of {ARMS} without repeats, got {arms}")
+    return arms
+
+
+def run_name(arm: str, size: int) -> str:
+    """A run's folder name under ``OUT/runs``: ``<arm>-P<P>``."""
+    return f"{arm}-P{size}"
+
+
+def sample_complexity_specs(checkpoint_path, *, depth: int, num_symbols: int, sigma: float, grammar_seed: int,
+                            filter_level: int, model_kwargs: dict, sizes, arms=ARMS, work_dir=".",
+                            epochs: float = 20.0, max_steps: int | None = 600, num_test: int = 2048,
+                            num_eval: int = 512, batch_size: int = 32, learning_rate: float = 1e-4, seed: int = 0,
+                            num_evaluations: int = 1, use_dataset_builder: bool = True,
+                            progress: bool = False) -> list:
+    """The runs of Fig. 1f as ``(arm, P, RunSpec)``, sizes outer and arms inner.
+
+    ``checkpoint_path`` is the MLM checkpoint the ``frozen`` and ``finetuned`` arms start from (it need not exist yet:
+    ``hf-treelang reproduce --plan`` lists these runs before the MLM model is trained); the data and the
+    ``scratch`` arm's architecture are given explicitly.
+    """
+    specs = []
+    for size in sizes:
+        for arm in arms:
+            spec = RunSpec(
+                task="root",
+                output_dir=Path(work_dir) / "runs" / run_name(arm, size),
+                depth=depth,
+                num_symbols=num_symbols,
+                sigma=float(sigma),
+                grammar_seed=int(grammar_seed),
+                filter_level=filter_level,
+                num_train=size,
+                num_test=num_test,
+                num_eval=num_eval,
+                k_tests=(filter_level,),
+                model_kwargs=dict(model_kwargs),
+                init_from=None if arm == "scratch" else Path(checkpoint_path),
+                freeze_encoder=arm == "frozen",
+                epochs=epochs,
+                # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
+                max_steps=max_steps if max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
+                else None,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                seed=seed,
+                num_evaluations=num_evaluations,
+                use_dataset_builder=use_dataset_builder,
+                progress=progress,
+            )
+            specs.append((arm, size, spec))
+    return specs
+
+
+def planned_runs(specs: list) -> list:
+    """The specs of :func:`sample_complexity_specs` as sweep runs (``OUT/runs/<arm>-P<P>``, feeding Fig. 1f)."""
+    planned = []
+    for arm, size, spec in specs:
+        task, arguments = spec.arguments()
+        planned.append(PlannedRun(name=run_name(arm, size), task=task, arguments=arguments,
+                                  point={"arm": arm, "num_train": size}, figures=(FIGURE_ID,)))
+    return planned
 
 
 def sample_complexity_sweep(
@@ -74,94 +158,106 @@ def sample_complexity_sweep(
     *,
     arms=ARMS,
     epochs: float = 20.0,
-    max_steps: int | None = None,
-    num_test: int = 10_000,
+    max_steps: int | None = 600,
+    num_test: int = 2048,
+    num_eval: int = 512,
     batch_size: int = 32,
     learning_rate: float = 1e-4,
     seed: int = 0,
-    num_evaluations: int = 2,
+    num_evaluations: int = 1,
     use_dataset_builder: bool = True,
-    train: Callable = run_training,
+    workers: int | None = None,
+    force: bool = False,
+    out_dir=None,
+    log: Callable | None = None,
+    train: Callable | None = None,
     progress: bool = True,
 ) -> SampleComplexityResult:
-    """Run the three arms of Fig. 1f over the list ``sizes`` of P and collect their test accuracies.
+    """Run the arms of Fig. 1f over the list ``sizes`` of P (a sweep into ``work_dir``) and collect their accuracies.
 
     Args:
         checkpoint: the MLM-pre-trained checkpoint folder (its config fixes q, ℓ, k_train, the grammar and the
             architecture of the ``scratch`` arm).
         sizes: the numbers P of labelled root-classification sequences.
-        work_dir: where each run gets its folder ``<arm>/P<P>`` (finished runs are reused).
+        work_dir: the sweep folder: ``runs/<arm>-P<P>/`` per run, ``results.jsonl``, ``sweep.json``.
         arms: a subset of ``("scratch", "frozen", "finetuned")``.
         epochs: training epochs per run (more steps for larger P, as training on a fixed number of epochs does).
-        max_steps: an optional cap on the steps of one run.
-        num_test: test (and validation) sequences.
+        max_steps: a cap on the optimizer steps of one run (None: none); runs with fewer steps keep their epochs.
+        num_test: test sequences (k_test = k_train); ``num_eval``: in-sample sequences of the KL to BP.
         batch_size, learning_rate: the optimiser settings (paper: 32, 1e-4, Adam).
         seed: seed of the runs.
         num_evaluations: evaluations (with the BP-KL callback) per run, besides the one before training.
         use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
-        train: the function that runs one training, ``train(RunSpec) -> dict`` of final metrics (the training
-            package by default; tests may pass a stand-in).
+        workers: runs trained at the same time (default: one per CPU core; 0: in this process).
+        force: run in a ``work_dir`` written with other settings (runs of unchanged identity are kept).
+        out_dir: where the figure is redrawn as runs finish (default: none until :func:`write_outputs`).
+        log: called with lines of text (the estimated time, each finished run).
+        train: a stand-in for tests, ``train(RunSpec) -> {"accuracy", "bp_accuracy"}``, called in this process for
+            each run instead of the sweep engine.
     """
     ckpt = as_checkpoint(checkpoint, task="mlm")
     sizes = check_sizes(sizes)
-    arms = tuple(arms)
-    unknown = [a for a in arms if a not in ARMS]
-    if not arms or unknown:
-        raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {arms}")
+    arms = check_arms(arms)
     if not epochs > 0:
         raise ValueError(f"epochs must be > 0, got {epochs!r}")
-    work = prepare_output(work_dir)
+    if max_steps is not None:
+        check_positive("max_steps", max_steps)
     config = ckpt.config
-    model_kwargs = {name: getattr(config, name) for name in (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-        "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "classifier_pooling")}
-    accuracy = {arm: [] for arm in arms}
-    runs = {arm: [] for arm in arms}
-    bp_accuracy = None
-    jobs = [(arm, p) for p in sizes for arm in arms]
-    for arm, p in tqdm(jobs, desc="sample complexity", disable=not progress):
-        spec = RunSpec(
-            task="root",
-            output_dir=work / arm / f"P{p}",
-            depth=ckpt.depth,
-            num_symbols=ckpt.num_symbols,
-            sigma=float(config.sigma),
-            grammar_seed=int(config.grammar_seed),
-            filter_level=ckpt.filter_level,
-            num_train=p,
-            num_test=num_test,
-            k_tests=(ckpt.filter_level,),
-            model_kwargs=model_kwargs,
-            init_from=None if arm == "scratch" else ckpt.path,
-            freeze_encoder=arm == "frozen",
-            epochs=epochs,
-            max_steps=max_steps,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            seed=seed,
-            num_evaluations=num_evaluations,
-            use_dataset_builder=use_dataset_builder,
-            progress=progress,
-        )
-        metrics = train(spec)
-        accuracy[arm].append(float(metrics["accuracy"]))
-        runs[arm].append(spec.output_dir)
-        if metrics.get("bp_accuracy") is not None:
-            bp_accuracy = float(metrics["bp_accuracy"])
-    return SampleComplexityResult(sizes=sizes, accuracy=accuracy, bp_accuracy=bp_accuracy, checkpoint=str(ckpt.path),
-                                  depth=ckpt.depth, filter_level=ckpt.filter_level, runs=runs)
+    specs = sample_complexity_specs(
+        ckpt.path, depth=ckpt.depth, num_symbols=ckpt.num_symbols, sigma=float(config.sigma),
+        grammar_seed=int(config.grammar_seed), filter_level=ckpt.filter_level,
+        model_kwargs={name: getattr(config, name) for name in ARCHITECTURE}, sizes=sizes, arms=arms,
+        work_dir=work_dir, epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval,
+        batch_size=batch_size, learning_rate=learning_rate, seed=seed, num_evaluations=num_evaluations,
+        use_dataset_builder=use_dataset_builder, progress=progress and workers == 0,
+    )
+
+    def collect(records: dict) -> SampleComplexityResult:
+        accuracy = {arm: [None] * len(sizes) for arm in arms}
+        runs = {arm: [] for arm in arms}
+        bp_accuracy = None
+        for arm, size, spec in specs:
+            runs[arm].append(spec.output_dir)
+            record = records.get(run_name(arm, size))
+            if record is None:
+                continue
+            accuracy[arm][sizes.index(size)] = None if record.get("accuracy") is None else float(record["accuracy"])
+            if record.get("bp_accuracy") is not None:
+                bp_accuracy = float(record["bp_accuracy"])
+        return SampleComplexityResult(sizes=sizes, accuracy=accuracy, bp_accuracy=bp_accuracy,
+                                      checkpoint=str(ckpt.path), depth=ckpt.depth, filter_level=ckpt.filter_level,
+                                      runs=runs)
+
+    if train is not None:
+        return collect({run_name(arm, size): train(spec) for arm, size, spec in specs})
+    planned = planned_runs(specs)
+    source = {"command": "sample-complexity", "runs": [{"name": p.name, "task": p.task, "arguments": p.arguments}
+                                                       for p in planned]}
+
+    def redraw(records: dict, runs: list) -> None:
+        if out_dir is not None:
+            write_outputs(collect(records), out_dir)
+
+    sweep = execute_runs(planned, work_dir, source=source, force=force, workers=workers, progress=progress,
+                         log=log, on_record=redraw)
+    result = collect(sweep.records)
+    result.failed = dict(sweep.failed)
+    return result
 
 
 def plot_sample_complexity(result: SampleComplexityResult):
-    """Test accuracy vs P (log scale), one marker per arm, BP as a dashed line (Fig. 1f)."""
+    """Test accuracy vs P (log scale), one marker per arm, BP as a dashed line (Fig. 1f); runs not finished are
+    left out."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.0, 3.8))
     for arm, values in result.accuracy.items():
         marker, label = _MARKERS[arm]
-        ax.plot(result.sizes, values, marker=marker, mfc="none", label=label)
+        points = [(p, a) for p, a in zip(result.sizes, values) if a is not None]
+        ax.plot([p for p, _ in points], [a for _, a in points], marker=marker, mfc="none", label=label)
     if result.bp_accuracy is not None:
         ax.axhline(result.bp_accuracy, color="black", ls="--", lw=0.9, label="BP (optimal)")
     ax.set_xscale("log", base=2)
+    ax.set_xlim(min(result.sizes) / 1.5, max(result.sizes) * 1.5)
     ax.set_xlabel("labelled training sequences P")
     ax.set_ylabel(f"root test accuracy ($k_{{test}}$={result.filter_level})")
     ax.set_ylim(0, 1.02)
@@ -181,18 +277,24 @@ def write_outputs(result: SampleComplexityResult, out_dir) -> dict:
 def run(args) -> int:
     """``hf-treelang sample-complexity`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
-        result = sample_complexity_sweep(args.checkpoint, args.sizes, Path(args.out) / "runs", arms=args.arms,
-                                         epochs=args.epochs, max_steps=args.max_steps, num_test=args.num_test,
-                                         batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                         seed=args.seed)
+        check_output_dir(args.out)
+        result = sample_complexity_sweep(
+            args.checkpoint, args.sizes, args.out, arms=args.arms, epochs=args.epochs, max_steps=args.max_steps,
+            num_test=args.num_test, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+            workers=args.workers, force=args.force, out_dir=args.out, progress=not args.no_progress,
+            log=lambda line: print(line, flush=True),
+        )
     except (ValueError, TypeError) as error:
         return cli_error("sample-complexity", error)
     paths = write_outputs(result, args.out)
     for arm, values in result.accuracy.items():
-        print(f"{arm:>10}: " + "  ".join(f"P={p}: {a:.3f}" for p, a in zip(result.sizes, values)))
+        print(f"{arm:>10}: " + "  ".join(f"P={p}: {'failed' if a is None else f'{a:.3f}'}"
+                                         for p, a in zip(result.sizes, values)))
     print(f"BP accuracy: {result.bp_accuracy}")
     print(f"wrote {paths['figure']} and {paths['json']}")
-    return 0
+    for name, error in result.failed.items():
+        print(f"run {name} failed: {error}")
+    return 1 if result.failed else 0
 
 
 def main(argv=None) -> int:

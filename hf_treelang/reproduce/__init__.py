@@ -95,7 +95,8 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
 
     from hf_treelang.analysis.io import write_json
 
-    from .report import DONE_DIR, write_report
+    from .plan import EngineRunner, marker_record, marker_valid
+    from .report import DONE_DIR, read_json, write_report
     from .steps import Context, steps_of
 
     if preset not in PRESETS:
@@ -112,8 +113,11 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / PRESET_FILE, asdict(spec))
     (out / DONE_DIR).mkdir(exist_ok=True)
-    ctx = Context(out, spec, progress)
     log = log or (lambda line: None)
+    # every training goes through the sweep engine (identity-checked, resumable), recorded for the step markers
+    runner = EngineRunner(out, log=lambda line: log(line) if "training it again" in line or "FAILED" in line else None)
+    ctx = Context(out, spec, progress, run=runner)
+    invalidated = False  # a run was trained in this call: later markers may describe older runs
     records = []
     threads = torch.get_num_threads()
     if spec.cpu_threads:
@@ -126,14 +130,18 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
                 continue
             bar.set_postfix_str(name)
             marker = out / DONE_DIR / f"{name}.json"
-            if marker.is_file():
+            if marker.is_file() and not invalidated and marker_valid(read_json(marker), spec, out):
                 records.append(StepRecord(name, "skipped", 0.0))
                 log(f"{name}: done earlier, skipped")
                 continue
             start = time.perf_counter()
+            runner.begin()
             summary = function(ctx)
+            used, trained = runner.end()
+            invalidated = invalidated or trained > 0
             seconds = time.perf_counter() - start
-            write_json(marker, {"step": name, "seconds": seconds, "summary": summary})
+            write_json(marker, {"step": name, "seconds": seconds, "summary": summary,
+                                **marker_record(spec, used, out)})
             records.append(StepRecord(name, "ran", seconds))
             log(f"{name}: finished in {seconds:.1f} s")
     finally:
@@ -146,6 +154,15 @@ def run(args) -> int:
     """``hf-treelang reproduce`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     start = time.perf_counter()
     try:
+        if (args.out is None) == (args.plan is None):
+            raise ValueError("give OUT (run the reproduction) or --plan OUT (write its plan), not both or neither")
+        if args.plan is not None:
+            if args.only is not None:
+                raise ValueError("--only selects steps to run; --plan lists every training run of the preset")
+            from .plan import write_plan
+
+            write_plan(args.plan, args.preset, log=lambda line: print(line, flush=True))
+            return 0
         result = reproduce(args.out, args.preset, progress=not args.no_progress, only=args.only,
                            log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:

@@ -1,0 +1,243 @@
+"""The trainings of a reproduction as data, and their execution through the sweep engine.
+
+* :func:`planned_runs` — every training run of a preset, with the paper figures it feeds, built with the same
+  :class:`~hf_treelang.reproduce.steps.Context` methods the steps train with (``runs/<name>`` folders);
+* :func:`write_plan` — ``hf-treelang reproduce --preset paper --plan OUT``: ``OUT/plan.json`` (one object per run:
+  task, k_train, P, epochs, n_L, grammar seed, seed, clipping, figures, optimizer steps) and the total steps with the
+  estimated time on this machine and on one GPU, from steps/s measured on the runs' own models;
+* :class:`EngineRunner` — ``Context.run`` of a reproduction: every run goes through
+  :func:`hf_treelang.sweep.engine.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
+  identity are reused, changed ones trained again, interrupted ones resumed), and is recorded for the step markers;
+* :func:`marker_valid` — whether a step's ``.done`` marker still describes ``OUT``: the same preset, every run it
+  trained still of the identity it had, no finished run trained again since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable
+
+from hf_treelang.sweep.engine import RUNS_DIR, SWEEP_FILE, PlannedRun, execute_runs
+from hf_treelang.sweep.estimate import estimate, estimate_lines, optimizer_steps
+from hf_treelang.train import runs as train_runs
+
+PLAN_FILE = "plan.json"
+# the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
+ROOT_FIGURES = ("1b", "1c", "2b", "E.5")  # calibration, KL dynamics, k_test staircase, the classifier attention row
+MLM_FIGURES = ("1b", "1d", "1e", "3a", "3b", "4", "E.6", "E.7")
+MLM_K_FIGURES = ("4", "E.7")
+
+
+def _json(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+def planned_specs(ctx) -> list:
+    """``[(RunSpec, figures)]`` of every training of ``ctx.preset``, each folder once (in the steps' order)."""
+    from hf_treelang.analysis import sample_complexity
+
+    from .steps import root_sweep_specs
+
+    p = ctx.preset
+    entries: dict = {}
+
+    def add(spec, figures) -> None:
+        entry = entries.setdefault(str(spec.output_dir), (spec, []))
+        entry[1].extend(f for f in figures if f not in entry[1])
+
+    add(ctx.spec("root", "root"), ROOT_FIGURES)
+    add(ctx.spec("mlm", "mlm"), MLM_FIGURES)
+    for k in p.attention_filter_levels:
+        add(ctx.spec("mlm", f"mlm_k{k}", k), MLM_K_FIGURES)
+    for _, _, spec in sample_complexity.sample_complexity_specs(
+            ctx.run_dir("mlm"), depth=p.depth, num_symbols=p.num_symbols, sigma=p.sigma, grammar_seed=p.grammar_seed,
+            filter_level=p.filter_level, model_kwargs=p.model, sizes=p.sample_sizes,
+            work_dir=ctx.out / RUNS_DIR / "sample_complexity", epochs=p.sample_epochs, max_steps=p.sample_max_steps,
+            num_test=p.num_test, batch_size=p.batch_size, learning_rate=p.learning_rate, num_evaluations=1,
+            use_dataset_builder=p.use_dataset_builder):
+        add(dataclasses.replace(spec, readout=p.finetune_readout) if spec.init_from is not None else spec,
+            (sample_complexity.FIGURE_ID,))
+    steps = set(p.figure_steps())
+    if "root_sweep" in steps:
+        for spec in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
+            largest = spec.num_train == max(p.sweep_sizes_of(spec.filter_level))
+            add(spec, ("2a", "E.3", "E.5") if largest and "classifier_attention" in steps else ("2a", "E.3"))
+    if "layers_sweep" in steps:
+        for spec in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
+            add(spec, ("E.1",))
+    if "seed_sweep" in steps:
+        for seed in p.grammar_seeds:
+            for spec in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
+                add(spec, ("E.2",))
+    return list(entries.values())
+
+
+def run_name(out: Path, spec) -> str:
+    """The name of a run in the reproduction's sweep: its folder relative to ``OUT/runs``."""
+    try:
+        return Path(spec.output_dir).relative_to(Path(out) / RUNS_DIR).as_posix()
+    except ValueError:
+        raise ValueError(f"run folder {str(spec.output_dir)!r} is not under {str(Path(out) / RUNS_DIR)!r}") from None
+
+
+def planned_runs(ctx) -> list:
+    """Every training of ``ctx.preset`` as a :class:`~hf_treelang.sweep.engine.PlannedRun` (name: ``runs/<name>``)."""
+    planned = []
+    for spec, figures in planned_specs(ctx):
+        task, arguments = spec.arguments()
+        planned.append(PlannedRun(name=run_name(ctx.out, spec), task=task, arguments=arguments,
+                                  figures=tuple(figures)))
+    return planned
+
+
+def resolve_for_plan(run: PlannedRun, out: Path):
+    """:func:`~hf_treelang.train.runs.resolve_arguments` of a planned run, also when the MLM checkpoint a fine-tuning
+    run starts from is not trained yet (then its sizes are read as a root run's, with the frozen encoder kept)."""
+    folder = Path(out) / RUNS_DIR / run.name
+    start = run.arguments.get("model_name_or_path")
+    if run.task != "finetune" or (start is not None and (Path(start) / "config.json").is_file()):
+        return train_runs.resolve_arguments(run.task, run.arguments, folder)
+    arguments = {k: v for k, v in run.arguments.items() if k not in ("model_name_or_path", "readout",
+                                                                      "readout_hidden_size")}
+    return dataclasses.replace(train_runs.resolve_arguments("root", arguments, folder), task="finetune")
+
+
+def plan_row(run: PlannedRun, resolved) -> dict:
+    """One run of ``plan.json``."""
+    d, m, t = resolved.data_args, resolved.model_args, resolved.training_args
+    return {
+        "name": run.name,
+        "task": run.task,
+        "figures": list(run.figures),
+        "k_train": d.k_train,
+        "num_train": d.num_train,
+        "num_train_epochs": t.num_train_epochs,
+        "max_steps": t.max_steps,
+        "num_hidden_layers": m.model_kwargs(d.depth)["num_hidden_layers"],
+        "hidden_size": m.hidden_size,
+        "intermediate_size": m.intermediate_size,
+        "depth": d.depth,
+        "num_symbols": d.num_symbols,
+        "grammar_seed": d.grammar_seed,
+        "seed": t.seed,
+        "max_grad_norm": t.max_grad_norm,
+        "learning_rate": t.learning_rate,
+        "batch_size": t.per_device_train_batch_size,
+        "freeze_encoder": bool(m.freeze_encoder) if run.task == "finetune" else None,
+        "optimizer_steps": optimizer_steps(t, d.num_train),
+        "arguments": run.arguments,
+    }
+
+
+def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None = None) -> dict:
+    """Write ``OUT/plan.json`` for ``preset`` (nothing is trained) and return it; ``log`` gets the summary lines."""
+    from .presets import PRESETS, PUBLIC_PRESETS
+    from .steps import Context
+
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
+    spec = PRESETS[preset]
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--plan OUT {str(out)!r} exists and is not a folder")
+    log = log or (lambda line: None)
+    planned = planned_runs(Context(out, spec, progress=False))
+    resolved = [resolve_for_plan(run, out) for run in planned]
+    rows = [plan_row(run, r) for run, r in zip(planned, resolved)]
+    result = estimate(resolved, workers=1, threads=spec.cpu_threads, measure_steps=measure_steps)
+    figures = sorted({f for row in rows for f in row["figures"]})
+    plan = {
+        "preset": preset,
+        "description": spec.description,
+        "runs": rows,
+        "figures": figures,
+        **result.to_dict(),
+        "note": "optimizer steps only: evaluations, data and BP references are not counted; reproduce trains the runs "
+                "one after the other",
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PLAN_FILE).write_text(json.dumps(_json(plan), indent=1, sort_keys=True) + "\n")
+    log(f"preset {preset}: {len(rows)} training runs for figures {', '.join(figures)}")
+    for line in estimate_lines(result):
+        log(line)
+    log(f"wrote {out / PLAN_FILE}")
+    return plan
+
+
+# ---------------------------------------------------------------- execution
+
+
+class EngineRunner:
+    """``Context.run`` of a reproduction: trains a :class:`~hf_treelang.train.runs.RunSpec` through the sweep engine.
+
+    The run's folder must lie under ``OUT/runs``; it is trained in this process (``workers=0``) and recorded in
+    ``OUT/sweep.json`` and ``OUT/results.jsonl``. :meth:`begin` / :meth:`end` bracket a step: ``end`` returns the
+    runs it used (name, task, arguments, identity) and how many it trained.
+    """
+
+    def __init__(self, out, log: Callable | None = None):
+        self.out = Path(out)
+        self.log = log
+        self.used: list = []
+        self.trained = 0
+
+    def begin(self) -> None:
+        self.used, self.trained = [], 0
+
+    def end(self) -> tuple:
+        return list(self.used), self.trained
+
+    def __call__(self, spec) -> dict:
+        name = run_name(self.out, spec)
+        task, arguments = spec.arguments()
+        result = execute_runs([PlannedRun(name=name, task=task, arguments=arguments)], self.out, workers=0,
+                              progress=False, estimate=False, log=self.log)
+        if result.failed:
+            raise RuntimeError(f"training run {name!r} failed: {result.failed[name]}")
+        self.used.append({"name": name, "task": task, "arguments": arguments, "identity": result.runs[0].identity})
+        self.trained += len(result.trained)
+        return train_runs.read_json_file(self.out / RUNS_DIR / name / train_runs.DONE_FILE)
+
+
+def finished_runs(out) -> dict:
+    """``{name: identity}`` of every finished run of the reproduction's sweep."""
+    out = Path(out)
+    recorded = train_runs.read_json_file(out / SWEEP_FILE) or {}
+    finished = {}
+    for entry in recorded.get("runs", []):
+        done = train_runs.read_json_file(out / RUNS_DIR / entry["name"] / train_runs.DONE_FILE)
+        if done is not None and done.get("identity"):
+            finished[entry["name"]] = done["identity"]
+    return finished
+
+
+def marker_record(preset, used: list, out) -> dict:
+    """What a step's marker records beyond its summary (see :func:`marker_valid`)."""
+    return {"preset": _json(dataclasses.asdict(preset)), "runs": used, "finished": finished_runs(out)}
+
+
+def marker_valid(marker: dict | None, preset, out) -> bool:
+    """Whether a step's marker still holds: same preset; each run the step used resolves to the identity it had
+    (its arguments, the checkpoint it starts from and the code's defaults unchanged); every run finished when the
+    marker was written is finished with the same identity (none trained again since)."""
+    if not marker or marker.get("preset") != _json(dataclasses.asdict(preset)):
+        return False
+    out = Path(out)
+    for run in marker.get("runs", []):
+        try:
+            resolved = train_runs.resolve_arguments(run["task"], run["arguments"], out / RUNS_DIR / run["name"])
+        except (ValueError, TypeError, KeyError):
+            return False
+        if resolved.identity != run["identity"]:
+            return False
+    for name, identity in marker.get("finished", {}).items():
+        done = train_runs.read_json_file(out / RUNS_DIR / name / train_runs.DONE_FILE)
+        if done is None or done.get("identity") != identity:
+            return False
+    return True
+
+
+__all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs", "planned_specs",
+           "write_plan"]

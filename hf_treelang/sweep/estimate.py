@@ -1,0 +1,205 @@
+"""How long runs will take: their optimizer steps, and steps per second measured on this machine's hardware.
+
+:func:`optimizer_steps` counts a run's steps as ``transformers.Trainer`` does (``max_steps`` when > 0, else
+``ceil(num_train_epochs * ceil(num_train / batch))``). :func:`measure_steps_per_second`
+times a few optimizer steps (forward, loss, backward, Adam update) of the run's own model and batch size on random
+inputs; evaluations, data building and start-up are not counted, so the estimates are lower bounds.
+
+Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+
+def epoch_steps(num_train: int, batch_size: int, epochs: float) -> int:
+    """Optimizer steps of ``epochs`` epochs over ``num_train`` sequences in batches of ``batch_size`` (one process)."""
+    from types import SimpleNamespace
+
+    return optimizer_steps(SimpleNamespace(per_device_train_batch_size=batch_size, world_size=1, max_steps=-1,
+                                           dataloader_drop_last=False, num_train_epochs=epochs), num_train)
+
+
+def optimizer_steps(training_args, num_train: int) -> int:
+    """The optimizer steps of a run with these ``TrainingArguments`` on ``num_train`` sequences, as the Trainer
+    counts them (:func:`hf_treelang.train.ensemble.num_training_steps`, their one home)."""
+    from types import SimpleNamespace
+
+    from hf_treelang.train.ensemble import num_training_steps
+
+    return num_training_steps(SimpleNamespace(num_train=num_train), training_args)
+
+
+def architecture_key(run) -> tuple:
+    """What a step's cost depends on: task head, sizes, batch and the frozen encoder (runs sharing it share a rate)."""
+    m, d = run.model_args, run.data_args
+    return ("mlm" if run.task == "mlm" else "root", d.depth, d.num_symbols, m.hidden_size,
+            m.model_kwargs(d.depth)["num_hidden_layers"], m.num_attention_heads, m.intermediate_size,
+            run.training_args.per_device_train_batch_size, bool(m.freeze_encoder) and run.task == "finetune")
+
+
+def describe_key(key: tuple) -> str:
+    head, depth, q, d, layers, heads, d_ff, batch, frozen = key
+    return (f"{head}, ℓ={depth}, q={q}, d={d}, {layers} layers, {heads} head(s), d'={d_ff}, batch {batch}"
+            + (", encoder frozen" if frozen else ""))
+
+
+def _model(run):
+    import os
+
+    from hf_treelang.train.loop import build_model
+
+    if run.task == "finetune" and os.path.isfile(os.path.join(str(run.model_args.model_name_or_path), "config.json")):
+        return build_model("finetune", run.data_args, run.model_args)
+    model = build_model("mlm" if run.task == "mlm" else "root", run.data_args, run.model_args)
+    if run.task == "finetune" and run.model_args.freeze_encoder:
+        model.freeze_encoder()
+    return model
+
+
+def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup: int = 2, repeats: int = 3,
+                             threads: int | None = None) -> float:
+    """Optimizer steps per second of ``run``'s model and batch size on ``device`` (random inputs).
+
+    Args:
+        run: a :class:`hf_treelang.train.runs.ResolvedRun` (or anything with ``task`` and the three dataclasses).
+        device: ``"cpu"`` or ``"cuda"``.
+        steps, warmup, repeats: the median rate of ``repeats`` timings of ``steps`` steps, after ``warmup`` untimed
+            ones (the median: other processes on the machine disturb single timings).
+        threads: ``torch.set_num_threads`` while measuring on the CPU (default: torch's current setting).
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        torch.manual_seed(0)
+        model = _model(run).to(device).train()
+        d = run.data_args
+        b, L, q = run.training_args.per_device_train_batch_size, 2**d.depth, d.num_symbols
+        input_ids = torch.randint(0, q, (b, L), device=device)  # (b, L)
+        if run.task == "mlm":
+            positions = torch.randint(0, L, (b,), device=device)  # (b,)
+            labels = torch.full((b, L), -100, device=device)  # (b, L): one labelled leaf per row
+            rows = torch.arange(b, device=device)
+            labels[rows, positions] = input_ids[rows, positions]
+            input_ids[rows, positions] = q  # the mask id
+        else:
+            labels = torch.randint(0, q, (b,), device=device)  # (b,) roots
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=run.training_args.learning_rate, weight_decay=0.0)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            model(input_ids=input_ids, labels=labels).loss.backward()
+            optimizer.step()
+
+        for _ in range(warmup):
+            step()
+        rates = []
+        for _ in range(repeats):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            rates.append(steps / (time.perf_counter() - start))
+        return statistics.median(rates)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@dataclass
+class Estimate:
+    """Optimizer steps and time of a list of runs.
+
+    Attributes:
+        steps: optimizer steps per run (same order as the runs).
+        rates: ``{device: {architecture: steps/s}}`` measured (``describe_key`` of each architecture).
+        seconds: ``{device: estimated seconds}`` with ``workers`` runs at a time (None: not measured there).
+        workers: runs trained at the same time.
+        threads: torch threads per run on the CPU.
+    """
+
+    steps: list
+    rates: dict
+    seconds: dict
+    workers: int
+    threads: int | None
+
+    @property
+    def total_steps(self) -> int:
+        return int(sum(self.steps))
+
+    def to_dict(self) -> dict:
+        return {"total_optimizer_steps": self.total_steps, "steps_per_second": self.rates,
+                "estimated_seconds": self.seconds, "workers": self.workers, "cpu_threads": self.threads}
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cpu", "cuda"),
+             measure_steps: int = 4) -> Estimate:
+    """Steps of every run and the time to train them, from steps/s measured once per architecture and device.
+
+    ``runs`` are :class:`~hf_treelang.train.runs.ResolvedRun`; ``"cuda"`` is measured only when a GPU is visible
+    (otherwise its time is None). The time assumes ``workers`` runs at a time on the CPU and one at a time on the
+    GPU.
+    """
+    import torch
+
+    threads = threads or torch.get_num_threads()
+    steps = [optimizer_steps(run.training_args, run.data_args.num_train) for run in runs]
+    rates, seconds = {}, {}
+    for device in devices:
+        if device == "cuda" and not torch.cuda.is_available():
+            seconds[device] = None
+            continue
+        measured, total = {}, 0.0
+        for run, count in zip(runs, steps):
+            key = architecture_key(run)
+            if key not in measured:
+                measured[key] = measure_steps_per_second(run, device=device, steps=measure_steps,
+                                                         threads=threads if device == "cpu" else None)
+            total += count / measured[key]
+        rates[device] = {describe_key(key): rate for key, rate in measured.items()}
+        seconds[device] = total / max(min(workers, len(runs)), 1) if device == "cpu" else total
+    return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers, threads=threads)
+
+
+def estimate_lines(result: Estimate) -> list:
+    """Human-readable lines: total steps, the measured rates, the time on this CPU and on one GPU."""
+    lines = [f"{result.total_steps} optimizer steps in all"]
+    cpu = result.rates.get("cpu", {})
+    for name, rate in cpu.items():
+        lines.append(f"  this machine ({result.threads} torch thread(s) per run): {rate:.1f} steps/s for {name}")
+    lines.append(f"  estimated time on this machine ({result.workers} run(s) at a time): "
+                 f"{format_duration(result.seconds.get('cpu'))} of optimizer steps (evaluations not counted)")
+    if result.seconds.get("cuda") is None:
+        lines.append("  one GPU: not measured (no CUDA device visible here); run the same command on a GPU machine")
+    else:
+        for name, rate in result.rates["cuda"].items():
+            lines.append(f"  one GPU: {rate:.1f} steps/s for {name}")
+        lines.append(f"  estimated time on one GPU: {format_duration(result.seconds['cuda'])}")
+    return lines
+
+
+__all__ = ["Estimate", "epoch_steps", "estimate", "estimate_lines", "format_duration", "measure_steps_per_second",
+           "optimizer_steps"]

@@ -1,0 +1,372 @@
+"""Sweeps (hf_treelang.sweep): a SPEC as data, one folder per run, identities, resuming, executors, --status, the plan.
+
+Most tests replace the training loop by a stand-in that counts its calls (``fake_train``), so that what the engine
+decides — skip, train again, refuse — is checked in milliseconds; the executors, resuming from a checkpoint and the
+sample-complexity sweep train real tiny models (ℓ = 2, q = 3, d = 16, one layer, a few steps).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hf_treelang import TreeLangConfig, TreeLangForMaskedLM, cli
+from hf_treelang.analysis import sample_complexity
+from hf_treelang.reproduce import plan as reproduce_plan
+from hf_treelang.reproduce import run as reproduce_run
+from hf_treelang.sweep import engine, estimate, figure, spec
+from hf_treelang.train import loop, runs
+from hf_treelang.train.arguments import TASKS
+
+TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 16,
+        "num_train": 64, "num_eval": 16, "num_test": 16, "per_device_train_batch_size": 16, "num_train_epochs": 1.0,
+        "num_evaluations": 1, "num_checkpoints": 2, "report_to": "none", "disable_tqdm": True,
+        "use_dataset_builder": False, "cpu_threads": 1}
+
+
+def _spec(grid=None, **base):
+    return {"task": "root", "base": {**TINY, **base}, "grid": {"seed": [0, 1]} if grid is None else grid}
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    """The training loop replaced by a stand-in: records (task, seed, k_train) per call, fails for seed 13."""
+    calls = []
+
+    def train(task, data_args, model_args, training_args):
+        calls.append((task, training_args.seed, data_args.k_train))
+        if training_args.seed == 13:
+            raise RuntimeError("diverged")
+        os.makedirs(training_args.output_dir, exist_ok=True)
+        final = {"eval_acc_ktest0": 0.25 + 0.25 * training_args.seed, "eval_bp_acc_ktest0": 1.0,
+                 f"eval_kl_bp_k{data_args.k_train}": 0.5}
+        return loop.TrainingResult(training_args.output_dir, final, [], 0.0, 4)
+
+    monkeypatch.setattr(loop, "train", train)
+    monkeypatch.setattr(engine, "ensemble_supported", lambda: False)  # the stand-in trains single runs only
+    return calls
+
+
+def _quiet(**options):
+    return {"workers": 0, "progress": False, "estimate": False, **options}
+
+
+# ---------------------------------------------------------------- the SPEC
+
+
+def test_grid_points_are_the_product_in_axis_order_with_readable_folder_names():
+    sweep = spec.load_spec(_spec({"k_train": [0, 2], "seed": [0, 1]}))
+    assert sweep.points() == [{"k_train": 0, "seed": 0}, {"k_train": 0, "seed": 1}, {"k_train": 2, "seed": 0},
+                              {"k_train": 2, "seed": 1}]
+    assert [p.name for p in engine.spec_runs(sweep)] == ["k_train=0,seed=0", "k_train=0,seed=1", "k_train=2,seed=0",
+                                                         "k_train=2,seed=1"]
+    assert spec.point_name({"k_test": [0, 2], "hidden_act": "gelu"}) == "k_test=_0,2_,hidden_act=gelu"
+
+
+def test_a_yaml_spec_reads_as_its_json(tmp_path):
+    (tmp_path / "spec.yaml").write_text("task: root\nbase: {depth: 2}\ngrid:\n  seed: [0, 1]\n")
+    assert spec.load_spec(tmp_path / "spec.yaml") == spec.load_spec({"task": "root", "base": {"depth": 2},
+                                                                     "grid": {"seed": [0, 1]}})
+
+
+def test_the_spec_tasks_are_the_training_tasks():
+    assert spec.SPEC_TASKS == TASKS
+    assert cli.SWEEP_EXECUTORS == engine.EXECUTORS
+
+
+BAD_SPECS = [
+    ({"task": "root", "grid": {"seed": [0]}, "seeds": [1]}, ValueError, r"unknown keys \['seeds'\]"),
+    ({"task": "regression", "grid": {"seed": [0]}}, ValueError, r"`task` must be one of \('root', 'mlm', "
+                                                                r"'finetune'\), got 'regression'"),
+    (_spec({}), ValueError, "`grid` is empty"),
+    (_spec({"seed": []}), ValueError, "grid axis `seed` must be a non-empty list"),
+    (_spec({"seed": [0, 0]}), ValueError, "grid axis `seed` repeats a value"),
+    (_spec({"depth": [2, 3]}), ValueError, "`depth` both in `base` and as a grid axis"),
+    (_spec(k_trian=1), ValueError, r"SPEC base: `k_trian` is not a run argument.*did you mean `k_train`"),
+    (_spec({"k_trains": [0, 1]}), ValueError, r"grid axis `k_trains`: `k_trains` is not a run argument"),
+    (_spec({"k_train": [0, 9]}), ValueError, r"run 'k_train=9': `k_train` must be an integer in \[0, 2\], got 9"),
+    (_spec({"seed": [0, -1]}), ValueError, r"`seed` must be an integer in \[0, 4294967295\], got -1"),
+    (_spec({"learning_rate": [1e-4, -1.0]}), ValueError, r"`learning_rate` must be a real number >= 0, got -1.0"),
+    (_spec({"seed": [0, "1"]}), TypeError, r"`seed` must be of type int, got '1' \(str\)"),
+    (_spec({"seed": [0]}, output_dir="x"), ValueError, "`output_dir` is set by the runner"),
+]
+
+
+@pytest.mark.parametrize("bad, error, message", BAD_SPECS, ids=[m[:28] for _, _, m in BAD_SPECS])
+def test_a_bad_spec_is_refused_before_anything_is_written(bad, error, message, tmp_path, fake_train):
+    with pytest.raises(error, match=message):
+        engine.run_sweep(bad, tmp_path / "out", **_quiet())
+    assert not (tmp_path / "out").exists() and fake_train == []
+
+
+def test_a_bad_spec_file_is_a_clear_command_line_error(tmp_path, capsys):
+    (tmp_path / "spec.json").write_text("{\"task\": \"root\", ")
+    assert engine.main([str(tmp_path / "spec.json"), str(tmp_path / "out")]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
+    assert engine.main([str(tmp_path / "spec.json")]) == 2
+    assert "give SPEC and OUT (or --status OUT)" in capsys.readouterr().err
+    assert engine.main(["--status", str(tmp_path)]) == 2
+    assert "holds no sweep" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_slurm_executor_without_submitit_names_the_extra(tmp_path, monkeypatch, fake_train):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit now raises ImportError
+    with pytest.raises(ValueError, match=r"needs submitit.*pip install 'hf-treelang\[cluster\]'"):
+        engine.run_sweep(_spec(), tmp_path / "out", executor="slurm", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- identities
+
+
+def test_the_identity_ignores_where_and_how_a_run_logs_but_not_what_it_computes(tmp_path, monkeypatch):
+    first = runs.resolve_arguments("root", TINY, tmp_path / "a")
+    elsewhere = runs.resolve_arguments("root", {**TINY, "logging_steps": 7, "disable_tqdm": False,
+                                                "cpu_threads": 2}, tmp_path / "b")
+    assert first.identity == elsewhere.identity and len(first.identity) == 64
+    # the resolved defaults count, not how they were given: n_L = ℓ when unset
+    defaults = runs.resolve_arguments("root", {**TINY, "num_hidden_layers": None, "depth": 2}, tmp_path / "c")
+    assert defaults.identity == runs.resolve_arguments("root", {**TINY, "num_hidden_layers": 2}, tmp_path / "c").identity
+    for change in ({"seed": 1}, {"k_train": 1}, {"max_grad_norm": 1.0}, {"num_train": 32}):
+        assert runs.resolve_arguments("root", {**TINY, **change}, tmp_path / "a").identity != first.identity
+    monkeypatch.setattr(runs, "data_format_version", lambda: "2.0.0")
+    assert runs.resolve_arguments("root", TINY, tmp_path / "a").identity != first.identity
+
+
+def test_a_rerun_skips_finished_runs_without_training(tmp_path, fake_train):
+    first = engine.run_sweep(_spec(), tmp_path, **_quiet())
+    assert sorted(first.trained) == ["seed=0", "seed=1"] and len(fake_train) == 2
+    done = {name: (tmp_path / "runs" / name / runs.DONE_FILE).stat().st_mtime_ns for name in first.trained}
+    second = engine.run_sweep(_spec(), tmp_path, **_quiet())
+    assert second.trained == [] and sorted(second.skipped) == ["seed=0", "seed=1"] and len(fake_train) == 2
+    assert {name: (tmp_path / "runs" / name / runs.DONE_FILE).stat().st_mtime_ns for name in done} == done
+    records = engine.read_results(tmp_path)
+    assert sorted(r["name"] for r in records) == ["seed=0", "seed=1"]  # one record per run, not one per call
+    assert {r["identity"] for r in records} == {run.identity for run in second.runs}
+
+
+def test_an_out_of_another_spec_is_refused_and_force_retrains_only_what_changed(tmp_path, fake_train):
+    engine.run_sweep(_spec(), tmp_path, **_quiet())
+    changed = _spec({"seed": [0, 1, 2]}, learning_rate=3e-4)
+    with pytest.raises(ValueError, match=r"different SPEC \(base.learning_rate: \"<unset>\" -> 0.0003; grid.seed: "
+                                         r"\[0, 1\] -> \[0, 1, 2\]\); pass --force"):
+        engine.run_sweep(changed, tmp_path, **_quiet())
+    assert len(fake_train) == 2
+    engine.run_sweep(_spec({"seed": [0, 1, 2]}), tmp_path, force=True, **_quiet())
+    assert [call[1] for call in fake_train[2:]] == [2]  # seeds 0 and 1 kept: their identity is unchanged
+    result = engine.run_sweep(changed, tmp_path, force=True, **_quiet())
+    assert sorted(result.trained) == ["seed=0", "seed=1", "seed=2"]  # the learning rate changed every identity
+    records = engine.read_results(tmp_path)
+    assert sorted(r["name"] for r in records) == ["seed=0", "seed=1", "seed=2"]  # no stale record left
+    assert {r["identity"] for r in records} == {run.identity for run in result.runs}
+
+
+def _save_mlm(folder, seed):
+    torch.manual_seed(seed)
+    config = TreeLangConfig.from_data(num_symbols=3, depth=2, filter_level=0, hidden_size=16, num_hidden_layers=1,
+                                      intermediate_size=16)
+    TreeLangForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_finetuning_run_is_trained_again_when_its_checkpoint_changes(tmp_path, fake_train):
+    checkpoint = _save_mlm(tmp_path / "mlm", seed=0)
+    sweep = {"task": "finetune", "base": {**TINY, "model_name_or_path": str(checkpoint)}, "grid": {"seed": [0]}}
+    engine.run_sweep(sweep, tmp_path / "out", **_quiet())
+    engine.run_sweep(sweep, tmp_path / "out", **_quiet())
+    assert len(fake_train) == 1
+    _save_mlm(checkpoint, seed=1)  # the same folder, other weights
+    lines = []
+    result = engine.run_sweep(sweep, tmp_path / "out", **_quiet(log=lines.append))
+    assert result.trained == ["seed=0"] and len(fake_train) == 2
+    assert any("seed=0: its folder holds a run of another identity" in line for line in lines)
+
+
+def test_a_folder_with_files_of_no_run_is_refused(tmp_path, fake_train):
+    (tmp_path / "runs" / "seed=0").mkdir(parents=True)
+    (tmp_path / "runs" / "seed=0" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds files that no run of hf_treelang.train.runs wrote"):
+        engine.execute_runs(engine.spec_runs(spec.load_spec(_spec())), tmp_path, **_quiet())
+    assert (tmp_path / "runs" / "seed=0" / "notes.txt").read_text() == "mine" and fake_train == []
+
+
+# ---------------------------------------------------------------- status, failures, packing
+
+
+def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_train, capsys, request):
+    result = engine.run_sweep(_spec({"seed": [0, 13, 2, 3]}), tmp_path, **_quiet())
+    assert list(result.failed) == ["seed=13"] and "RuntimeError: diverged" in result.failed["seed=13"]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    request.addfinalizer(alive.kill)
+    for name, pid in (("seed=2", alive.pid), ("seed=3", dead.pid)):  # another live process, and a finished one
+        folder = tmp_path / "runs" / name
+        (folder / runs.DONE_FILE).unlink()
+        state = json.loads((folder / runs.STATE_FILE).read_text())
+        (folder / runs.STATE_FILE).write_text(json.dumps({**state, "status": "running", "pid": pid}))
+    statuses = {row.name: row.status for row in engine.sweep_status(tmp_path)}
+    assert statuses == {"seed=0": "done", "seed=13": "failed", "seed=2": "running", "seed=3": "interrupted"}
+    assert engine.main(["--status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "done 1 · running 1 · failed 1 · interrupted 1"
+    assert "RuntimeError: diverged" in out
+    with pytest.raises(ValueError, match=r"run 'seed=2' is being trained by process \d+"):
+        engine.run_sweep(_spec({"seed": [0, 13, 2, 3]}), tmp_path, **_quiet())
+
+
+def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_job(tmp_path):
+    planned = engine.spec_runs(spec.load_spec(_spec({"learning_rate": [1e-4, 3e-4], "k_train": [0, 2],
+                                                     "seed": [0, 1]})))
+    resolved = engine.plan_runs(planned, tmp_path)
+    assert [len(job.runs) for job in engine.pack_jobs(resolved, ensembles=False)] == [1] * 8
+    jobs = engine.pack_jobs(resolved, ensembles=True)
+    assert [sorted(r.name for r in job.runs) for job in jobs] == [
+        sorted(r.name for r in resolved[:4]), sorted(r.name for r in resolved[4:])]  # one per learning rate
+    incomplete = engine.pack_jobs(resolved[:3], ensembles=True)  # not a full seeds x k_train product
+    assert [[r.name for r in job.runs] for job in incomplete] == [
+        ["learning_rate=0.0001,k_train=0,seed=0", "learning_rate=0.0001,k_train=0,seed=1"],
+        ["learning_rate=0.0001,k_train=2,seed=0"]]
+
+
+# ---------------------------------------------------------------- real training: resuming and the executors
+
+
+def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
+    sweep = _spec({"seed": [0]})
+    first = engine.run_sweep(sweep, tmp_path, **_quiet())
+    folder = tmp_path / "runs" / "seed=0"
+    assert first.records["seed=0"]["global_step"] == 4
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-1", "checkpoint-4"]
+    # the process died after its first checkpoint: no later checkpoint, no run_done.json, a dead pid
+    import shutil
+
+    shutil.rmtree(checkpoints[-1])
+    (folder / runs.DONE_FILE).unlink()
+    state = json.loads((folder / runs.STATE_FILE).read_text())
+    (folder / runs.STATE_FILE).write_text(json.dumps({**state, "status": "running", "pid": 2**22 + 1}))
+    assert [row.status for row in engine.sweep_status(tmp_path)] == ["interrupted"]
+    second = engine.run_sweep(sweep, tmp_path, **_quiet())
+    record = second.records["seed=0"]
+    assert second.trained == ["seed=0"] and record["resumed_from"] == "checkpoint-1"
+    assert record["global_step"] == 4
+    log_history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    assert all(entry["step"] >= 1 for entry in log_history if "loss" in entry)
+
+
+def test_the_local_executor_trains_in_worker_processes_and_redraws_the_grid(tmp_path):
+    # two learning rates: two jobs (an ensemble shares its optimiser settings), one per worker process
+    result = engine.run_sweep(_spec({"learning_rate": [1e-4, 2e-4]}, num_train=32), tmp_path, workers=2,
+                              progress=False)
+    names = ["learning_rate=0.0001", "learning_rate=0.0002"]
+    assert result.failed == {} and sorted(result.trained) == names
+    for name in names:
+        state = json.loads((tmp_path / "runs" / name / runs.STATE_FILE).read_text())
+        assert state["pid"] != os.getpid() and state["status"] == "done"
+        assert (tmp_path / engine.LOGS_DIR / f"{name}.log").is_file()  # what the worker printed
+    summary = json.loads((tmp_path / figure.SUMMARY_FILE).read_text())
+    assert summary["x_axis"] == "learning_rate" and summary["finished"] == 2
+    assert [p["x"] for p in summary["series"][0]["points"]] == [1e-4, 2e-4]
+    assert summary["series"][0]["points"][0]["accuracy"] == result.records[names[0]]["accuracy"]
+    assert (tmp_path / figure.FIGURE_FILE).stat().st_size > 1000
+
+
+def test_seeds_and_k_train_train_as_one_ensemble_whose_members_become_the_run_folders(tmp_path):
+    result = engine.run_sweep(_spec({"k_train": [0, 2]}, num_train=32), tmp_path, **_quiet())
+    assert result.failed == {} and sorted(result.trained) == ["k_train=0", "k_train=2"]
+    for name, k in (("k_train=0", 0), ("k_train=2", 2)):
+        folder = tmp_path / "runs" / name
+        state = json.loads((folder / runs.STATE_FILE).read_text())
+        assert state["status"] == "done" and state["trained_in"].endswith("ensemble-k_train=0-x2")
+        assert json.loads((folder / "config.json").read_text())["filter_level"] == k
+        assert result.records[name]["global_step"] == 2
+    assert not (tmp_path / engine.ENSEMBLES_DIR / "ensemble-k_train=0-x2").exists()  # moved into the run folders
+    again = engine.run_sweep(_spec({"k_train": [0, 2]}, num_train=32), tmp_path, **_quiet())
+    assert again.trained == []  # each member has its single run's identity
+
+
+def test_the_slurm_path_runs_a_job_array_through_submitits_local_executor(tmp_path):
+    pytest.importorskip("submitit")
+    result = engine.run_sweep(_spec({"seed": [0]}, num_train=16), tmp_path, executor="slurm", cluster="local",
+                              slurm_parameters={"timeout_min": 10}, progress=False, estimate=False)
+    assert result.failed == {} and result.trained == ["seed=0"]
+    assert result.records["seed=0"]["global_step"] == 1
+    assert list((tmp_path / ".submitit").iterdir())  # submitit's job folders
+
+
+# ---------------------------------------------------------------- sample complexity and the plan
+
+
+def test_sample_complexity_caps_steps_without_forcing_them_on_small_p():
+    specs = sample_complexity.sample_complexity_specs("ckpt", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
+                                                      filter_level=0, model_kwargs={}, sizes=[64, 4096],
+                                                      arms=("scratch",), epochs=2.0, max_steps=10)
+    assert [(size, s.max_steps) for _, size, s in specs] == [(64, None), (4096, 10)]  # 64: 4 steps, its epochs
+
+
+def test_sample_complexity_is_a_sweep_estimated_first_and_never_stale(tmp_path):
+    checkpoint = _save_mlm(tmp_path / "mlm", seed=0)
+    lines = []
+    options = {"sizes": [16], "arms": ("scratch", "frozen"), "epochs": 1.0, "num_test": 16, "num_eval": 16,
+               "use_dataset_builder": False, "workers": 0, "progress": False, "log": lines.append}
+    result = sample_complexity.sample_complexity_sweep(checkpoint, work_dir=tmp_path / "out", **options)
+    assert set(result.accuracy) == {"scratch", "frozen"} and result.failed == {}
+    assert all(0.0 <= values[0] <= 1.0 for values in result.accuracy.values()) and result.bp_accuracy == 1.0
+    assert lines[0].startswith("2 runs: 0 finished earlier, 2 to train")
+    assert any("estimated time on this machine" in line for line in lines[:8])
+    assert (tmp_path / "out" / "runs" / "frozen-P16" / runs.DONE_FILE).is_file()
+    lines.clear()
+    again = sample_complexity.sample_complexity_sweep(checkpoint, work_dir=tmp_path / "out", **options)
+    assert again.accuracy == result.accuracy and lines[0].startswith("2 runs: 2 finished earlier, 0 to train")
+    with pytest.raises(ValueError, match=r"different SPEC \(runs.frozen-P16.arguments.num_train_epochs: 1.0 -> "
+                                         r"2.0.*pass --force"):
+        sample_complexity.sample_complexity_sweep(checkpoint, work_dir=tmp_path / "out", **{**options,
+                                                                                           "epochs": 2.0})
+
+
+PLAN_KEYS = {"task", "k_train", "num_train", "num_train_epochs", "num_hidden_layers", "grammar_seed", "seed",
+             "max_grad_norm", "figures", "optimizer_steps"}
+
+
+def test_the_plan_lists_every_training_of_the_preset_with_its_figures_and_steps(tmp_path, capsys):
+    assert reproduce_run(cli.command_parser("reproduce").parse_args(["--preset", "tiny", "--plan",
+                                                                     str(tmp_path)])) == 0
+    printed = capsys.readouterr().out
+    plan = json.loads((tmp_path / reproduce_plan.PLAN_FILE).read_text())
+    assert all(PLAN_KEYS <= set(row) for row in plan["runs"])
+    names = [row["name"] for row in plan["runs"]]
+    assert len(names) == len(set(names)) and {"root", "mlm", "mlm_k2"} <= set(names)
+    figures = {f for row in plan["runs"] for f in row["figures"]}
+    assert {"1b", "1c", "1d", "1f", "2a", "2b", "3a", "4", "E.1", "E.2", "E.3"} <= figures
+    arms = [row for row in plan["runs"] if "1f" in row["figures"]]
+    assert sorted(row["task"] for row in arms) == ["finetune", "finetune", "root"]  # scratch, frozen, finetuned
+    assert plan["total_optimizer_steps"] == sum(row["optimizer_steps"] for row in plan["runs"]) > 0
+    assert plan["estimated_seconds"]["cpu"] > 0
+    if not torch.cuda.is_available():
+        assert plan["estimated_seconds"]["cuda"] is None and "one GPU: not measured" in printed
+    assert f"{plan['total_optimizer_steps']} optimizer steps in all" in printed
+    assert not (tmp_path / "runs").exists()  # nothing trained
+
+
+def test_reproduce_takes_out_or_plan(tmp_path, capsys):
+    parser = cli.command_parser("reproduce")
+    assert reproduce_run(parser.parse_args([str(tmp_path / "a"), "--plan", str(tmp_path / "b")])) == 2
+    assert "not both or neither" in capsys.readouterr().err
+    assert reproduce_run(parser.parse_args(["--plan", str(tmp_path / "b"), "--preset", "huge"])) == 2
+    assert "preset must be one of" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_optimizer_steps_count_as_the_trainer_does(tmp_path):
+    assert estimate.epoch_steps(64, 16, 1.0) == 4 and estimate.epoch_steps(65, 16, 1.0) == 5
+    assert estimate.epoch_steps(64, 16, 2.5) == 10
+    run = runs.resolve_arguments("root", {**TINY, "num_train_epochs": 3.0}, tmp_path)
+    assert estimate.optimizer_steps(run.training_args, run.data_args.num_train) == 12
+    run = runs.resolve_arguments("root", {**TINY, "max_steps": 5}, tmp_path)
+    assert estimate.optimizer_steps(run.training_args, run.data_args.num_train) == 5  # max_steps replaces epochs
+    assert estimate.format_duration(30) == "30 s" and estimate.format_duration(7200) == "2.0 h"
