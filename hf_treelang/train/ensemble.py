@@ -24,9 +24,11 @@ Two ways to run the members (:func:`choose_ensemble_mode`, ``--ensemble_mode``):
 
 The rule of ``"auto"``: stacked on a GPU (one small model leaves it idle); on the CPU stacked only while a member's
 step is small (:data:`STACKED_CPU_MAX_FLOPS`), because there a step is bound by arithmetic, not by overhead, and a
-batched matmul of N members is no faster than N matmuls: measured on the 2-core CPU (1 thread, batch 32), the
-stacked step of the quick size (d = 64, d' = 256) runs at 1.0–1.3x the model-steps/s of the sequential steps and the
-paper size (d = 128, d' = 2048) at 0.8–0.9x (``benchmarks/bench_train.py``).
+batched matmul of N members is no faster than N matmuls. Measured on the 2-core CPU (1 thread, batch 32, CPU time of
+bare forward/backward/Adam loops, which a shared machine perturbs least): N = 8 and 16 stacked members of the quick
+size (d = 64, d' = 256) do 1.1–1.2x the model-steps of the same members one after another, 4 of the paper size
+(d = 128, d' = 2048) 0.87–0.96x; through the Trainer the stacked quick members also share its per-step work
+(``benchmarks/bench_train.py`` has both).
 
 Bad input fails before any data are built: members of different architectures, sizes or step counts, a repeated
 member, an ensemble resumed from a single run's checkpoint (or the other way round), ``finetune``, several
@@ -57,7 +59,8 @@ from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 from .callbacks import LogSpacedScheduleCallback, MetricsHistoryCallback, evaluation_history
 from .device_data import TrainingStream
 from .engine import ENSEMBLE_FILE, ENSEMBLE_MODES, RunDataCache, TreeLangTrainer, check_engine_arguments, no_grad_eval
-from .folders import clear_previous_run, write_run_complete
+from .folders import clear_previous_run, mark_run_started, write_run_complete
+from .outputs import write_run_config
 from .stacked import StackedTreeLang, clip_grad_norm_per_member
 
 MEMBERS_DIR = "members"
@@ -432,6 +435,30 @@ class EnsembleResult:
     num_data_configs: int
 
 
+def validate_ensemble(task: str, data_args: DataArguments, model_args: ModelArguments,
+                      training_args: TreeLangTrainingArguments) -> list:
+    """Every check of the scripts' ensemble, as :func:`train_members` runs them (no data, nothing written);
+    returns the members."""
+    members = ensemble_members(data_args, model_args, training_args)
+    mode = getattr(training_args, "ensemble_mode", "auto")
+    validate_members(task, members, resume_from_checkpoint=training_args.resume_from_checkpoint, mode=mode)
+    _check_member_folders(task, members, training_args.output_dir, training_args.resume_from_checkpoint is not None,
+                          bool(training_args.overwrite_output_dir))
+    return members
+
+
+def summary_lines(result: EnsembleResult) -> list:
+    """The console summary of an ensemble: one line for the ensemble, one per member (its final evaluation)."""
+    from .callbacks import evaluation_line
+
+    lines = [f"[ensemble, {result.mode}] {len(result.members)} members, {result.global_step} steps in "
+             f"{result.train_runtime:.0f} s -> {result.output_dir}/{MEMBERS_DIR}/"]
+    for name, member in result.members.items():
+        k_train = json.loads((Path(member.output_dir) / "run_config.json").read_text())["data_args"]["k_train"]
+        lines.append(f"{name}: " + evaluation_line(member.final_metrics, member.global_step, k_train))
+    return lines
+
+
 def train_ensemble(task: str, data_args: DataArguments, model_args: ModelArguments,
                    training_args: TreeLangTrainingArguments) -> EnsembleResult:
     """The scripts' ensemble: the members of :func:`ensemble_members`, trained by :func:`train_members`."""
@@ -516,6 +543,10 @@ def _train_stacked(task: str, members: list, args, manifest: dict, cache: RunDat
         states.append(MemberState(member, data, callback, inputs, labels,
                                   history_writer=MetricsHistoryCallback(
                                       os.path.join(member.output_dir, "eval_history.json"))))
+    for member in members:  # each member folder becomes a run folder now, complete when run_complete.json is written
+        os.makedirs(member.output_dir, exist_ok=True)
+        mark_run_started(member.output_dir)
+        write_run_config(task, member.data_args, member.model_args, member.training_args)
     models = []
     for member in members:
         set_seed(member.training_args.seed)  # exactly the single run's initialisation
@@ -606,8 +637,10 @@ __all__ = [
     "is_ensemble",
     "member_log_history",
     "member_name",
+    "summary_lines",
     "train_ensemble",
     "train_members",
     "trainer_style_metrics",
+    "validate_ensemble",
     "validate_members",
 ]

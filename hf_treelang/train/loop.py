@@ -321,14 +321,20 @@ def main(task: str, argv: list | None = None) -> int:
     from .arguments import parse_arguments
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    validate_arguments(task, *parse_arguments(task, argv))  # bad arguments fail here, before any process starts
+    from .ensemble import EnsembleResult, is_ensemble, summary_lines, validate_ensemble
+
+    arguments = parse_arguments(task, argv)
+    check = validate_ensemble if is_ensemble(arguments[2]) else validate_arguments
+    check(task, *arguments)  # bad arguments fail here, before any process starts
     code = relaunch_data_parallel_cpu(argv)
     if code is not None:
         return code
     data_args, model_args, training_args = parse_arguments(task, argv)
     quiet_progress_bars_off_terminal()
     result = train(task, data_args, model_args, training_args)
-    if training_args.process_index == 0:
+    if training_args.process_index == 0 and isinstance(result, EnsembleResult):
+        print("\n".join(summary_lines(result)))
+    elif training_args.process_index == 0:
         final = result.final_metrics
         bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
