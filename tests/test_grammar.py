@@ -156,3 +156,58 @@ def test_files_written_before_the_rename_still_load(tmp_path):
     data = grammar.to_dict()
     data["params"] = {"vocab_size": 4, "sigma": 1.0, "seed": 3}
     assert Grammar.from_dict(data).params == grammar.params
+
+
+# ---------------------------------------------------------------- issue 12: errors before work
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"format": "hf-treelang-grammar/1", "M": [', r"is not valid JSON: Expecting value at line 1, column 43"),
+        ("", "is not valid JSON"),
+        ("[1, 2, 3]", "must be a JSON object, got list"),
+        ('{"format": "hf-treelang-grammar/1", "root_prior": [0.5, 0.5]}', r"lacks the key\(s\) \['M'\]"),
+        ('{"format": "hf-treelang-grammar/1", "M": [[[1, 0], [0, 0]], [[0, 0], [0]]], "root_prior": [0.5, 0.5]}',
+         "M is not an array of numbers"),
+        ('{"format": "other", "M": [], "root_prior": []}', "format must be"),
+    ],
+)
+def test_load_of_a_malformed_file_names_the_file_and_the_problem(tmp_path, content, match):
+    path = tmp_path / "grammar.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=match) as error:
+        Grammar.load(path)
+    assert str(path) in str(error.value)
+
+
+def test_load_of_binary_data_is_a_value_error(tmp_path):
+    path = tmp_path / "grammar.json"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        Grammar.load(path)
+
+
+def test_load_refuses_a_num_symbols_that_disagrees_with_M(tmp_path):
+    data = Grammar.random(num_symbols=3, sigma=1.0, grammar_seed=0).to_dict()
+    data["num_symbols"] = 4
+    path = tmp_path / "grammar.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="num_symbols is 4 but M has 3 symbols"):
+        Grammar.load(path)
+
+
+def test_path_matrices_beyond_the_memory_limit_are_refused_before_allocation():
+    from hf_treelang import BeliefPropagation
+    from hf_treelang.core.grammar import MAX_PATH_MATRICES_BYTES
+
+    M = np.full((128, 128, 128), 1.0 / 128**2)
+    grammar = Grammar(M)
+    allowed = max(k for k in range(17) if 128 * 128 * 8 << k <= MAX_PATH_MATRICES_BYTES)
+    assert allowed == 13
+    message = r"`filter_level` must be at most 13 with num_symbols = 128, got 16: .* 8 GiB \(limit 1 GiB\)"
+    with pytest.raises(ValueError, match=message):
+        grammar.path_matrices(16)
+    with pytest.raises(ValueError, match=message):
+        BeliefPropagation(grammar, depth=16, filter_level=16)  # at construction, before any table is built
+    assert grammar.path_matrices(1).shape == (128, 128, 2)

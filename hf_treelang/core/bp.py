@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .grammar import Grammar
+from .grammar import Grammar, check_path_matrices_size
 from .params import check_filter_level, check_int, check_param
 
 WORKING_SET_BYTES = 256 * 2**20  # the per-node temporaries of one pass; with its messages a pass stays under ~512 MiB
@@ -111,6 +111,7 @@ class BeliefPropagation:
         self.depth = check_param("depth", depth)
         self.filter_level = check_filter_level(filter_level, self.depth)
         q = grammar.num_symbols
+        check_path_matrices_size(q, self.filter_level)  # P_k is built on the first call: refuse it now if too large
         self.mask_id = q if mask_id is None else check_int("mask_id", mask_id, -(2**31), 2**31 - 1)
         if 0 <= self.mask_id < q:
             raise ValueError(f"mask_id must not be a symbol in [0, {q - 1}], got {self.mask_id}")
@@ -514,9 +515,9 @@ class _GrammarTensors:
         q = grammar.num_symbols
         self.num_symbols, self.dtype, self.device = q, dtype, device
         self.itemsize = torch.finfo(dtype).bits // 8
-        self._grammar, self._filter_level = grammar, filter_level
+        self._grammar = grammar
         cast = self.cast
-        paths = grammar.path_matrices(filter_level).transpose(2, 0, 1)  # (2**k, q, q): [j, a, b]
+        self._paths = paths = grammar.path_matrices(filter_level).transpose(2, 0, 1)  # (2**k, q, q): [j, a, b]
         self.M_flat = cast(grammar.M.reshape(q, q * q))  # (q, q*q): [a, (b, c)]
         self.M_flat_t = self.M_flat.T.contiguous()  # (q*q, q)
         self.paths = cast(paths)  # (2**k, q, q)
@@ -552,8 +553,7 @@ class _LogRules:
         as_index = lambda a: torch.as_tensor(a, dtype=torch.int64, device=tables.device)  # noqa: E731
         self.parent, self.left, self.right = as_index(parent), as_index(left), as_index(right)  # (R,)
         self.log_M = tables.cast(np.log(grammar.M[parent, left, right]))  # (R,)
-        paths = grammar.path_matrices(tables._filter_level).transpose(2, 0, 1)  # (2**k, q, q): [j, a, b]
-        self.log_paths = tables.cast(_log(paths))  # (2**k, q, q)
+        self.log_paths = tables.cast(_log(tables._paths))  # (2**k, q, q): [j, a, b]
         self.log_evidence = torch.log(tables.evidence)  # (q+1, q): 0 or -inf
         pair = tables._pair  # ((q+1)**2, q): sums of rules, never flushed in float64
         log_total = _log(pair.sum(1, keepdims=True))  # ((q+1)**2, 1)

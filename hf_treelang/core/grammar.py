@@ -30,6 +30,7 @@ from .params import check_filter_level, check_param, check_sigma, renamed_argume
 
 GRAMMAR_FILE_FORMAT = "hf-treelang-grammar/1"
 _ROW_SUM_TOLERANCE = 1e-9
+MAX_PATH_MATRICES_BYTES = 2**30  # P_k holds q² 2**k float64 numbers: at most 1 GiB (q = 256: k <= 11)
 _RENAMED_PARAMS = {"vocab_size": "num_symbols", "seed": "grammar_seed"}  # files written before 0.2
 
 
@@ -103,13 +104,13 @@ class Grammar:
         rng = np.random.RandomState(seed)  # the legacy stream of the paper's np.random.seed(seed)
         perm = rng.permutation(q * q)
         z = rng.randn(q * q)
-        logits = np.full((q, q * q), -np.inf)
+        weights = np.full((q, q * q), -np.inf)  # the logits, made weights in place: q = 256 holds one 128 MiB array
         for a in range(q):
-            logits[a, perm[a * q : (a + 1) * q]] = sigma * z[a * q : (a + 1) * q]
-        logits -= logits.max(axis=1, keepdims=True)
-        weights = np.exp(logits)
-        M = (weights / weights.sum(axis=1, keepdims=True)).reshape(q, q, q)
-        return cls(M, params={"num_symbols": q, "sigma": sigma, "grammar_seed": seed})
+            weights[a, perm[a * q : (a + 1) * q]] = sigma * z[a * q : (a + 1) * q]
+        weights -= weights.max(axis=1, keepdims=True)
+        np.exp(weights, out=weights)
+        weights /= weights.sum(axis=1, keepdims=True)
+        return cls(weights.reshape(q, q, q), params={"num_symbols": q, "sigma": sigma, "grammar_seed": seed})
 
     @property
     def num_symbols(self) -> int:
@@ -144,6 +145,7 @@ class Grammar:
         """
         k = check_filter_level(filter_level, 30)
         q = self.num_symbols
+        check_path_matrices_size(q, k)
         steps = np.stack([self.M_left, self.M_right], axis=-1)  # (q, q, 2): bit 0 -> M_L, bit 1 -> M_R
         paths = np.eye(q)[:, :, None]  # (q, q, 1)
         for _ in range(k):
@@ -163,11 +165,29 @@ class Grammar:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Grammar":
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; a malformed description raises a ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a grammar description must be a JSON object, got {type(data).__name__}")
         if data.get("format") != GRAMMAR_FILE_FORMAT:
             raise ValueError(f"not a grammar description: format must be {GRAMMAR_FILE_FORMAT!r}, got {data.get('format')!r}")
-        params = {_RENAMED_PARAMS.get(key, key): value for key, value in data.get("params", {}).items()}
-        return cls(np.array(data["M"], dtype=np.float64), np.array(data["root_prior"], dtype=np.float64), params)
+        missing = [key for key in ("M", "root_prior") if key not in data]
+        if missing:
+            raise ValueError(f"grammar description lacks the key(s) {missing}; it has {sorted(data)}")
+        params = data.get("params", {})
+        if not isinstance(params, dict):
+            raise ValueError(f"grammar description: params must be an object, got {type(params).__name__}")
+        arrays = {}
+        for key in ("M", "root_prior"):
+            try:
+                arrays[key] = np.array(data[key], dtype=np.float64)
+            except (TypeError, ValueError) as error:  # ragged lists, strings
+                raise ValueError(f"grammar description: {key} is not an array of numbers ({error})") from None
+        grammar = cls(arrays["M"], arrays["root_prior"], {_RENAMED_PARAMS.get(k, k): v for k, v in params.items()})
+        if "num_symbols" in data and data["num_symbols"] != grammar.num_symbols:
+            raise ValueError(
+                f"grammar description: num_symbols is {data['num_symbols']!r} but M has {grammar.num_symbols} symbols"
+            )
+        return grammar
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the grammar as human-readable JSON (bit-exact round trip with :meth:`load`)."""
@@ -177,9 +197,22 @@ class Grammar:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Grammar":
-        """Read a grammar written by :meth:`save`."""
-        with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+        """Read a grammar written by :meth:`save`; a file that is not one raises a ValueError naming the file."""
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise ValueError(f"grammar file {os.fspath(path)!r} is not UTF-8 text ({error.reason})") from None
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"grammar file {os.fspath(path)!r} is not valid JSON: {error.msg} at line {error.lineno}, column "
+                f"{error.colno}"
+            ) from None
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"grammar file {os.fspath(path)!r}: {error}") from None
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Grammar):
@@ -192,3 +225,14 @@ class Grammar:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or f"num_symbols={self.num_symbols}"
         return f"Grammar({params})"
+
+
+def check_path_matrices_size(num_symbols: int, filter_level: int) -> None:
+    """Refuse, before any allocation, path matrices P_k (q² 2**k float64) larger than :data:`MAX_PATH_MATRICES_BYTES`."""
+    size = num_symbols * num_symbols * 8 << filter_level
+    if size > MAX_PATH_MATRICES_BYTES:
+        largest = max(k for k in range(31) if num_symbols * num_symbols * 8 << k <= MAX_PATH_MATRICES_BYTES)
+        raise ValueError(
+            f"`filter_level` must be at most {largest} with num_symbols = {num_symbols}, got {filter_level}: the path "
+            f"matrices P_k hold q² 2**k float64 numbers, {size / 2**30:g} GiB (limit {MAX_PATH_MATRICES_BYTES / 2**30:g} GiB)"
+        )
