@@ -37,10 +37,12 @@ accuracy of the network and of BP against the true symbols.
 
 _KWARGS_DESCRIPTION = """\
 Args:
-    predictions: (n, q) the network's outputs, logits by default (see ``from_logits``).
-    references: (n, q) the BP marginals (rows sum to 1).
-    labels: (n,) the true symbols, only with config_name="with_labels".
-    from_logits: True (default) if ``predictions`` are logits, False if they are probabilities.
+    predictions: (n, q) the network's outputs, logits by default (see ``from_logits``); finite.
+    references: (n, q) the BP marginals: non-negative rows summing to 1 within 1e-5.
+    labels: (n,) the true symbols in [0, q), only with config_name="with_labels".
+    from_logits: True (default) if ``predictions`` are logits, False if they are probabilities (then checked as
+        ``references`` are).
+    Inputs outside these ranges raise a ValueError naming the argument, the row and the value.
 Returns:
     kl: mean D_KL(references || softmax(predictions)) in nats.
     argmax_agreement: fraction of inputs where argmax(prediction) == argmax(BP marginal).
