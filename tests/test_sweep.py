@@ -120,6 +120,14 @@ def test_the_slurm_executor_without_submitit_names_the_extra(tmp_path, monkeypat
     assert not (tmp_path / "out").exists()
 
 
+def test_slurm_parameters_out_of_range_are_refused_before_submitting(tmp_path, fake_train):
+    pytest.importorskip("submitit")
+    with pytest.raises(ValueError, match=r"`timeout_min` must be an integer >= 1, got 0"):
+        engine.run_sweep(_spec(), tmp_path / "out", executor="slurm", slurm_parameters={"timeout_min": 0},
+                         progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------- identities
 
 

@@ -15,7 +15,8 @@ pre-training filter level (k_test = k_train), next to the accuracy of BP_{k_trai
 
 The defaults of ``hf-treelang sample-complexity`` (P = 2^7, 2^9, 2^11; 20 epochs capped at 600 steps: 80, 320 and 600
 steps; 2048 test sequences) keep the default MLM checkpoint of ``training/run_mlm.py`` (the paper's model) within
-about 15 minutes on a 2-core CPU: 3 000 optimizer steps, the frozen arm's at about a third of the cost.
+15 minutes on a 2-core CPU: 3 000 optimizer steps, the frozen arm's at about a fifth of the cost (an estimate from
+measured steps/s, see ``training/README.md``, "Sweeps").
 """
 
 from __future__ import annotations

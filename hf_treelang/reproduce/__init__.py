@@ -1,7 +1,12 @@
 """``hf-treelang reproduce --preset quick|paper OUT``: the paper's pipeline in one command, with a report.
 
 Steps (each writes into its own sub-folder of OUT and, when finished, a done-file ``OUT/.done/<step>.json``; a rerun
-skips every finished step, so an interrupted reproduction resumes where it stopped):
+skips every finished step, so an interrupted reproduction resumes where it stopped). Every training goes through the
+sweep engine (:class:`hf_treelang.reproduce.plan.EngineRunner`: ``OUT/runs/<name>``, ``OUT/sweep.json``,
+``OUT/results.jsonl``), which reuses a run only when its identity is unchanged; a done-file holds only while the
+preset is the same and every run the step used keeps its identity (:func:`hf_treelang.reproduce.plan.marker_valid`),
+and once a run is trained again the steps after it are redone. ``--plan OUT`` lists the runs instead
+(``OUT/plan.json``, with the estimated time):
 
 1. ``data`` — the grammar and the datasets (``load_dataset("treelang", "k<k>")`` for every k the runs use);
 2. ``bp`` — BP baselines: root and masked-leaf accuracy of the matched BP_{k_test} (optimal) and of BP_{k_train}

@@ -473,6 +473,20 @@ def run_local(payloads: list, workers: int, on_result: Callable) -> None:
             raise
 
 
+SLURM_LIMITS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "slurm_array_parallelism": 1}
+
+
+def check_slurm_parameters(parameters: dict | None) -> dict:
+    """The submitit parameters of ``--executor slurm``; each known integer one checked against its lower bound."""
+    from hf_treelang.core.params import check_int
+
+    parameters = dict(parameters or {})
+    for name, low in SLURM_LIMITS.items():
+        if parameters.get(name) is not None:
+            check_int(name, parameters[name], low)
+    return parameters
+
+
 def run_submitit(payloads: list, folder: Path, on_result: Callable, *, cluster: str = "slurm",
                  parameters: dict | None = None, poll_seconds: float = 2.0) -> None:
     """Submit ``payloads`` as one job array through submitit (``cluster="local"``: its LocalExecutor) and report
@@ -536,6 +550,7 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if executor == "slurm":
         require_submitit()
+        slurm_parameters = check_slurm_parameters(slurm_parameters)
     workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"`workers` must be an integer >= 0 (0: train in this process), got {workers!r}")
