@@ -535,7 +535,8 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
         source: what defines the sweep (a SPEC as a dict): an ``out`` written by another source is refused unless
             ``force``. None (a reproduction's steps): the runs of several calls accumulate in ``out``.
         executor: ``"local"`` (``workers`` processes; 0 trains in this process) or ``"slurm"`` (a submitit job
-            array; ``cluster="local"`` uses submitit's LocalExecutor, as the tests do).
+            array; ``cluster="local"`` uses submitit's LocalExecutor, as the tests do). The local workers are
+            spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard.
         threads: torch threads per run (default: the CPU cores shared out among the workers).
         progress: a progress bar over the runs to train.
         log: called with lines of text (the estimate, each run as it finishes).
