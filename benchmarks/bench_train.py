@@ -15,7 +15,8 @@ for ensembles: members x steps/s) of
 
 on the CPU always and on a GPU whenever one is available (never estimated). Every path is timed inside
 ``Trainer.train`` by a callback, between the end of the warm-up steps and the last step, so that set-up is not
-counted; the paths are timed in turn, ``--repeats`` times, and the median is reported (the machine may be shared).
+counted; the paths are timed in turn, ``--repeats`` times, and the best repeat is reported (the machine may be shared: other
+jobs only slow a run down). The last columns count this process's CPU time instead of the wall clock.
 
 Profile (one model, paper size): operators launched per step (ATen operators on the CPU, kernels on a GPU, from
 ``torch.profiler``) and the host time per step: on the CPU the Trainer's own work, i.e. the Trainer-driven step minus
@@ -28,7 +29,6 @@ Usage: python benchmarks/bench_train.py [--steps 10] [--warmup 3] [--repeats 3] 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -61,16 +61,18 @@ def leaves(members: int, n: int) -> np.ndarray:
 
 
 class StepTimer(TrainerCallback):
-    """Wall time between the end of step ``warmup`` and the end of the last step (synchronised on a GPU)."""
+    """Wall time (synchronised on a GPU) and this process's CPU time between the end of step ``warmup`` and the end
+    of the last step. The CPU time is what a shared CPU perturbs least (other jobs delay the wall clock, not the
+    work); on a GPU it means nothing (the host waits) and is not reported."""
 
     def __init__(self, warmup: int):
         self.warmup = warmup
         self.start = self.end = None
 
-    def _now(self, args) -> float:
+    def _now(self, args) -> tuple:
         if args.device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter()
+        return time.perf_counter(), time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.warmup:
@@ -78,8 +80,9 @@ class StepTimer(TrainerCallback):
         if state.global_step == state.max_steps:
             self.end = self._now(args)
 
-    def steps_per_second(self, steps: int) -> float:
-        return steps / (self.end - self.start)
+    def rates(self, steps: int) -> tuple:
+        """(steps per wall second, steps per CPU second of this process)."""
+        return steps / (self.end[0] - self.start[0]), steps / max(self.end[1] - self.start[1], 1e-9)
 
 
 def quiet(trainer):
@@ -96,8 +99,8 @@ def training_args(folder: str, device: str, steps: int, warmup: int, **extra) ->
         max_grad_norm=0.0, use_cpu=device == "cpu", remove_unused_columns=False, seed=0, **extra)
 
 
-def run_path(path: str, size: str, members: int, device: str, steps: int, warmup: int) -> float:
-    """Optimizer steps/s of one path (``current``, ``fast`` or ``stacked``) through ``Trainer.train``."""
+def run_path(path: str, size: str, members: int, device: str, steps: int, warmup: int) -> tuple:
+    """(steps/s, steps per CPU-s) of one path (``current``, ``fast`` or ``stacked``) through ``Trainer.train``."""
     import datasets
 
     n = BATCH * (warmup + steps + 1)  # one epoch: no epoch boundary inside the timed steps
@@ -123,10 +126,10 @@ def run_path(path: str, size: str, members: int, device: str, steps: int, warmup
                                       train_dataset=range(n), callbacks=[timer], train_stream=stream,
                                       members=[SimpleNamespace()] * members, ensemble_manifest={})
         quiet(trainer).train()
-    return timer.steps_per_second(steps)
+    return timer.rates(steps)
 
 
-def bare_steps_per_second(size: str, device: str, steps: int, warmup: int) -> float:
+def bare_steps_per_second(size: str, device: str, steps: int, warmup: int) -> tuple:
     """A bare forward / backward / Adam loop on the same model and device batches (no Trainer)."""
     set_seed(0)
     model = TreeLangForMaskedLM(config(size)).to(device).train()
@@ -134,19 +137,19 @@ def bare_steps_per_second(size: str, device: str, steps: int, warmup: int) -> fl
     stream = TrainingStream("mlm", leaves(1, BATCH * (warmup + steps)), seeds=[0], num_symbols=Q,
                             batch_size=BATCH, device=device).single()
     epoch = stream.epoch(0)
-    start = None
+    start = cpu_start = None
     for step in range(warmup + steps):
         if step == warmup:
             if device == "cuda":
                 torch.cuda.synchronize()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
         batch = epoch.batch(step)
         optimizer.zero_grad(set_to_none=True)
         model(**batch).loss.backward()
         optimizer.step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), steps / max(time.process_time() - cpu_start, 1e-9)
 
 
 def operators_per_step(path: str, size: str, device: str, steps: int = 3) -> float:
@@ -221,20 +224,23 @@ def gpu_host_time(size: str, steps: int, warmup: int) -> tuple:
     return 1e3 * host, 1e3 * device
 
 
-def median_rates(jobs: dict, repeats: int) -> dict:
-    """Run every job in turn ``repeats`` times; the median of each."""
+def best_rates(jobs: dict, repeats: int) -> dict:
+    """Run every job in turn ``repeats`` times; the best of each of its (wall, CPU) rates (as ``timeit``: on a
+    shared machine other jobs only ever slow a run down, so the fastest repeat is the least disturbed)."""
     results = {name: [] for name in jobs}
     for _ in range(repeats):
         for name, job in jobs.items():
             results[name].append(job())
-    return {name: statistics.median(values) for name, values in results.items()}
+    return {name: tuple(max(rate[i] for rate in values) for i in range(2)) for name, values in results.items()}
 
 
 def benchmark_device(device: str, sizes: list, steps: int, warmup: int, repeats: int) -> None:
     label = f"{device} ({torch.get_num_threads()} threads)" if device == "cpu" else torch.cuda.get_device_name()
-    print(f"\n## {label}: MLM, q={Q}, ℓ={DEPTH}, batch {BATCH}, dropout 0.1, median of {repeats}\n")
-    print("| size | path | members | steps/s | model-steps/s | vs current | vs fast, one after another |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n## {label}: MLM, q={Q}, ℓ={DEPTH}, batch {BATCH}, dropout 0.1, best of {repeats}\n")
+    cpu = device == "cpu"
+    print("| size | path | members | steps/s | model-steps/s | vs current | vs fast, one after another |"
+          + (" model-steps per CPU-s | vs fast (CPU-s) |" if cpu else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if cpu else ""))
     for size in sizes:
         ensemble_steps = max(2, steps // 2)
         jobs = {("current", 1): lambda: run_path("current", size, 1, device, steps, warmup),
@@ -242,18 +248,21 @@ def benchmark_device(device: str, sizes: list, steps: int, warmup: int, repeats:
         for members in ENSEMBLES[size]:
             jobs[("stacked", members)] = (lambda m: lambda: run_path("stacked", size, m, device, ensemble_steps,
                                                                       warmup))(members)
-        rates = median_rates(jobs, repeats)
+        rates = best_rates(jobs, repeats)
         current, fast = rates[("current", 1)], rates[("fast", 1)]
         rows = [("current (DataLoader)", 1, current), ("fast (device data)", 1, fast)]
         for members in ENSEMBLES[size]:
             rows.append((f"stacked x{members}", members, rates[("stacked", members)]))
             auto = choose_ensemble_mode(config(size), BATCH, device)
-            auto_rate = rates[("stacked", members)] if auto == "stacked" else fast / members
+            auto_rate = rates[("stacked", members)] if auto == "stacked" else tuple(r / members for r in fast)
             rows.append((f"auto x{members} ({auto})", members, auto_rate))
-        for name, members, rate in rows:
+        for name, members, (rate, cpu_rate) in rows:
             model_rate = members * rate
-            print(f"| {size} | {name} | {members} | {rate:.2f} | {model_rate:.2f} | {model_rate / current:.2f}x | "
-                  f"{model_rate / fast:.2f}x |")
+            line = (f"| {size} | {name} | {members} | {rate:.2f} | {model_rate:.2f} | {model_rate / current[0]:.2f}x | "
+                    f"{model_rate / fast[0]:.2f}x |")
+            if cpu:
+                line += f" {members * cpu_rate:.2f} | {members * cpu_rate / fast[1]:.2f}x |"
+            print(line)
         sys.stdout.flush()
 
 
@@ -266,16 +275,17 @@ def profile_device(device: str, steps: int, warmup: int, repeats: int) -> None:
         host, device_ms = gpu_host_time("paper", max(steps, 20), warmup)
         print(f"- fast path: host time to issue a step {host:.3f} ms, device time per step {device_ms:.3f} ms")
         return
-    rates = median_rates({
+    rates = best_rates({
         "bare": lambda: bare_steps_per_second("paper", device, steps, warmup),
         "current": lambda: run_path("current", "paper", 1, device, steps, warmup),
         "fast": lambda: run_path("fast", "paper", 1, device, steps, warmup),
     }, repeats)
-    bare = 1e3 / rates["bare"]
+    bare, bare_cpu = (1e3 / rate for rate in rates["bare"])
     for path in ("current", "fast"):
-        step = 1e3 / rates[path]
-        print(f"- {path}: {step:.1f} ms per step, of which the Trainer's host work (vs a bare loop at {bare:.1f} ms) "
-              f"{step - bare:+.1f} ms")
+        step, step_cpu = (1e3 / rate for rate in rates[path])
+        print(f"- {path}: {step:.1f} ms per step (wall), {step_cpu:.1f} ms CPU; the Trainer's own host work, against "
+              f"a bare loop on the same model and batches ({bare:.1f} ms wall, {bare_cpu:.1f} ms CPU): "
+              f"{step - bare:+.1f} ms wall, {step_cpu - bare_cpu:+.1f} ms CPU")
 
 
 def main(argv=None) -> int:
