@@ -322,3 +322,14 @@ def test_a_sequential_ensemble_trains_its_members_as_single_runs_sharing_the_dat
     alone = load_file(tmp_path / "single" / "model.safetensors")
     assert all(torch.equal(member[key], alone[key]) for key in member)  # the same computation, bit for bit
     assert (tmp_path / "sequential" / "members" / "seed1-k0" / "run_complete.json").is_file()
+
+
+def test_with_clipping_a_member_still_equals_its_single_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    clip = ["--max_grad_norm", "0.05", "--num_evaluations", "1", "--num_checkpoints", "0"]  # clips every step
+    _train("root", tmp_path / "ensemble", "--ensemble_seeds", "0", "1", "--ensemble_mode", "stacked", *clip)
+    _train("root", tmp_path / "single", "--seed", "1", *clip)
+    _assert_member_is_single_run(tmp_path / "ensemble" / "members" / "seed1-k0", tmp_path / "single",
+                                 TreeLangForSequenceClassification, torch.randint(0, 4, (5, 4)))
+    state = json.loads((tmp_path / "ensemble" / "trainer_state.json").read_text())
+    assert any(entry.get("grad_norm", 0) > 0.05 for entry in state["log_history"])  # clipping was active

@@ -264,8 +264,11 @@ class TreeLangTrainer(Trainer):
         return loss, loss.detach()
 
     def clip_gradients(self, model) -> torch.Tensor:
-        """Clip to ``max_grad_norm`` as the Trainer does; returns the norm before clipping."""
-        return torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+        """Clip to ``max_grad_norm`` as the Trainer does (accelerate unscales fp16 gradients first); returns the norm
+        before clipping."""
+        if self.step_mode == "cuda_graph":  # fp32 only: nothing to unscale
+            return torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+        return self.accelerator.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
 
     def gradient_norm(self, model) -> torch.Tensor:
         """The norm of the current gradients (what the Trainer logs as ``grad_norm``)."""

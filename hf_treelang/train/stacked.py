@@ -94,6 +94,14 @@ class StackedLayerNorm(nn.Module):
         return F.layer_norm(x, (C,), eps=self.eps) * self.weight.view(shape) + self.bias.view(shape)
 
 
+class StackedTable(nn.Module):
+    """A stacked embedding table ``weight`` (N, V, C) (named like ``nn.Embedding.weight``)."""
+
+    def __init__(self, members: int, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(members, num_embeddings, embedding_dim))
+
+
 class StackedEmbeddings(nn.Module):
     """The N token embeddings (N, V, C) plus the shared fixed sinusoidal table (T, C), then dropout."""
 
@@ -115,14 +123,6 @@ class StackedEmbeddings(nn.Module):
         offsets = torch.arange(N, device=input_ids.device).view(N, 1, 1) * self.vocab_size  # (N, 1, 1)
         x = F.embedding(input_ids + offsets, table.reshape(-1, table.shape[-1]))  # (N, B, T, C)
         return self.dropout(x + self.positional_encoding)
-
-
-class StackedTable(nn.Module):
-    """A stacked embedding table ``weight`` (N, V, C) (named like ``nn.Embedding.weight``)."""
-
-    def __init__(self, members: int, num_embeddings: int, embedding_dim: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(members, num_embeddings, embedding_dim))
 
 
 class StackedSelfAttention(nn.Module):
