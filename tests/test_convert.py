@@ -1,7 +1,6 @@
 """Conversion of state dicts saved by the paper's code into TreeLang checkpoints (issue 3)."""
 
 import math
-import pickle
 import re
 
 import pytest

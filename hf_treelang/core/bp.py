@@ -547,7 +547,7 @@ class _LogRules:
     """The grammar for :class:`_LogKernels`: the non-zero rules (a, b, c) with log M[a,b,c], log P_k, log evidence."""
 
     def __init__(self, tables: _GrammarTensors):
-        grammar, q = tables._grammar, tables.num_symbols
+        grammar = tables._grammar
         parent, left, right = np.nonzero(grammar.M)  # (R,) each
         self.num_rules = parent.size  # R >= q: every M[a] sums to one
         as_index = lambda a: torch.as_tensor(a, dtype=torch.int64, device=tables.device)  # noqa: E731

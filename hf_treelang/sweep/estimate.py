@@ -10,7 +10,6 @@ Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
