@@ -79,6 +79,8 @@ def test_config_round_trips_through_json(tmp_path):
         (dict(hidden_size=30, num_attention_heads=4), "divisible"),
         (dict(vocab_size=2), "vocab_size"),
         (dict(classifier_pooling="max"), "classifier_pooling"),
+        (dict(classifier_hidden_size=-1), r"`classifier_hidden_size` must be an integer >= 0 .*got -1"),
+        (dict(classifier_hidden_size=2.5), r"`classifier_hidden_size` must be an integer >= 0 .*got 2.5"),
         (dict(depth=0), "depth"),
         (dict(num_labels=3), "num_labels"),
     ],
@@ -369,6 +371,57 @@ def test_mlm_checkpoint_loads_into_classifier_keeping_the_encoder(tmp_path):
     encoder = mlm.treelang.state_dict()
     assert all(torch.equal(value, classifier.treelang.state_dict()[key]) for key, value in encoder.items())
     assert classifier.classifier.weight.abs().sum() > 0
+
+
+def test_two_layer_root_readout_is_built_from_the_config_and_reloads_with_auto_classes(tmp_path):
+    model = tiny_model(TreeLangForSequenceClassification, classifier_hidden_size=5)
+    head = model.classifier
+    assert (head.dense.in_features, head.dense.out_features, head.out_proj.out_features) == (32 * T, 5, Q)
+    x = tokens()
+    expected = head.out_proj(torch.relu(head.dense(model.treelang(x).last_hidden_state.flatten(1))))  # (B, q)
+    assert torch.equal(model(x).logits, expected)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["classifier_hidden_size"] == 5
+    loaded, info = AutoModelForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert set(load_file(tmp_path / "model.safetensors")) >= {"classifier.dense.weight", "classifier.out_proj.bias"}
+    assert torch.equal(loaded.eval()(x).logits, model(x).logits)
+
+
+def test_linear_checkpoint_without_the_hidden_size_key_loads_unchanged(tmp_path):
+    # a checkpoint saved before `classifier_hidden_size` existed: config.json lacks the key
+    model = tiny_model(TreeLangForSequenceClassification)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["classifier_hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert set(load_file(tmp_path / "model.safetensors")) >= {"classifier.weight", "classifier.bias"}
+    loaded, info = TreeLangForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert type(loaded.classifier) is nn.Linear and loaded.config.classifier_hidden_size == 0
+    assert torch.equal(loaded.eval()(tokens()).logits, model(tokens()).logits)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_from_pretrained_refuses_a_bad_classifier_hidden_size_before_building(bad, tmp_path):
+    tiny_model(TreeLangForMaskedLM).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"`classifier_hidden_size` must be an integer >= 0 .*got {bad!r}"):
+        TreeLangForSequenceClassification.from_pretrained(tmp_path, classifier_hidden_size=bad)
+
+
+def test_mlm_checkpoint_loads_into_a_two_layer_readout_keeping_the_encoder(tmp_path):
+    mlm = tiny_model(TreeLangForMaskedLM)
+    mlm.save_pretrained(tmp_path)
+    classifier, info = TreeLangForSequenceClassification.from_pretrained(
+        tmp_path, classifier_hidden_size=6, output_loading_info=True
+    )
+    assert set(info["missing_keys"]) == {f"classifier.{layer}.{p}" for layer in ("dense", "out_proj")
+                                         for p in ("weight", "bias")}
+    encoder = mlm.treelang.state_dict()
+    assert all(torch.equal(value, classifier.treelang.state_dict()[key]) for key, value in encoder.items())
+    dense = classifier.classifier.dense
+    bound = 1 / math.sqrt(dense.in_features)  # nn.Linear's default: U(±1/√fan_in), weight and bias
+    assert 0 < dense.weight.abs().max() <= bound and 0 < dense.bias.abs().max() <= bound
 
 
 def test_folder_loads_with_remote_code_where_hf_treelang_is_not_importable(tmp_path):

@@ -11,13 +11,14 @@ import torch
 
 from hf_treelang import reproduce as reproduce_module
 from hf_treelang.analysis import accuracy_curves, probing
+from hf_treelang.models import TreeLangForSequenceClassification
+from hf_treelang.models.modeling_treelang import TreeLangClassificationHead
 from hf_treelang.reproduce import PRESETS, reproduce, steps_of
 from hf_treelang.reproduce.presets import FIGURE_STEPS
 from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.arguments import PRESETS as TRAINING_PRESETS
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_arguments
 from hf_treelang.train.loop import build_model, check_checkpoint_epochs, validate_arguments
-from hf_treelang.train.readout import MLPReadout, load_root_classifier
 from hf_treelang.train.runs import RunSpec, run_training
 
 TINY = PRESETS["tiny"]
@@ -155,9 +156,9 @@ def test_fig1f_pretrained_arms_get_the_preset_readout(tiny_run):
     runs = json.loads((out / "sample_complexity" / "sample_complexity.json").read_text())["runs"]
     for arm in ("frozen", "finetuned"):
         config = json.loads(Path(runs[arm][0], "config.json").read_text())
-        assert (config["readout"], config["readout_hidden_size"]) == (TINY.finetune_readout, paper.FINETUNE_HIDDEN)
+        assert config["classifier_hidden_size"] == TINY.finetune_classifier_hidden_size == paper.FINETUNE_HIDDEN
     scratch = json.loads(Path(runs["scratch"][0], "config.json").read_text())
-    assert scratch.get("readout", "linear") == "linear"
+    assert scratch["classifier_hidden_size"] == 0
 
 
 def test_accuracy_panel_refuses_runs_without_the_k_test_set():
@@ -219,18 +220,19 @@ def test_checkpoint_epochs_and_readout_out_of_range_are_refused(tmp_path):
                                          r"got 4"):
         check_checkpoint_epochs([1, 4], 3.0)
     data_args, model_args, training_args = parse_arguments("root", ["--output_dir", str(tmp_path / "r")])
-    model_args.readout = "mlp"
-    with pytest.raises(ValueError, match="only used by run_finetune.py"):
+    model_args.classifier_hidden_size = 64
+    with pytest.raises(ValueError, match=r"`classifier_hidden_size` must be 0 .* for a root run from scratch, got 64"):
         validate_arguments("root", data_args, model_args, training_args)
-    model_args.readout = "conv"
-    with pytest.raises(ValueError, match=r"`readout` must be one of \('linear', 'mlp'\), got 'conv'"):
+    model_args.classifier_hidden_size = -3
+    with pytest.raises(ValueError, match=r"`classifier_hidden_size` must be an integer >= 0 .*got -3"):
         validate_arguments("root", data_args, model_args, training_args)
     assert not (tmp_path / "r").exists()
 
 
-def _finetune_model(out, readout="mlp", freeze=True):
+def _finetune_model(out, hidden=paper.FINETUNE_HIDDEN, freeze=True):
     data_args = DataArguments(depth=TINY.depth, num_symbols=TINY.num_symbols)
-    model_args = ModelArguments(model_name_or_path=str(out / "runs" / "mlm"), freeze_encoder=freeze, readout=readout)
+    model_args = ModelArguments(model_name_or_path=str(out / "runs" / "mlm"), freeze_encoder=freeze,
+                                classifier_hidden_size=hidden)
     return build_model("finetune", data_args, model_args)
 
 
@@ -244,17 +246,18 @@ def test_finetune_frozen_encoder_runs_in_eval_mode_in_training(tiny_run):
     assert not torch.equal(trained(input_ids=ids).logits, trained(input_ids=ids).logits)  # dropout on
 
 
-def test_finetune_mlp_readout_saves_and_loads(tiny_run, tmp_path):
+def test_finetune_two_layer_readout_saves_and_loads(tiny_run, tmp_path):
     out, _, _, _ = tiny_run
     model = _finetune_model(out).eval()
-    assert isinstance(model.classifier, MLPReadout) and model.classifier[0].out_features == paper.FINETUNE_HIDDEN
-    assert model.classifier[0].in_features == TINY.model["hidden_size"] * 2**TINY.depth  # the concatenated tokens
+    head = model.classifier
+    assert isinstance(head, TreeLangClassificationHead) and head.dense.out_features == paper.FINETUNE_HIDDEN
+    assert head.dense.in_features == TINY.model["hidden_size"] * 2**TINY.depth  # the concatenated tokens
     model.save_pretrained(tmp_path)
-    loaded = load_root_classifier(tmp_path)
+    loaded = TreeLangForSequenceClassification.from_pretrained(tmp_path).eval()
     ids = torch.randint(0, TINY.num_symbols, (8, 2**TINY.depth))
-    assert isinstance(loaded.classifier, MLPReadout)
-    assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
-    assert isinstance(_finetune_model(out, readout="linear").classifier, torch.nn.Linear)
+    assert isinstance(loaded.classifier, TreeLangClassificationHead)
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert isinstance(_finetune_model(out, hidden=0).classifier, torch.nn.Linear)
 
 
 # ---------------------------------------------------------------- probes as App. E.6 and the notebook

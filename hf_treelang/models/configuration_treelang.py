@@ -64,6 +64,9 @@ class TreeLangConfig(PreTrainedConfig):
         layer_norm_eps (`float`, defaults to 1e-5): epsilon of the post-residual layer norms.
         classifier_pooling (`str`, defaults to `"concat"`): root readout input; `"concat"` flattens the final tokens
             position-wise into a `d * 2**depth` vector (the paper), `"mean"` averages them into a `d` vector.
+        classifier_hidden_size (`int`, defaults to 0): hidden units H of the root readout. 0 is the paper's linear
+            readout (Sec. 3.2), `logits = W x + b`; H >= 1 is the two-layer head of the authors' fine-tuning code
+            (`replace_decoder_with_classification_head`, H = 64 in Fig. 1f), `logits = W₂ relu(W₁ x + b₁) + b₂`.
         initializer (`str`, defaults to `"torch"`): weight initialisation. `"torch"` is what the paper's code gets from
             PyTorch's defaults (`nn.Embedding` N(0, 1); attention in-projection Xavier uniform, zero attention biases;
             other linear layers Kaiming uniform with a = √5 and uniform biases); `"xavier"` draws every matrix and
@@ -91,6 +94,7 @@ class TreeLangConfig(PreTrainedConfig):
     attention_probs_dropout_prob: float = 0.1
     layer_norm_eps: float = 1e-5
     classifier_pooling: str = "concat"
+    classifier_hidden_size: int = 0
     initializer: str = "torch"
     filter_level: int = 0
     sigma: float = 1.0
@@ -150,6 +154,8 @@ class TreeLangConfig(PreTrainedConfig):
             ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
+            ("classifier_hidden_size", _is_int(self.classifier_hidden_size) and self.classifier_hidden_size >= 0,
+             "an integer >= 0 (0: the linear readout; H >= 1: a hidden layer of H units)"),
             ("initializer", self.initializer in INITIALIZERS, f"one of {INITIALIZERS}"),
             ("problem_type", self.problem_type in (None, "single_label_classification"),
              'None or "single_label_classification" (the root head is a q-way classifier)'),

@@ -8,7 +8,8 @@ Glossary: `B` batch, `T = 2**l` sequence length (l = depth ℓ), `C` hidden size
     x  = LayerNorm(x̃ + W_2 relu(W_1 x̃))      (batch_first=True, norm_first=False)
 
 Heads: root classification reads the final tokens concatenated position-wise (a `d * 2**l` vector) with one linear
-layer to q logits; masked language modelling applies one linear layer d -> q to every token.
+layer to q logits (or, with `classifier_hidden_size` H >= 1, the authors' fine-tuning head: d * 2**l -> H -> q with a
+ReLU); masked language modelling applies one linear layer d -> q to every token.
 
 Attention goes through transformers' attention interface (`config._attn_implementation`: "sdpa" by default, "eager",
 or any registered kernel), so `attn_implementation=` and `set_attn_implementation` take effect; `output_attentions=True`
@@ -305,9 +306,18 @@ class TreeLangPreTrainedModel(PreTrainedModel):
     # The losses are means over the batch; Trainer must not pass `num_items_in_batch`.
     accepts_loss_kwargs = False
 
+    def __init__(self, config: TreeLangConfig, *inputs, **kwargs):
+        # A config's values are checked when it is built; `from_pretrained(path, name=value)` sets them afterwards.
+        config._check()
+        super().__init__(config, *inputs, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """The initialisation of the paper's code (`initializer="torch"`, PyTorch's defaults) or Xavier uniform."""
+        """The initialisation of the paper's code (`initializer="torch"`, PyTorch's defaults) or Xavier uniform.
+
+        Every linear layer, the two of the root readout's [`TreeLangClassificationHead`] included, gets PyTorch's
+        default under `"torch"`: the authors' fine-tuning head is built with `nn.Linear`'s own initialisation.
+        """
         xavier = self.config.initializer == "xavier"
         if isinstance(module, AttentionInProjection):
             # torch.nn.MultiheadAttention: Xavier uniform in-projection, zero bias.
@@ -430,9 +440,29 @@ def _encode(model, input_ids, attention_mask, output_attentions, output_hidden_s
     )
 
 
+class TreeLangClassificationHead(nn.Module):
+    """The two-layer root readout of the authors' fine-tuning code (`config.classifier_hidden_size` H >= 1):
+
+        logits = out_proj(relu(dense(x)))      x: (B, D) -> (B, H) -> (B, q)
+
+    without dropout, as `replace_decoder_with_classification_head` in the authors' `modules/models.py`.
+    """
+
+    def __init__(self, in_features: int, hidden_size: int, num_symbols: int):
+        super().__init__()
+        self.dense = nn.Linear(in_features, hidden_size)
+        self.out_proj = nn.Linear(hidden_size, num_symbols)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(F.relu(self.dense(pooled)))  # (B, D) -> (B, H) -> (B, q)
+
+
 class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
     """Root classification (Sec. 3.2): the final tokens, concatenated position-wise into a `d * 2**ℓ` vector (or
-    averaged with `classifier_pooling="mean"`), go through one linear readout to `q` logits.
+    averaged with `classifier_pooling="mean"`), go through one linear readout to `q` logits (`classifier.weight`,
+    `classifier.bias`), or through the authors' two-layer head [`TreeLangClassificationHead`] when
+    `config.classifier_hidden_size` is H >= 1 (`classifier.dense.*`, `classifier.out_proj.*`). The config records
+    which, so `from_pretrained` builds the head the checkpoint was saved with.
 
     The classes are the q symbols, so `num_labels` is always q: `from_pretrained(..., num_labels=k)` with k ≠ q
     raises. For data with k symbols build the config with `TreeLangConfig.from_data(num_symbols=k)`; for other
@@ -449,7 +479,10 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
         self.treelang = TreeLangModel(config)
         positions = config.max_position_embeddings if config.classifier_pooling == "concat" else 1
         readout_in = config.hidden_size * positions  # d * 2**depth (concat) or d (mean)
-        self.classifier = nn.Linear(readout_in, config.num_symbols)
+        if config.classifier_hidden_size:
+            self.classifier = TreeLangClassificationHead(readout_in, config.classifier_hidden_size, config.num_symbols)
+        else:
+            self.classifier = nn.Linear(readout_in, config.num_symbols)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -554,6 +587,7 @@ __all__ = [
     "TreeLangPreTrainedModel",
     "TreeLangModel",
     "TreeLangForMaskedLM",
+    "TreeLangClassificationHead",
     "TreeLangForSequenceClassification",
     "sinusoidal_positional_encoding",
 ]

@@ -57,8 +57,9 @@ def planned_specs(ctx) -> list:
             work_dir=ctx.out / RUNS_DIR / "sample_complexity", epochs=p.sample_epochs, max_steps=p.sample_max_steps,
             num_test=p.num_test, batch_size=p.batch_size, learning_rate=p.learning_rate, num_evaluations=1,
             use_dataset_builder=p.use_dataset_builder):
-        add(dataclasses.replace(spec, readout=p.finetune_readout) if spec.init_from is not None else spec,
-            (sample_complexity.FIGURE_ID,))
+        if spec.init_from is not None:
+            spec = dataclasses.replace(spec, classifier_hidden_size=p.finetune_classifier_hidden_size)
+        add(spec, (sample_complexity.FIGURE_ID,))
     steps = set(p.figure_steps())
     if "root_sweep" in steps:
         for spec in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
@@ -99,8 +100,7 @@ def resolve_for_plan(run: PlannedRun, out: Path):
     start = run.arguments.get("model_name_or_path")
     if run.task != "finetune" or (start is not None and (Path(start) / "config.json").is_file()):
         return train_runs.resolve_arguments(run.task, run.arguments, folder)
-    arguments = {k: v for k, v in run.arguments.items() if k not in ("model_name_or_path", "readout",
-                                                                      "readout_hidden_size")}
+    arguments = {k: v for k, v in run.arguments.items() if k not in ("model_name_or_path", "classifier_hidden_size")}
     return dataclasses.replace(train_runs.resolve_arguments("root", arguments, folder), task="finetune")
 
 

@@ -41,8 +41,9 @@ class Preset:
     main runs at the end of those epochs; ``sweep_filter_levels`` the k_train of Fig. 2a / E.3 (``sweep_sizes`` the
     P for k_train = 0, ``sweep_sizes_filtered`` for k_train > 0, ``sweep_epochs`` each); ``layer_counts`` the n_L of
     App. E.1; ``grammar_seeds`` the other grammars of App. E.2; ``probe_*`` the probes of Fig. 3b / App. E.7
-    (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_readout`` the new head of
-    Fig. 1f's pre-trained arms. An empty sweep setting leaves its step out of the preset.
+    (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_classifier_hidden_size`` the
+    hidden units of the new root readout of Fig. 1f's pre-trained arms (0 = linear, as Sec. 3.2). An empty sweep
+    setting leaves its step out of the preset.
     """
 
     name: str
@@ -75,7 +76,7 @@ class Preset:
     sample_sizes: tuple = (2**7, 2**9, 2**11)
     sample_epochs: float = 20.0
     sample_max_steps: int | None = None
-    finetune_readout: str = "linear"
+    finetune_classifier_hidden_size: int = 0
     attention_filter_levels: tuple = ()
     sweep_filter_levels: tuple = ()
     sweep_sizes: tuple = ()
@@ -131,7 +132,7 @@ PRESETS = {
         probe_learning_rate=paper.PROBE_LEARNING_RATE, probe_hidden=paper.PROBE_HIDDEN,
         filtered_probe_hidden=paper.FILTERED_PROBE_HIDDEN,
         sample_sizes=(2**7, 2**9, 2**11, 2**13, 2**15, 2**17), sample_epochs=float(paper.FINETUNE_EPOCHS),
-        finetune_readout="linear",
+        finetune_classifier_hidden_size=0,
         attention_filter_levels=(1, 2, 3, 4),
         sweep_filter_levels=paper.SWEEP_FILTER_LEVELS, sweep_sizes=paper.SWEEP_SIZES,
         sweep_sizes_filtered=paper.SWEEP_SIZES_FILTERED, sweep_epochs=float(paper.SWEEP_EPOCHS),
@@ -144,7 +145,8 @@ PRESETS = {
         model={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 1, "intermediate_size": 64},
         root_train=128, root_epochs=1.0, root_checkpoint_epochs=(1,), mlm_train=128, mlm_epochs=1.0,
         num_test=64, num_evaluations=1, analysis_samples=64, probe_train=64, probe_validation=32, probe_test=32,
-        probe_epochs=2, sample_sizes=(64,), sample_epochs=1.0, finetune_readout="mlp",
+        probe_epochs=2, sample_sizes=(64,), sample_epochs=1.0,
+        finetune_classifier_hidden_size=paper.FINETUNE_HIDDEN,
         attention_filter_levels=(2,), sweep_filter_levels=(0, 2), sweep_sizes=(64, 128), sweep_epochs=1.0,
         layer_counts=(1, 2), grammar_seeds=(1,), use_dataset_builder=False, cpu_threads=1,
     ),

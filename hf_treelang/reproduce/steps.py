@@ -273,11 +273,14 @@ def _step_probe(ctx: Context) -> dict:
 
 def _step_sample_complexity(ctx: Context) -> dict:
     """Fig. 1f: every arm trains ``sample_epochs`` (the paper preset: 200, as the root runs and the authors'
-    fine-tuning); the pre-trained arms get the preset's ``finetune_readout`` and a frozen encoder in eval mode."""
+    fine-tuning); the pre-trained arms get the preset's ``finetune_classifier_hidden_size`` (their root readout)
+    and a frozen encoder in eval mode."""
     p = ctx.preset
 
     def train(spec: RunSpec) -> dict:
-        return ctx.run(replace(spec, readout=p.finetune_readout) if spec.init_from is not None else spec)
+        if spec.init_from is not None:
+            spec = replace(spec, classifier_hidden_size=p.finetune_classifier_hidden_size)
+        return ctx.run(spec)
 
     result = sample_complexity_analysis.sample_complexity_sweep(
         ctx.run_dir("mlm"), list(p.sample_sizes), ctx.out / "runs" / "sample_complexity", epochs=p.sample_epochs,

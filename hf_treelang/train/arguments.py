@@ -148,6 +148,12 @@ class ModelArguments:
         default="concat",
         metadata={"help": "Root readout input: 'concat' (the paper: all final tokens) or 'mean'."},
     )
+    classifier_hidden_size: int = field(
+        default=0,
+        metadata={"help": "Finetuning: hidden units H of the new root readout; 0 (default) is Sec. 3.2's linear "
+                  "readout, H >= 1 the authors' fine-tuning head d*2**depth -> H -> q with a ReLU (their Fig. 1f "
+                  f"code: H = {paper.FINETUNE_HIDDEN}). Saved in config.json: from_pretrained rebuilds the head."},
+    )
     initializer: str = field(
         default="torch", metadata={"help": "Initialisation: 'torch' (the paper code's PyTorch defaults) or 'xavier'."}
     )
@@ -160,16 +166,6 @@ class ModelArguments:
         default=False,
         metadata={"help": "Finetuning: train only the root readout; the frozen encoder runs in eval mode (no dropout), "
                   "as the authors' freeze_encoder_weights (Fig. 1f)."},
-    )
-    readout: str = field(
-        default="linear",
-        metadata={"help": "Finetuning: the new root readout, 'linear' (Sec. 3.2's linear readout) or 'mlp' (the "
-                  "authors' fine-tuning head: d*2**depth -> readout_hidden_size -> q with a ReLU); see "
-                  "hf_treelang.train.readout for saving and loading an 'mlp' head."},
-    )
-    readout_hidden_size: int = field(
-        default=paper.FINETUNE_HIDDEN,
-        metadata={"help": "Finetuning with --readout mlp: hidden units of the head (the authors': 64)."},
     )
 
     def model_kwargs(self, depth: int) -> dict:

@@ -58,7 +58,7 @@ from .folders import (
     write_run_complete,
 )
 from .launch import relaunch_data_parallel_cpu
-from .readout import check_readout, keep_frozen_in_eval_mode, set_readout
+from .readout import keep_frozen_in_eval_mode
 from .outputs import write_outputs, write_run_config
 from .engine import check_engine_arguments, check_single_run_checkpoint, trainer_for
 
@@ -127,10 +127,10 @@ def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArg
             raise ValueError("`dataloader_persistent_workers` must be False for MLM with dataloader_num_workers > 0 "
                              "(persistent workers keep the collator of the first epoch, and the masks are keyed by "
                              "the epoch), got True")
-    check_readout(model_args.readout, model_args.readout_hidden_size)
-    if task != "finetune" and model_args.readout != "linear":
-        raise ValueError(f"readout {model_args.readout!r} is only used by run_finetune.py (a new head on an MLM "
-                         "checkpoint); root classification from scratch has the paper's linear readout")
+    if task != "finetune" and config.classifier_hidden_size:
+        raise ValueError(f"`classifier_hidden_size` must be 0 (the paper's linear readout) for a {task} run from "
+                         f"scratch, got {config.classifier_hidden_size}: the authors' two-layer head is the new head "
+                         "of run_finetune.py on an MLM checkpoint")
     check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
 
 
@@ -185,13 +185,16 @@ def _check_saved_model(name: str, path, saved: dict, data_args: DataArguments) -
 
 
 def build_model(task: str, data_args: DataArguments, model_args: ModelArguments):
-    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint."""
+    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint (its encoder;
+    a new root readout of ``classifier_hidden_size`` hidden units, 0: linear)."""
     from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
 
     if task == "finetune":
-        model = TreeLangForSequenceClassification.from_pretrained(model_args.model_name_or_path)
+        # the new root readout is part of the architecture: the config says which head to build (and to reload)
+        model = TreeLangForSequenceClassification.from_pretrained(
+            model_args.model_name_or_path, classifier_hidden_size=model_args.classifier_hidden_size
+        )
         model.config.filter_level = data_args.k_train
-        set_readout(model, model_args.readout, model_args.readout_hidden_size)
         if model_args.freeze_encoder:
             model.freeze_encoder()
             keep_frozen_in_eval_mode(model)

@@ -43,8 +43,8 @@ class RunSpec:
         model_kwargs: the architecture (``hidden_size``, ``num_hidden_layers``, ...).
         init_from: an MLM checkpoint to start a root classifier from (fine-tuning), or None.
         freeze_encoder: with ``init_from``: train the readout only (the frozen encoder in eval mode).
-        readout, readout_hidden_size: with ``init_from``: the new root readout, ``"linear"`` or the authors'
-            ``"mlp"`` head (:mod:`hf_treelang.train.readout`).
+        classifier_hidden_size: with ``init_from``: hidden units of the new root readout, 0 for the linear one or
+            H >= 1 for the authors' two-layer head (``TreeLangConfig.classifier_hidden_size``).
         checkpoint_epochs: also evaluate and save a checkpoint at the end of these epochs.
         epochs, max_steps, batch_size, learning_rate, seed: the optimisation (paper: Adam 1e-4, batch 32).
         num_evaluations: log-spaced evaluations with the BP-KL callback (plus step 0).
@@ -68,8 +68,7 @@ class RunSpec:
     num_eval: int | None = None
     init_from: Path | None = None
     freeze_encoder: bool = False
-    readout: str = "linear"
-    readout_hidden_size: int = 64
+    classifier_hidden_size: int = 0
     checkpoint_epochs: tuple = ()
     epochs: float = 1.0
     max_steps: int | None = None
@@ -92,6 +91,10 @@ class RunSpec:
         if unknown:
             raise ValueError(f"`model_kwargs` has unknown architecture fields {unknown}; allowed: "
                              f"{list(ARCHITECTURE_FIELDS)}")
+        in_kwargs = self.model_kwargs.get("classifier_hidden_size", self.classifier_hidden_size)
+        if in_kwargs != self.classifier_hidden_size:
+            raise ValueError(f"`model_kwargs` sets classifier_hidden_size={in_kwargs!r} and the run "
+                             f"classifier_hidden_size={self.classifier_hidden_size!r}: give it once")
         arguments = {
             "grammar_seed": int(self.grammar_seed),
             "sigma": float(self.sigma),
@@ -105,8 +108,7 @@ class RunSpec:
             "use_dataset_builder": bool(self.use_dataset_builder),
             **self.model_kwargs,
             "freeze_encoder": bool(self.freeze_encoder),
-            "readout": self.readout,
-            "readout_hidden_size": int(self.readout_hidden_size),
+            "classifier_hidden_size": int(self.classifier_hidden_size),
             "num_train_epochs": float(self.epochs),
             "max_steps": -1 if self.max_steps is None else int(self.max_steps),
             "per_device_train_batch_size": int(self.batch_size),
