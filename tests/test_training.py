@@ -128,6 +128,17 @@ def test_root_run_writes_a_complete_loadable_output_folder(tmp_path, capsys):
     assert logits.shape == (2, 3)
 
 
+def test_a_run_without_evaluations_finishes_with_its_final_numbers_and_no_curves(tmp_path):
+    result = _run("root", tmp_path / "run", "--num_evaluations", "0", "--num_checkpoints", "0")
+    assert result.history == [] and "eval_acc_ktest0" in result.final_metrics  # one evaluation after the last step
+    out = tmp_path / "run"
+    assert (out / "run_complete.json").is_file() and (out / "metrics.json").is_file()
+    assert not (out / "curves.png").exists() and not (out / "kl_curves.png").exists()
+    card = (out / "README.md").read_text()
+    assert "No curves: the run was not evaluated during training" in card and "kl_curves.png" not in card
+    assert "${" not in card
+
+
 def test_dataset_builder_data_trains_mlm_and_finetune_keeps_a_frozen_encoder(tmp_path):
     mlm = _run("mlm", tmp_path / "mlm", "--use_dataset_builder", "true")
     assert {f"eval_acc_ktest{k}" for k in range(3)} <= set(mlm.final_metrics)

@@ -2,7 +2,8 @@
 
 * :func:`write_outputs` — every file below, from the run's arguments, final metrics and evaluation history;
 * :func:`plot_curves` — ``kl_curves.png`` (mean D_KL(BP_k || model) against the step, every k) and ``curves.png``
-  (KL, the k_test accuracies, the loss and the agreement with the matched BP, each on its own axes);
+  (KL, the k_test accuracies, the loss and the agreement with the matched BP, each on its own axes); a run without
+  evaluations during training (``--num_evaluations 0``) has no curves, and its card says so;
 * :func:`render_model_card` — ``README.md`` from the template ``model_cards/treelang_model_card.md``.
 """
 
@@ -21,6 +22,12 @@ from hf_treelang.plotting import level_color, pyplot, save_figure
 from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 
 MODEL_CARD_TEMPLATE = importlib.resources.files("hf_treelang.model_cards") / "treelang_model_card.md"
+CURVES_TEXT = """![KL curves](kl_curves.png)
+
+`curves.png` adds the test accuracies per k_test (dashed: BP), the validation loss and the agreement with the
+matched BP; `eval_history.json` and `tensorboard/` hold every evaluation."""
+NO_CURVES_TEXT = """No curves: the run was not evaluated during training (`--num_evaluations 0`); the numbers above come
+from one evaluation after its last step."""
 PIPELINE_TAGS = {"root": "text-classification", "mlm": "fill-mask", "finetune": "text-classification"}
 TASK_TAGS = {"root": "root-classification", "mlm": "masked-language-modeling", "finetune": "root-classification"}
 TASK_TITLES = {
@@ -64,7 +71,13 @@ def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path
         depth, k_train, test_levels: ℓ, the training filter level and the k_test sets.
         num_eval, num_test, reference_sizes: the sizes written on the panels: in-sample sequences, test sequences
             per k_test (the model) and ``{k_test: n}`` behind BP's reference accuracy.
+
+    Raises:
+        ValueError: ``history`` holds no evaluation (nothing to draw on the log-scaled axes).
     """
+    if not history:
+        raise ValueError("`history` must hold at least one evaluation to plot curves, got none (a run with "
+                         "num_evaluations=0 has no curves)")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.0))
     _kl_panel(ax, history, depth, k_train, num_eval)
@@ -124,8 +137,11 @@ def format_value(value) -> str:
 def render_model_card(task: str, data_args: DataArguments, model_args: ModelArguments,
                       training_args: TreeLangTrainingArguments, final: dict, train_runtime: float,
                       global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE, *,
-                      reference_sizes: dict | None = None) -> str:
+                      reference_sizes: dict | None = None, has_curves: bool = True) -> str:
     """The model card (README.md) of a finished run, from ``model_cards/treelang_model_card.md``.
+
+    ``has_curves``: the run drew ``curves.png`` / ``kl_curves.png`` (False: it had no evaluation during training,
+    and the card says so instead of showing them).
 
     ``reference_sizes``: ``{k_test: n}``, the sequences behind BP's reference accuracy of each k_test set
     (:attr:`~.callbacks.BPTargets.reference_sizes`; default: the test sets themselves, ``num_test``). The card
@@ -176,6 +192,7 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         "accuracy_rows": "\n".join(rows),
         "kl_rows": "\n".join(kl_rows),
         "spearman": format_value(final.get("eval_spearman_bp")),
+        "curves": CURVES_TEXT if has_curves else NO_CURVES_TEXT,
         "match": format_value(final.get("eval_match_bp")),
         "citation": BIBTEX,
     }
@@ -217,10 +234,11 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
     }
     with open(os.path.join(output_dir, "metrics.json"), "w") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
-    plot_curves(history, data_args.depth, data_args.k_train, data_args.test_levels(),
-                os.path.join(output_dir, "curves.png"), os.path.join(output_dir, "kl_curves.png"),
-                num_eval=data_args.num_eval, num_test=data_args.num_test, reference_sizes=targets.reference_sizes)
+    if history:  # none with num_evaluations=0: the card says there are no curves
+        plot_curves(history, data_args.depth, data_args.k_train, data_args.test_levels(),
+                    os.path.join(output_dir, "curves.png"), os.path.join(output_dir, "kl_curves.png"),
+                    num_eval=data_args.num_eval, num_test=data_args.num_test, reference_sizes=targets.reference_sizes)
     card = render_model_card(task, data_args, model_args, training_args, final, train_runtime, global_step,
-                             reference_sizes=targets.reference_sizes)
+                             reference_sizes=targets.reference_sizes, has_curves=bool(history))
     with open(os.path.join(output_dir, "README.md"), "w") as handle:
         handle.write(card)
