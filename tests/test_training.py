@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,19 @@ def test_a_json_file_gives_the_same_arguments_as_flags(tmp_path):
                                           str(tmp_path / "o"), "--num_train", "64"])
     assert from_json[0] == from_flags[0] and from_json[1] == from_flags[1]
     assert from_json[2].output_dir == from_flags[2].output_dir
+
+
+@pytest.mark.parametrize("task", ["root", "finetune"])
+def test_help_shows_each_default_once(task, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option's help
+    with pytest.raises(SystemExit):
+        parse_arguments(task, ["--help"])
+    helps = dict(re.findall(r"^  (--\w+)[^\n]*\n +([^\n]*)$", capsys.readouterr().out, flags=re.MULTILINE))
+    assert len(helps) > 100  # every dataclass field, TrainingArguments' included
+    assert not [name for name, text in helps.items() if text.count("(default") > 1]
+    assert helps["--num_train_epochs"] == "Epochs (default: from --preset)."
+    assert helps["--hidden_size"] == "Token dimension d (paper: 128). (default: 128)"
+    assert "default" not in helps["--no_use_dataset_builder"]  # a flag: no default to show
 
 
 # ---------------------------------------------------------------- runs

@@ -344,7 +344,9 @@ def parse_arguments(task: str, argv: list | None = None):
         ``(data_args, model_args, training_args)``.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments))
+    from hf_treelang.cli import HelpFormatter  # every option's default shown once, as the hf-treelang commands
+
+    parser = HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments), formatter_class=HelpFormatter)
     if len(argv) == 1 and argv[0].endswith(".json"):
         if not os.path.isfile(argv[0]):
             raise ValueError(f"argument file {argv[0]!r} does not exist")
