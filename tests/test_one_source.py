@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import itertools
 import re
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -33,7 +34,7 @@ from hf_treelang.core.sampling import split_seed
 from hf_treelang.data import publish
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM
-from hf_treelang.train import loop, runs
+from hf_treelang.train import folders, loop, runs
 from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, DataArguments, ModelArguments, TreeLangTrainingArguments
 from hf_treelang.train.callbacks import BPKLCallback
 from hf_treelang.train.data import load_run_data, to_datasets
@@ -241,6 +242,8 @@ def test_run_training_passes_every_architecture_field_to_the_model(tmp_path, mon
 
     def fake_train(task, data_args, model_args, training_args):
         captured.update(task=task, data_args=data_args, model_args=model_args)
+        (Path(training_args.output_dir) / folders.RUN_CONFIG).write_text("{}")  # the loop's complete run folder
+        folders.write_run_complete(training_args.output_dir, task=task, global_step=0)
         return loop.TrainingResult(training_args.output_dir, {}, [], 0.0, 0)
 
     monkeypatch.setattr(loop, "train", fake_train)

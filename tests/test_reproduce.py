@@ -19,7 +19,7 @@ from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.arguments import PRESETS as TRAINING_PRESETS
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_arguments
 from hf_treelang.train.loop import build_model, check_checkpoint_epochs, validate_arguments
-from hf_treelang.train.runs import RunSpec, run_training
+from hf_treelang.train.runs import RunSpec, finished_run, run_training
 
 TINY = PRESETS["tiny"]
 
@@ -34,7 +34,7 @@ def tiny_run(tmp_path_factory):
 
 
 def _done(out, name):
-    return json.loads((out / "runs" / name / "run_done.json").read_text())
+    return finished_run(out / "runs" / name)
 
 
 def test_tiny_preset_runs_every_step_and_embeds_every_figure(tiny_run):
@@ -104,7 +104,7 @@ def test_fig2a_and_e3_read_every_run_out_of_and_in_sample(tiny_run):
         for curve in panel["curves"]:
             k = curve["filter_level"]
             assert curve["sizes"] == sorted(TINY.sweep_sizes_of(k))
-            finals = [json.loads(Path(run, "run_done.json").read_text())["final"] for run in curve["runs"]]
+            finals = [finished_run(run)["final"] for run in curve["runs"]]
             assert curve["accuracy"] == [f[f"eval_acc_ktest{k_test(k)}"] for f in finals]
             assert curve["bp_accuracy"] == finals[-1][f"eval_bp_acc_ktest{k_test(k)}"]
     # the run with the main root run's settings is the main root run, not a second training

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from hf_treelang.analysis import sample_complexity
 from hf_treelang.reproduce import plan as reproduce_plan
 from hf_treelang.reproduce import run as reproduce_run
 from hf_treelang.sweep import engine, estimate, figure, spec
-from hf_treelang.train import loop, runs
+from hf_treelang.train import folders, loop, runs
 from hf_treelang.train.arguments import TASKS
 
 TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 16,
@@ -40,10 +41,16 @@ def fake_train(monkeypatch):
         calls.append((task, training_args.seed, data_args.k_train))
         if training_args.seed == 13:
             raise RuntimeError("diverged")
-        os.makedirs(training_args.output_dir, exist_ok=True)
+        output_dir = training_args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
         final = {"eval_acc_ktest0": 0.25 + 0.25 * training_args.seed, "eval_bp_acc_ktest0": 1.0,
                  f"eval_kl_bp_k{data_args.k_train}": 0.5}
-        return loop.TrainingResult(training_args.output_dir, final, [], 0.0, 4)
+        # the loop's run folder: run_config.json first, metrics.json, run_complete.json last
+        (Path(output_dir) / folders.RUN_CONFIG).write_text(json.dumps({"task": task}))
+        (Path(output_dir) / "metrics.json").write_text(json.dumps({"final": final, "global_step": 4,
+                                                                   "train_runtime_s": 0.0}))
+        folders.write_run_complete(output_dir, task=task, global_step=4)
+        return loop.TrainingResult(output_dir, final, [], 0.0, 4)
 
     monkeypatch.setattr(loop, "train", train)
     monkeypatch.setattr(engine, "ensemble_supported", lambda: False)  # the stand-in trains single runs only
@@ -148,13 +155,32 @@ def test_the_identity_ignores_where_and_how_a_run_logs_but_not_what_it_computes(
 def test_a_rerun_skips_finished_runs_without_training(tmp_path, fake_train):
     first = engine.run_sweep(_spec(), tmp_path, **_quiet())
     assert sorted(first.trained) == ["seed=0", "seed=1"] and len(fake_train) == 2
-    done = {name: (tmp_path / "runs" / name / runs.DONE_FILE).stat().st_mtime_ns for name in first.trained}
+    done = {name: (tmp_path / "runs" / name / folders.RUN_COMPLETE).stat().st_mtime_ns for name in first.trained}
     second = engine.run_sweep(_spec(), tmp_path, **_quiet())
     assert second.trained == [] and sorted(second.skipped) == ["seed=0", "seed=1"] and len(fake_train) == 2
-    assert {name: (tmp_path / "runs" / name / runs.DONE_FILE).stat().st_mtime_ns for name in done} == done
+    assert {name: (tmp_path / "runs" / name / folders.RUN_COMPLETE).stat().st_mtime_ns for name in done} == done
     records = engine.read_results(tmp_path)
     assert sorted(r["name"] for r in records) == ["seed=0", "seed=1"]  # one record per run, not one per call
     assert {r["identity"] for r in records} == {run.identity for run in second.runs}
+
+
+def test_finished_means_the_loops_completion_marker_listing_the_run_identity(tmp_path, fake_train):
+    engine.run_sweep(_spec({"seed": [0]}), tmp_path, **_quiet())
+    folder = tmp_path / "runs" / "seed=0"
+    identity = runs.read_identity(folder)["identity"]
+    assert sorted(p.name for p in folder.glob("*.json")) == sorted(  # one marker, one identity file
+        [folders.RUN_COMPLETE, folders.RUN_CONFIG, runs.IDENTITY_FILE, "metrics.json"])
+    summary = runs.finished_run(folder, identity)
+    assert summary["accuracy"] == 0.25 and summary["global_step"] == 4 and summary["identity"] == identity
+    assert runs.finished_run(folder, "another identity") is None
+    marker = json.loads((folder / folders.RUN_COMPLETE).read_text())
+    del marker["files"][runs.IDENTITY_FILE]  # a completion that does not vouch for this identity file
+    (folder / folders.RUN_COMPLETE).write_text(json.dumps(marker))
+    assert runs.finished_run(folder, identity) is None and runs.folder_state(folder, identity).status == "resume"
+    (folder / folders.RUN_COMPLETE).unlink()  # interrupted: no marker
+    assert runs.folder_state(folder, identity).status == "resume"
+    assert engine.run_sweep(_spec({"seed": [0]}), tmp_path, **_quiet()).trained == ["seed=0"]
+    assert runs.finished_run(folder, identity) is not None and len(fake_train) == 2
 
 
 def test_an_out_of_another_spec_is_refused_and_force_retrains_only_what_changed(tmp_path, fake_train):
@@ -214,9 +240,9 @@ def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_tr
     request.addfinalizer(alive.kill)
     for name, pid in (("seed=2", alive.pid), ("seed=3", dead.pid)):  # another live process, and a finished one
         folder = tmp_path / "runs" / name
-        (folder / runs.DONE_FILE).unlink()
-        state = json.loads((folder / runs.STATE_FILE).read_text())
-        (folder / runs.STATE_FILE).write_text(json.dumps({**state, "status": "running", "pid": pid}))
+        (folder / folders.RUN_COMPLETE).unlink()  # not complete
+        record = json.loads((folder / runs.IDENTITY_FILE).read_text())
+        (folder / runs.IDENTITY_FILE).write_text(json.dumps({**record, "pid": pid}))
     statuses = {row.name: row.status for row in engine.sweep_status(tmp_path)}
     assert statuses == {"seed=0": "done", "seed=13": "failed", "seed=2": "running", "seed=3": "interrupted"}
     assert engine.main(["--status", str(tmp_path)]) == 0
@@ -251,13 +277,13 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
     assert first.records["seed=0"]["global_step"] == 4
     checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert [p.name for p in checkpoints] == ["checkpoint-1", "checkpoint-4"]
-    # the process died after its first checkpoint: no later checkpoint, no run_done.json, a dead pid
+    # the process died after its first checkpoint: no later checkpoint, no run_complete.json, a dead pid
     import shutil
 
     shutil.rmtree(checkpoints[-1])
-    (folder / runs.DONE_FILE).unlink()
-    state = json.loads((folder / runs.STATE_FILE).read_text())
-    (folder / runs.STATE_FILE).write_text(json.dumps({**state, "status": "running", "pid": 2**22 + 1}))
+    (folder / folders.RUN_COMPLETE).unlink()
+    record = json.loads((folder / runs.IDENTITY_FILE).read_text())
+    (folder / runs.IDENTITY_FILE).write_text(json.dumps({**record, "pid": 2**22 + 1}))
     assert [row.status for row in engine.sweep_status(tmp_path)] == ["interrupted"]
     second = engine.run_sweep(sweep, tmp_path, **_quiet())
     record = second.records["seed=0"]
@@ -274,8 +300,8 @@ def test_the_local_executor_trains_in_worker_processes_and_redraws_the_grid(tmp_
     names = ["learning_rate=0.0001", "learning_rate=0.0002"]
     assert result.failed == {} and sorted(result.trained) == names
     for name in names:
-        state = json.loads((tmp_path / "runs" / name / runs.STATE_FILE).read_text())
-        assert state["pid"] != os.getpid() and state["status"] == "done"
+        record = json.loads((tmp_path / "runs" / name / runs.IDENTITY_FILE).read_text())
+        assert record["pid"] != os.getpid() and runs.finished_run(tmp_path / "runs" / name, record["identity"])
         assert (tmp_path / engine.LOGS_DIR / f"{name}.log").is_file()  # what the worker printed
     summary = json.loads((tmp_path / figure.SUMMARY_FILE).read_text())
     assert summary["x_axis"] == "learning_rate" and summary["finished"] == 2
@@ -289,8 +315,9 @@ def test_seeds_and_k_train_train_as_one_ensemble_whose_members_become_the_run_fo
     assert result.failed == {} and sorted(result.trained) == ["k_train=0", "k_train=2"]
     for name, k in (("k_train=0", 0), ("k_train=2", 2)):
         folder = tmp_path / "runs" / name
-        state = json.loads((folder / runs.STATE_FILE).read_text())
-        assert state["status"] == "done" and state["trained_in"].endswith("ensemble-k_train=0-x2")
+        record = json.loads((folder / runs.IDENTITY_FILE).read_text())
+        assert record["trained_in"].endswith("ensemble-k_train=0-x2")
+        assert runs.IDENTITY_FILE in json.loads((folder / folders.RUN_COMPLETE).read_text())["files"]
         assert json.loads((folder / "config.json").read_text())["filter_level"] == k
         assert result.records[name]["global_step"] == 2
     assert not (tmp_path / engine.ENSEMBLES_DIR / "ensemble-k_train=0-x2").exists()  # moved into the run folders
@@ -327,7 +354,7 @@ def test_sample_complexity_is_a_sweep_estimated_first_and_never_stale(tmp_path):
     assert all(0.0 <= values[0] <= 1.0 for values in result.accuracy.values()) and result.bp_accuracy == 1.0
     assert lines[0].startswith("2 runs: 0 finished earlier, 2 to train")
     assert any("estimated time on this machine" in line for line in lines[:8])
-    assert (tmp_path / "out" / "runs" / "frozen-P16" / runs.DONE_FILE).is_file()
+    assert runs.finished_run(tmp_path / "out" / "runs" / "frozen-P16") is not None
     lines.clear()
     again = sample_complexity.sample_complexity_sweep(checkpoint, work_dir=tmp_path / "out", **options)
     assert again.accuracy == result.accuracy and lines[0].startswith("2 runs: 2 finished earlier, 0 to train")

@@ -198,7 +198,7 @@ class EngineRunner:
             raise RuntimeError(f"training run {name!r} failed: {result.failed[name]}")
         self.used.append({"name": name, "task": task, "arguments": arguments, "identity": result.runs[0].identity})
         self.trained += len(result.trained)
-        return train_runs.read_json_file(self.out / RUNS_DIR / name / train_runs.DONE_FILE)
+        return train_runs.finished_run(self.out / RUNS_DIR / name)
 
 
 def finished_runs(out) -> dict:
@@ -207,7 +207,7 @@ def finished_runs(out) -> dict:
     recorded = train_runs.read_json_file(out / SWEEP_FILE) or {}
     finished = {}
     for entry in recorded.get("runs", []):
-        done = train_runs.read_json_file(out / RUNS_DIR / entry["name"] / train_runs.DONE_FILE)
+        done = train_runs.finished_run(out / RUNS_DIR / entry["name"])
         if done is not None and done.get("identity"):
             finished[entry["name"]] = done["identity"]
     return finished
@@ -233,8 +233,7 @@ def marker_valid(marker: dict | None, preset, out) -> bool:
         if resolved.identity != run["identity"]:
             return False
     for name, identity in marker.get("finished", {}).items():
-        done = train_runs.read_json_file(out / RUNS_DIR / name / train_runs.DONE_FILE)
-        if done is None or done.get("identity") != identity:
+        if train_runs.finished_run(out / RUNS_DIR / name, identity) is None:
             return False
     return True
 

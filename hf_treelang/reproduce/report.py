@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
+from hf_treelang.train.runs import finished_run
 
 from .presets import Preset
 from .steps import steps_of
@@ -69,7 +70,7 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         "",
     ]
     bp = read_json(out / "bp" / "bp_baselines.json")
-    runs = {task: read_json(out / "runs" / task / "run_done.json") for task in ("root", "mlm")}
+    runs = {task: finished_run(out / "runs" / task) for task in ("root", "mlm")}
     reference = sorted({n for task in ("root", "mlm")
                         for n in ((read_json(out / "runs" / task / "metrics.json") or {}).get("bp_reference_size")
                                   or {}).values()})

@@ -3,8 +3,8 @@
 A sweep is a list of :class:`PlannedRun` (a name, a task and run arguments) — from a SPEC's grid
 (:func:`spec_runs`), a reproduction's preset or the sample-complexity arms — trained into ``OUT``:
 
-* ``OUT/runs/<name>/`` — the run's folder (:func:`hf_treelang.train.runs.train_run`: the model, its metrics,
-  ``run_state.json`` and, written last, ``run_done.json``);
+* ``OUT/runs/<name>/`` — the run's folder (:func:`hf_treelang.train.runs.train_run`: ``run_identity.json``, then
+  the training loop's run folder — the model, its metrics and, written last, ``run_complete.json``);
 * ``OUT/sweep.json`` — the SPEC and every run's identity (``hf-treelang sweep --status OUT`` reads it);
 * ``OUT/results.jsonl`` — one record per finished run (its arguments, identity and final metrics), appended as runs
   finish; records of an identity that is no longer planned are dropped when a sweep starts;
@@ -160,8 +160,8 @@ def plan_runs(planned: list, out) -> list:
         except (ValueError, TypeError) as error:
             raise type(error)(f"run {run.name!r}: {error}") from None
         if state.status == "running":
-            raise ValueError(f"run {run.name!r} is being trained by process {state.state.get('pid')} on "
-                             f"{state.state.get('host')}; wait for it or stop it")
+            raise ValueError(f"run {run.name!r} is being trained by process {state.record.get('pid')} on "
+                             f"{state.record.get('host')}; wait for it or stop it")
         resolved.append(SweepRun(run, result, state))
     return resolved
 
@@ -660,28 +660,26 @@ def sweep_status(out) -> list:
     rows = []
     for entry in recorded.get("runs", []):
         folder = out / entry["folder"]
-        done = train_runs.read_json_file(folder / train_runs.DONE_FILE)
-        state = train_runs.read_json_file(folder / train_runs.STATE_FILE)
-        if done is not None and done.get("identity") == entry["identity"]:
+        done = train_runs.finished_run(folder, entry["identity"])  # the completion marker, for this identity
+        record = train_runs.read_identity(folder)
+        if done is not None:
             rows.append(RunStatus(entry["name"], "done", f"{done.get('global_step')} steps, accuracy "
                                                          f"{done.get('accuracy')}"))
-        elif state is None:
+        elif record is None:
             rows.append(RunStatus(entry["name"], "pending"))
-        elif state.get("identity") != entry["identity"]:
+        elif record.get("identity") != entry["identity"]:
             rows.append(RunStatus(entry["name"], "stale", "its folder holds another identity"))
-        elif state.get("status") == "failed":
-            rows.append(RunStatus(entry["name"], "failed", state.get("error", "")))
-        elif state.get("status") == "running":
-            alive = train_runs.process_alive(state.get("host"), state.get("pid"))
-            where = f"process {state.get('pid')} on {state.get('host')}"
+        elif "error" in record:
+            rows.append(RunStatus(entry["name"], "failed", record["error"]))
+        else:  # started and not complete: its process runs, or is gone
+            alive = train_runs.process_alive(record.get("host"), record.get("pid"))
+            where = f"process {record.get('pid')} on {record.get('host')}"
             checkpoint = train_runs.last_checkpoint(folder)
             if alive is False:
                 rows.append(RunStatus(entry["name"], "interrupted", f"{where} is gone; last checkpoint "
                                       f"{checkpoint.name if checkpoint else 'none'}"))
             else:
                 rows.append(RunStatus(entry["name"], "running", where + ("" if alive else " (another host)")))
-        else:
-            rows.append(RunStatus(entry["name"], "pending"))
     return rows
 
 

@@ -11,8 +11,10 @@ Three kinds of folder, told apart by the files in them:
   (:data:`RUN_CONFIG`) is written first, once the inputs are checked and the data built, and ``run_complete.json``
   (:data:`RUN_COMPLETE`) last, atomically (written to a temporary file, then ``os.replace``), listing every file the
   run wrote. A folder with ``run_config.json`` and no ``run_complete.json`` is a run that was interrupted (or is still
-  running): :func:`check_run_complete` refuses it and says what is missing. A model folder has no ``run_config.json``,
-  so it loads as it is.
+  running): :func:`check_run_complete` refuses it and says what is missing, :func:`completed_run` reads the marker of
+  a complete one. A model folder has no ``run_config.json``, so it loads as it is. ``run_complete.json`` is the one
+  completion marker: the runner of sweeps (:mod:`hf_treelang.train.runs`) reads it too, and adds only the run's
+  identity (``run_identity.json``, written before training, so the marker lists it).
 
 A second run into a non-empty ``output_dir`` would mix its files with the first run's (old ``checkpoint-N`` folders
 next to new ones): :func:`check_output_dir_free` refuses it unless the run resumes (``--resume_from_checkpoint``) or
@@ -40,7 +42,7 @@ RUN_FILES = ("config.json", "model.safetensors", "trainer_state.json", "grammar.
 # and random generators (rng_state.pth, or rng_state_<rank>.pth per process of a data-parallel run)
 RESUME_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng_state.pth")
 # what a run writes at the top of its output_dir, removed by --overwrite_output_dir (with the previous marker's list)
-RUN_WRITES = RUN_FILES + (RUN_COMPLETE, "run_done.json", "training_args.bin", "curves.png", "kl_curves.png",
+RUN_WRITES = RUN_FILES + (RUN_COMPLETE, "training_args.bin", "curves.png", "kl_curves.png",
                           "model.safetensors.index.json", "pytorch_model.bin", "eval_history.json.tmp")
 RUN_WRITE_FOLDERS = ("tensorboard",)
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -249,6 +251,20 @@ def check_run_complete(path, name: str = "run") -> None:
         raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
 
 
+def completed_run(path) -> dict | None:
+    """The ``run_complete.json`` of a complete run folder (see :func:`check_run_complete`), or None: not a run folder,
+    interrupted, still running, or a listed file missing."""
+    folder = Path(path)
+    if not is_run_folder(folder) or not (folder / RUN_COMPLETE).is_file():
+        return None
+    try:
+        check_run_complete(folder)
+        marker = json.loads((folder / RUN_COMPLETE).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
 __all__ = [
     "CHECKPOINT_PREFIX",
     "MODEL_FOLDER",
@@ -263,6 +279,7 @@ __all__ = [
     "check_resume_checkpoint",
     "check_run_complete",
     "clear_previous_run",
+    "completed_run",
     "is_run_folder",
     "mark_run_started",
     "read_model_config",

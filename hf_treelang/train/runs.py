@@ -11,8 +11,10 @@ trainings programmatically. Here is what one of them is and does:
   fine-tuning run starts from, and the data-format version (the dataset builder's version);
 * :func:`train_run` trains it into its folder: a finished run of the same identity is returned as it is, an
   interrupted one resumes from its last complete checkpoint, a folder of another identity is emptied and trained
-  again. ``run_state.json`` (identity, arguments, status, process) is written before training, ``run_done.json``
-  (the final numbers) last; :func:`folder_state` reads them.
+  again. ``run_identity.json`` (identity, arguments, the training process, and its error if it failed) is written
+  before training; finished means the training loop's one completion marker, ``run_complete.json``
+  (:mod:`hf_treelang.train.folders`), written last and listing ``run_identity.json``. :func:`folder_state` and
+  :func:`finished_run` read them; the final numbers are the run's ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DONE_FILE = "run_done.json"
 
 
 @dataclass
@@ -131,10 +132,10 @@ def run_training(spec: RunSpec) -> dict:
     """Train ``spec`` into ``spec.output_dir``, or reuse that folder when it holds the same run (:func:`train_run`).
 
     Returns:
-        The run's ``run_done.json``: ``accuracy`` and ``bp_accuracy`` (the model's and the matched BP's accuracy on
-        ``k_tests[0]``), ``final`` (every final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``, ...),
-        ``global_step``, ``train_runtime_s``, ``identity``, ``output_dir``; ``reused`` says whether it was finished
-        before this call.
+        The run's summary (:func:`finished_run`): ``accuracy`` and ``bp_accuracy`` (the model's and the matched
+        BP's accuracy on ``k_tests[0]``), ``final`` (every final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``,
+        ...), ``global_step``, ``train_runtime_s``, ``identity``, ``output_dir``; ``reused`` says whether it was
+        finished before this call.
     """
     task, arguments = spec.arguments()
     return train_run(task, arguments, spec.output_dir)
@@ -142,7 +143,7 @@ def run_training(spec: RunSpec) -> dict:
 
 # ---------------------------------------------------------------- a run's identity, and training that honours it
 
-STATE_FILE = "run_state.json"  # identity, arguments and status, written before training starts
+IDENTITY_FILE = "run_identity.json"  # identity, arguments and the training process, written before training
 IDENTITY_VERSION = 1  # of the recipe below: bump it when the recipe changes, and every identity changes with it
 
 # Fields that change neither the data, the model nor the optimisation: where the run writes, what it logs, how
@@ -384,41 +385,85 @@ def last_checkpoint(output_dir) -> Path | None:
 class FolderState:
     """What a run folder holds for a given identity.
 
-    ``status``: ``"done"`` (finished, same identity: ``result`` is its summary), ``"resume"`` (same identity,
-    interrupted; ``checkpoint`` to resume from, or None to start over), ``"running"`` (same identity, its process is
-    alive), ``"stale"`` (written by another identity, or before identities existed), ``"new"`` (missing or empty).
+    ``status``: ``"done"`` (complete, same identity: ``result`` is its summary, :func:`finished_run`), ``"resume"``
+    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (same identity,
+    its process is alive), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
+    empty). ``record``: the folder's ``run_identity.json``.
     """
 
     status: str
     result: dict | None = None
     checkpoint: Path | None = None
-    state: dict | None = None
+    record: dict | None = None
+
+
+def read_identity(output_dir) -> dict | None:
+    """The ``run_identity.json`` of a run folder (:func:`mark_running`'s record), or None."""
+    record = read_json_file(Path(output_dir) / IDENTITY_FILE)
+    return record if isinstance(record, dict) else None
+
+
+def finished_run(output_dir, identity: str | None = None) -> dict | None:
+    """The summary of a finished run of the runner, or None when the folder holds none (of ``identity``, if given).
+
+    Finished means complete — ``run_complete.json``, the training loop's marker written last
+    (:func:`hf_treelang.train.folders.completed_run`) — with ``run_identity.json`` among the files that marker lists:
+    the identity was recorded before the run that completed, not after it.
+
+    Returns:
+        ``accuracy`` and ``bp_accuracy`` (the model's and the matched BP's accuracy on the first k_test set),
+        ``final`` (every numeric final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``, ...), ``global_step``,
+        ``train_runtime_s`` (from ``metrics.json``), ``identity``, ``task``, ``resumed_from``, ``output_dir``.
+    """
+    from .folders import completed_run
+
+    folder = Path(output_dir)
+    record = read_identity(folder)
+    if record is None or (identity is not None and record.get("identity") != identity):
+        return None
+    marker = completed_run(folder)
+    if marker is None or IDENTITY_FILE not in (marker.get("files") or {}):
+        return None
+    metrics = read_json_file(folder / "metrics.json") or {}
+    final = {key: value for key, value in (metrics.get("final") or {}).items() if isinstance(value, (int, float))}
+    k = ((record.get("config") or {}).get("data_args", {}).get("k_test") or [0])[0]
+    return {
+        "accuracy": final.get(f"eval_acc_ktest{k}"),
+        "bp_accuracy": final.get(f"eval_bp_acc_ktest{k}"),
+        "final": final,
+        "output_dir": str(folder),
+        "global_step": int(metrics.get("global_step", marker.get("global_step", 0))),
+        "train_runtime_s": float(metrics.get("train_runtime_s", 0.0)),
+        "identity": record.get("identity"),
+        "task": record.get("task"),
+        "resumed_from": record.get("resumed_from"),
+    }
 
 
 def folder_state(output_dir, identity: str) -> FolderState:
     """Read a run folder against ``identity``; raise if it holds files that no training run wrote."""
+    from .folders import is_run_folder
+
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {str(folder)!r} exists and is not a folder")
     if not folder.is_dir() or not any(folder.iterdir()):
         return FolderState("new")
-    done = read_json_file(folder / DONE_FILE)
-    state = read_json_file(folder / STATE_FILE)
-    if done is None and state is None:
-        from .folders import is_run_folder
-
+    record = read_identity(folder)
+    if record is None:
         if is_run_folder(folder):
-            return FolderState("stale")  # a training run of no known identity (interrupted, or from an older version)
+            return FolderState("stale")  # a training run of no known identity (a script's, or an older version's)
         raise ValueError(f"output_dir {str(folder)!r} holds files that no run of hf_treelang.train.runs wrote (no "
-                         f"{STATE_FILE}); move them away or choose another folder")
-    if done is not None and done.get("identity") == identity:
-        return FolderState("done", result=done, state=state)
-    if state is None or state.get("identity") != identity:
-        return FolderState("stale", state=state)
-    if state.get("status") == "running" and state.get("pid") != os.getpid() \
-            and process_alive(state.get("host"), state.get("pid")) is not False:
-        return FolderState("running", state=state)
-    return FolderState("resume", checkpoint=last_checkpoint(folder), state=state)
+                         f"{IDENTITY_FILE}); move them away or choose another folder")
+    if record.get("identity") != identity:
+        return FolderState("stale", record=record)
+    result = finished_run(folder, identity)
+    if result is not None:
+        return FolderState("done", result=result, record=record)
+    if "error" not in record and record.get("pid") != os.getpid() \
+            and process_alive(record.get("host"), record.get("pid")) is not False:
+        return FolderState("running", record=record)
+    return FolderState("resume", checkpoint=last_checkpoint(folder), record=record)
 
 
 def train_run(task: str, arguments: dict, output_dir, *, resolved: ResolvedRun | None = None) -> dict:
@@ -427,8 +472,8 @@ def train_run(task: str, arguments: dict, output_dir, *, resolved: ResolvedRun |
     The run's identity (:func:`run_identity` of its fully resolved arguments, the content of the checkpoint it
     starts from and the data-format version) decides: a finished run of the same identity is returned as it is; an
     interrupted one resumes from its last checkpoint (``resume_from_checkpoint``); a folder of another identity is
-    emptied and trained again, so a result is never stale. ``run_state.json`` (identity, arguments, status, process)
-    is written before training and ``run_done.json`` last.
+    emptied and trained again, so a result is never stale. ``run_identity.json`` (identity, arguments, the process)
+    is written before training; the training loop writes ``run_complete.json`` last.
 
     Args:
         task: ``"root"``, ``"mlm"`` or ``"finetune"``.
@@ -437,9 +482,7 @@ def train_run(task: str, arguments: dict, output_dir, *, resolved: ResolvedRun |
         resolved: :func:`resolve_arguments` of the same inputs, when the caller has it already.
 
     Returns:
-        The summary in ``run_done.json``: ``accuracy`` and ``bp_accuracy`` on the first k_test set, ``final`` (every
-        final metric), ``global_step``, ``train_runtime_s``, ``identity``, ``resumed_from``, ``reused`` (True when
-        the run was finished before this call), ``output_dir``.
+        :func:`finished_run`'s summary, plus ``reused`` (True when the run was finished before this call).
     """
     from . import loop
 
@@ -449,8 +492,8 @@ def train_run(task: str, arguments: dict, output_dir, *, resolved: ResolvedRun |
     if state.status == "done":
         return {**state.result, "reused": True}
     if state.status == "running":
-        raise ValueError(f"output_dir {str(folder)!r}: this run is being trained by process {state.state.get('pid')} "
-                         f"on {state.state.get('host')}")
+        raise ValueError(f"output_dir {str(folder)!r}: this run is being trained by process {state.record.get('pid')} "
+                         f"on {state.record.get('host')}")
     resume = state.checkpoint if state.status == "resume" else None
     if resume is None and folder.is_dir():
         shutil.rmtree(folder)  # stale, or interrupted before its first checkpoint: start over
@@ -462,57 +505,51 @@ def train_run(task: str, arguments: dict, output_dir, *, resolved: ResolvedRun |
             training_args.overwrite_output_dir = False  # resuming keeps the folder
     record = mark_running(run, arguments, resumed_from=None if resume is None else resume.name)
     try:
-        result = loop.train(run.task, run.data_args, run.model_args, training_args)
+        loop.train(run.task, run.data_args, run.model_args, training_args)
     except BaseException as error:
-        write_json_atomic(folder / STATE_FILE, {**record, "status": "failed", "error": f"{type(error).__name__}: "
-                                                f"{error}"})
+        write_json_atomic(folder / IDENTITY_FILE, {**record, "error": f"{type(error).__name__}: {error}"})
         raise
-    summary = _finish(run, record, result.final_metrics, result.global_step, result.train_runtime)
-    return {**summary, "reused": False}
+    return {**_finished(run), "reused": False}
 
 
-def _finish(run: ResolvedRun, record: dict, final_metrics: dict, global_step: int, train_runtime: float) -> dict:
-    """Write the finished run's ``run_state.json`` (status done) and, last, ``run_done.json``; returns the latter."""
-    final = {key: value for key, value in final_metrics.items() if isinstance(value, (int, float))}
-    k = run.data_args.test_levels()[0]
-    summary = {
-        "accuracy": final.get(f"eval_acc_ktest{k}"),
-        "bp_accuracy": final.get(f"eval_bp_acc_ktest{k}"),
-        "final": final,
-        "output_dir": str(run.output_dir),
-        "global_step": int(global_step),
-        "train_runtime_s": float(train_runtime),
-        "identity": run.identity,
-        "task": run.task,
-        "resumed_from": record["resumed_from"],
-    }
-    write_json_atomic(run.output_dir / STATE_FILE, {**record, "status": "done", "finished": time.time()})
-    write_json_atomic(run.output_dir / DONE_FILE, summary)
+def _finished(run: ResolvedRun) -> dict:
+    summary = finished_run(run.output_dir, run.identity)
+    if summary is None:
+        raise RuntimeError(f"the run in {str(run.output_dir)!r} ended without its completion marker "
+                           f"({IDENTITY_FILE} listed in run_complete.json)")
     return summary
 
 
 def mark_running(run: ResolvedRun, arguments: dict, *, resumed_from: str | None = None,
                  trained_in: str | None = None) -> dict:
-    """Write ``run_state.json`` (status running, this process) into the run's folder; returns the record."""
+    """Write ``run_identity.json`` (the identity, arguments, this process) into the run's folder, whose previous
+    completion marker no longer describes it; returns the record."""
+    from .folders import mark_run_started
+
     record = {"identity": run.identity, "task": run.task, "arguments": arguments, "config": run.config,
               "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
               "resumed_from": resumed_from, "trained_in": trained_in}
     run.output_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run.output_dir / STATE_FILE, {**record, "status": "running"})
+    mark_run_started(run.output_dir)
+    write_json_atomic(run.output_dir / IDENTITY_FILE, record)
     return record
 
 
 def adopt_run(run: ResolvedRun, trained_folder, record: dict) -> dict:
-    """Make ``trained_folder`` — a finished single-run folder trained elsewhere (an ensemble's member) — the run
-    folder of ``run``: moved to ``run.output_dir`` and marked done with ``record`` (:func:`mark_running`'s).
-    Returns the ``run_done.json``."""
+    """Make ``trained_folder`` — a complete single-run folder trained elsewhere (an ensemble's member) — the run
+    folder of ``run``: moved to ``run.output_dir``, given ``record`` (:func:`mark_running`'s) as its
+    ``run_identity.json``, and its ``run_complete.json`` written again, last, listing it. Returns
+    :func:`finished_run`'s summary."""
+    from .folders import RUN_COMPLETE, completed_run, write_run_complete
+
     trained_folder = Path(trained_folder)
-    metrics = read_json_file(trained_folder / "metrics.json")
-    if metrics is None:
-        raise ValueError(f"{str(trained_folder)!r} is not a finished run folder (no metrics.json)")
+    marker = completed_run(trained_folder)
+    if marker is None:
+        raise ValueError(f"{str(trained_folder)!r} is not a complete run folder (no valid {RUN_COMPLETE})")
     if run.output_dir.exists():
         shutil.rmtree(run.output_dir)
     run.output_dir.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(trained_folder), str(run.output_dir))
-    return _finish(run, record, metrics.get("final", {}), metrics.get("global_step", 0),
-                   metrics.get("train_runtime_s", 0.0))
+    write_json_atomic(run.output_dir / IDENTITY_FILE, record)
+    write_run_complete(run.output_dir, **{key: value for key, value in marker.items() if key != "files"})
+    return _finished(run)
