@@ -5,6 +5,7 @@ working directory, each with the extra arguments of ``TINY`` that shrink data, m
 without an entry in ``TINY`` fails the test: a new command must come with its tiny variant.
 """
 
+import json
 import os
 import re
 import shlex
@@ -33,8 +34,15 @@ TINY = {
     "hf-treelang sample-complexity outputs/run_mlm --out figures/sample_complexity": (
         "--sizes 32 --epochs 1 --num-test 32 --arms scratch frozen"
     ),
+    "hf-treelang sweep spec.json outputs/sweep": "--workers 0 --no-progress",  # spec.json: SWEEP_TINY
+    "hf-treelang sweep --status outputs/sweep": "",
     "hf-treelang reproduce --preset quick outputs/reproduction": "--preset tiny --no-progress",
+    "hf-treelang reproduce --preset paper --plan outputs/plan": "--preset tiny",
 }
+# The README's SPEC (its json block) is written to spec.json with this base: the same grid, tiny runs.
+SWEEP_TINY = {"depth": 2, "num_train": 32, "num_eval": 16, "num_test": 16, "hidden_size": 16, "intermediate_size": 16,
+              "num_hidden_layers": 1, "max_steps": 2, "num_evaluations": 1, "num_checkpoints": 0,
+              "use_dataset_builder": False, "report_to": "none", "disable_tqdm": True}
 SET_UP = ("python -m pip install", "HF_HUB_OFFLINE=1")
 
 
@@ -82,10 +90,12 @@ def _run(command, cwd, env):
 def test_readme_commands_run_at_a_tiny_size(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "cache"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    (spec,) = [json.loads(block) for block in code_blocks("json")]
+    (tmp_path / "spec.json").write_text(json.dumps({**spec, "base": {**spec["base"], **SWEEP_TINY}}))
     for command in readme_commands():
         tiny = f"{command} {TINY[command]}".strip()
-        if "--preset quick" in tiny and "--preset tiny" in tiny:
-            tiny = tiny.replace("--preset quick ", "")
+        if "--preset tiny" in tiny:
+            tiny = re.sub(r"--preset (quick|paper) ", "", tiny)
         done = _run(tiny, tmp_path, env)
         assert done.returncode == 0, f"{tiny}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     outputs = tmp_path / "outputs"
@@ -94,6 +104,8 @@ def test_readme_commands_run_at_a_tiny_size(tmp_path):
     for name in ("calibration", "attention", "probe", "dynamics", "sample_complexity"):
         assert list((tmp_path / "figures" / name).glob("*.png")), name
     assert (outputs / "reproduction" / "report.md").is_file()
+    assert len((outputs / "sweep" / "results.jsonl").read_text().splitlines()) == 4  # the grid: 2 k_train x 2 seeds
+    assert (outputs / "plan" / "plan.json").is_file()
 
 
 @pytest.mark.parametrize("index", range(len(code_blocks("python"))))
