@@ -168,22 +168,40 @@ def test_dataset_builder_data_trains_mlm_and_finetune_keeps_a_frozen_encoder(tmp
     assert "classifier.weight" in after
 
 
-def test_finetuned_two_layer_readout_reloads_with_auto_from_pretrained(tmp_path):
+@pytest.fixture(scope="module")
+def finetuned_with_hidden_layer(tmp_path_factory):
+    """(MLM model folder, fine-tuning run folder) of a fine-tuning with a 5-unit two-layer root readout."""
+    tmp_path = tmp_path_factory.mktemp("finetune_hidden")
     config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=32, num_hidden_layers=2,
                                                   intermediate_size=32)
     hf_treelang.TreeLangForMaskedLM(config).save_pretrained(tmp_path / "mlm")
     _run("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--classifier_hidden_size", "5",
          "--num_evaluations", "1")
-    weights = load_file(tmp_path / "ft" / "model.safetensors")
+    return tmp_path / "mlm", tmp_path / "ft"
+
+
+def test_finetuned_two_layer_readout_reloads_with_auto_from_pretrained(finetuned_with_hidden_layer):
+    _, run = finetuned_with_hidden_layer
+    weights = load_file(run / "model.safetensors")
     assert weights["classifier.dense.weight"].shape == (5, 32 * 4)  # (H, d * 2**depth)
     assert weights["classifier.out_proj.weight"].shape == (3, 5)  # (q, H)
-    loaded, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ft", output_loading_info=True)
+    loaded, info = AutoModelForSequenceClassification.from_pretrained(run, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     # the reference: the saved weights, every one of them, in a model built from the saved config
     reference = hf_treelang.TreeLangForSequenceClassification(loaded.config)
     reference.load_state_dict(weights, strict=True)
     ids = torch.randint(0, 3, (6, 4), generator=torch.Generator().manual_seed(0))
     assert torch.equal(loaded.eval()(input_ids=ids).logits, reference.eval()(input_ids=ids).logits)
+
+
+def test_resuming_a_finetuning_with_another_readout_is_refused_before_anything(finetuned_with_hidden_layer):
+    mlm, run = finetuned_with_hidden_layer
+    checkpoint = sorted(run.glob("checkpoint-*"))[0]
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(ValueError, match=r"was saved with classifier_hidden_size=5; this run has "
+                                         r"classifier_hidden_size=0: pass the checkpoint's readout"):
+        _run("finetune", run, "--model_name_or_path", str(mlm), "--resume_from_checkpoint", str(checkpoint))
+    assert sorted(p.name for p in run.iterdir()) == before
 
 
 def test_resuming_from_a_checkpoint_continues_the_run(tmp_path):

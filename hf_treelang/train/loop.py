@@ -106,6 +106,10 @@ def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArg
                 if saved.get(name) != getattr(config, name):
                     raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with {name}={saved.get(name)}; "
                                      f"this run has {name}={getattr(config, name)}: pass the checkpoint's architecture")
+        if saved.get("classifier_hidden_size", 0) != config.classifier_hidden_size:  # the root readout, every task
+            raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with classifier_hidden_size="
+                             f"{saved.get('classifier_hidden_size', 0)}; this run has classifier_hidden_size="
+                             f"{config.classifier_hidden_size}: pass the checkpoint's readout")
     check_output_dir_free(training_args.output_dir, overwrite=training_args.overwrite_output_dir,
                           resume=resume is not None)
     if task == "finetune":
