@@ -21,6 +21,7 @@ BASE_STEPS = ("data", "bp", "train_root", "train_mlm", "dynamics", "calibration"
 # attention maps) and E.7 right (probes of the k_train MLM models).
 FIGURE_STEPS = ("root_sweep", "layers_sweep", "seed_sweep", "classifier_attention", "probe_filtered")
 
+
 def step_names(attention_filter_levels=(), figure_steps=FIGURE_STEPS) -> list:
     """The ordered step names of a reproduction with these ``attention_filter_levels`` and ``figure_steps``.
 

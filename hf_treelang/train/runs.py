@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-
 @dataclass
 class RunSpec:
     """A training run.
