@@ -9,7 +9,9 @@ Two streams, one home:
 * :func:`training_positions` — fresh positions for every training batch, from a torch generator (the Trainer seeds
   and checkpoints torch's global one).
 
-:func:`mask_single_leaf` applies positions to a batch (the mask id is q) and gives the MLM labels.
+:func:`mask_single_leaf` applies positions to a batch (the mask id is q) and gives the MLM labels;
+:func:`mask_training_batch` adds the optional ``mask_rate`` rule (:func:`check_mask_rate`), used by the collator and
+the device data stream alike.
 
 Worked example (ℓ = 2, q = 4, mask id 4): leaves ``[1, 1, 3, 0]``, position 2 -> input ``[1, 1, 4, 0]``,
 labels ``[-100, -100, 3, -100]``.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .params import check_param
+from .params import check_param, check_real
 
 MASK_STREAM_TAG = 0x3A5C  # the evaluation positions' stream: never shared with the tree or uniform streams
 IGNORE_INDEX = -100  # label of an unmasked position (transformers' convention)
@@ -78,6 +80,40 @@ def mask_single_leaf(input_ids, mask_token_id: int, positions) -> tuple[torch.Te
     return masked, labels
 
 
+def check_mask_rate(mask_rate) -> float | None:
+    """``mask_rate``: None (one masked leaf per sequence, the paper) or a real number in (0, 1]; returns it as a float."""
+    if mask_rate is None:
+        return None
+    check_real("mask_rate", mask_rate, 0.0, 1.0)
+    if mask_rate == 0:
+        raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
+    return float(mask_rate)
+
+
+def mask_training_batch(input_ids: torch.Tensor, mask_token_id: int, positions: torch.Tensor,
+                        draws: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask a training batch: leaf ``positions[i]`` of row i, or, with ``mask_rate``, the leaves its draws chose.
+
+    Args:
+        input_ids: (b, 2**ℓ) symbols.
+        mask_token_id: the mask id q.
+        positions: (b,) the single random leaf of each row (:func:`training_positions`).
+        draws: None (the paper: one masked leaf) or (b, 2**ℓ) bool Bernoulli(``mask_rate``) draws; rows where the
+            draw masked something use it instead of the single random leaf.
+
+    Returns:
+        ``(masked_input_ids, labels)``, both (b, 2**ℓ) int64, labels -100 off the masked leaves.
+    """
+    masked, labels = mask_single_leaf(input_ids, mask_token_id, positions)  # (b, 2**l) each
+    if draws is None:
+        return masked, labels
+    input_ids = torch.as_tensor(input_ids, dtype=torch.int64)
+    chosen = torch.where(draws.any(-1, keepdim=True), draws, labels != IGNORE_INDEX)  # (b, 2**l)
+    masked = torch.where(chosen, torch.full_like(input_ids, mask_token_id), input_ids)
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+    return masked, labels
+
+
 def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """An evaluation set with its fixed masks: ``(masked inputs, labels, positions)``, int64 tensors of shapes
     (n, 2**ℓ), (n, 2**ℓ) (the masked symbol, -100 elsewhere) and (n,)."""
@@ -94,8 +130,10 @@ def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple
 __all__ = [
     "IGNORE_INDEX",
     "MASK_STREAM_TAG",
+    "check_mask_rate",
     "evaluation_positions",
     "mask_evaluation_set",
     "mask_single_leaf",
+    "mask_training_batch",
     "training_positions",
 ]

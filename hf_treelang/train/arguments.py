@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from hf_treelang.core.masking import check_mask_rate
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
@@ -122,10 +123,7 @@ class DataArguments:
             raise ValueError(f"`k_test` must not repeat a level, got {self.k_test!r}")
         for name in ("num_train", "num_eval", "num_test"):
             check_int(name, getattr(self, name), 1, MAX_SIZE)
-        if self.mask_rate is not None:
-            check_real("mask_rate", self.mask_rate, 0.0, 1.0)
-            if self.mask_rate == 0:
-                raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
+        check_mask_rate(self.mask_rate)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from hf_treelang.core.masking import mask_single_leaf, training_positions
+from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 
 EXAMPLE_INDEX = "example_index"  # the training set's row number, the key of an example's training masks
@@ -74,8 +74,7 @@ class MaskedLeafCollator:
     def __post_init__(self):
         if isinstance(self.mask_token_id, bool) or not isinstance(self.mask_token_id, int) or self.mask_token_id < 1:
             raise ValueError(f"mask_token_id must be an int >= 1 (the number of symbols q), got {self.mask_token_id!r}")
-        if self.mask_rate is not None and not 0.0 < float(self.mask_rate) <= 1.0:
-            raise ValueError(f"mask_rate must be None (one masked leaf) or in (0, 1], got {self.mask_rate!r}")
+        self.mask_rate = check_mask_rate(self.mask_rate)
         if self.seed is not None:
             self._generator = torch.Generator().manual_seed(int(self.seed))
 
@@ -88,14 +87,8 @@ class MaskedLeafCollator:
         b, n_leaves = input_ids.shape
         generator = self.keyed_generator(features) if EXAMPLE_INDEX in features[0] else self._generator
         positions = training_positions(b, n_leaves, generator)  # (b,)
-        masked, labels = mask_single_leaf(input_ids, self.mask_token_id, positions)
-        if self.mask_rate is not None:
-            extra = torch.rand((b, n_leaves), generator=generator) < float(self.mask_rate)  # (b, 2**l)
-            has_any = extra.any(-1)  # (b,)
-            # rows where the Bernoulli draw masked something use it instead of the single random leaf
-            chosen = torch.where(has_any.unsqueeze(-1), extra, labels != -100)  # (b, 2**l)
-            masked = torch.where(chosen, torch.full_like(input_ids, self.mask_token_id), input_ids)
-            labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+        draws = None if self.mask_rate is None else torch.rand((b, n_leaves), generator=generator) < self.mask_rate
+        masked, labels = mask_training_batch(input_ids, self.mask_token_id, positions, draws)  # (b, 2**l) each
         return {"input_ids": masked, "labels": labels}
 
     def keyed_generator(self, features: list) -> torch.Generator:

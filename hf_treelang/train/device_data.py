@@ -10,8 +10,8 @@ CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
 
 1. the order of the P training rows, ``torch.randperm(P)``;
 2. the masked leaf of every row served in that order, :func:`hf_treelang.core.masking.training_positions`;
-3. with ``mask_rate``, the Bernoulli draws of every leaf (the rule of :class:`~hf_treelang.train.collators.
-   MaskedLeafCollator`: rows where the draw masked something use it instead of the single random leaf);
+3. with ``mask_rate``, the Bernoulli draws of every leaf (the rule of
+   :func:`hf_treelang.core.masking.mask_training_batch`, shared with the collator);
 
 then moves the epoch to the device (a few hundred kilobytes once per epoch). Why on the CPU: the draws are then the
 same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hf_treelang.core.masking import IGNORE_INDEX, mask_single_leaf, training_positions
-from hf_treelang.core.params import check_int, check_param, check_real
+from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
+from hf_treelang.core.params import check_int, check_param
 
 EPOCH_STREAM_TAG = 0x7E90  # the training order and masks: never shared with the trees', the evaluation masks' streams
 TASKS = ("mlm", "root")
@@ -125,9 +125,7 @@ class TrainingStream:
         if mask_rate is not None:
             if task != "mlm":
                 raise ValueError(f"`mask_rate` is only used by the MLM task, got {mask_rate!r} for task {task!r}")
-            check_real("mask_rate", mask_rate, 0.0, 1.0)
-            if mask_rate == 0:
-                raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
+            check_mask_rate(mask_rate)
         self.task = task
         self.seeds = seeds
         self.num_symbols = q
@@ -176,13 +174,8 @@ class TrainingStream:
                 inputs.append(rows)
                 labels.append(self.roots[member, order.to(self.device)])  # (n,)
                 continue
-            masked, target = mask_single_leaf(rows, self.num_symbols, positions.to(self.device))  # (n, T) each
-            if extra is not None:
-                extra = extra.to(self.device)
-                # rows where the Bernoulli draw masked something use it instead of the single random leaf
-                chosen = torch.where(extra.any(-1, keepdim=True), extra, target != IGNORE_INDEX)  # (n, T)
-                masked = torch.where(chosen, torch.full_like(rows, self.num_symbols), rows)
-                target = torch.where(chosen, rows, torch.full_like(rows, IGNORE_INDEX))
+            draws = None if extra is None else extra.to(self.device)  # (n, T)
+            masked, target = mask_training_batch(rows, self.num_symbols, positions.to(self.device), draws)  # (n, T)
             inputs.append(masked)
             labels.append(target)
         return EpochBatches(torch.stack(inputs), torch.stack(labels), self.batch_size, self.steps_per_epoch)
