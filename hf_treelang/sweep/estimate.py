@@ -1,7 +1,8 @@
 """How long runs will take: their optimizer steps, and steps per second measured on this machine's hardware.
 
-:func:`optimizer_steps` counts a run's steps as ``transformers.Trainer`` does (``max_steps`` when > 0, else
-``ceil(num_train_epochs * ceil(num_train / batch))``). :func:`measure_steps_per_second`
+:func:`~hf_treelang.train.device_data.optimizer_steps` (the one home of the count) counts a run's steps as
+``transformers.Trainer`` does (``max_steps`` when > 0, else ``ceil(num_train_epochs * ceil(num_train / batch))``).
+:func:`measure_steps_per_second`
 times a few optimizer steps (forward, loss, backward, Adam update) of the run's own model and batch size on random
 inputs; evaluations, data building and start-up are not counted, so the estimates are lower bounds.
 
@@ -10,27 +11,17 @@ Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
 
+from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
+
 
 def epoch_steps(num_train: int, batch_size: int, epochs: float) -> int:
     """Optimizer steps of ``epochs`` epochs over ``num_train`` sequences in batches of ``batch_size`` (one process)."""
-    from types import SimpleNamespace
-
-    return optimizer_steps(SimpleNamespace(per_device_train_batch_size=batch_size, world_size=1, max_steps=-1,
-                                           dataloader_drop_last=False, num_train_epochs=epochs), num_train)
-
-
-def optimizer_steps(training_args, num_train: int) -> int:
-    """The optimizer steps of a run with these ``TrainingArguments`` on ``num_train`` sequences, as the Trainer
-    counts them (:func:`hf_treelang.train.ensemble.num_training_steps`, their one home)."""
-    from types import SimpleNamespace
-
-    from hf_treelang.train.ensemble import num_training_steps
-
-    return num_training_steps(SimpleNamespace(num_train=num_train), training_args)
+    return math.ceil(epochs * max(steps_per_epoch(num_train, batch_size), 1))
 
 
 def architecture_key(run) -> tuple:

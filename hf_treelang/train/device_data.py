@@ -51,6 +51,20 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))  # < 2**63
 
 
+def steps_per_epoch(num_train: int, global_batch: int, drop_last: bool = False) -> int:
+    """Optimiser steps of one epoch over ``num_train`` sequences in steps of ``global_batch`` rows (all processes)."""
+    return num_train // global_batch if drop_last else math.ceil(num_train / global_batch)
+
+
+def optimizer_steps(training_args, num_train: int) -> int:
+    """The optimiser steps of a run, as the Trainer counts them: ``max_steps`` when > 0, else
+    ``ceil(num_train_epochs x steps per epoch)``; ``training_args`` is a ``TrainingArguments``."""
+    if training_args.max_steps is not None and training_args.max_steps > 0:
+        return int(training_args.max_steps)
+    global_batch = training_args.per_device_train_batch_size * max(training_args.world_size, 1)
+    per_epoch = steps_per_epoch(num_train, global_batch, training_args.dataloader_drop_last)
+    return math.ceil(training_args.num_train_epochs * max(per_epoch, 1))
+
 @dataclass
 class EpochBatches:
     """One epoch on the device: ``inputs`` (N, n, T), ``labels`` (N, n) roots or (N, n, T) masked leaves, where n is
@@ -139,7 +153,7 @@ class TrainingStream:
         global_batch = self.batch_size * self.world_size
         if self.drop_last and P < global_batch:
             raise ValueError(f"`num_train` = {P} is smaller than one batch ({global_batch} rows) with drop_last")
-        self.steps_per_epoch = P // global_batch if self.drop_last else math.ceil(P / global_batch)
+        self.steps_per_epoch = steps_per_epoch(P, global_batch, self.drop_last)
         self.leaves = leaves.to(self.device)  # (N, P, T)
         self.roots = None if task == "mlm" else roots.to(self.device)  # (N, P)
 
@@ -218,4 +232,5 @@ def epoch_batches(batches: EpochBatches, start: int = 0):
         yield batches.batch(step)
 
 
-__all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_batches", "epoch_generator"]
+__all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_batches", "epoch_generator",
+           "optimizer_steps", "steps_per_epoch"]

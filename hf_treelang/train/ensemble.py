@@ -57,7 +57,7 @@ from hf_treelang.core.params import check_int, check_param
 
 from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 from .callbacks import LogSpacedScheduleCallback, MetricsHistoryCallback, evaluation_history
-from .device_data import TrainingStream
+from .device_data import TrainingStream, optimizer_steps
 from .engine import ENSEMBLE_FILE, ENSEMBLE_MODES, RunDataCache, TreeLangTrainer, check_engine_arguments, no_grad_eval
 from .folders import clear_previous_run, mark_run_started, write_run_complete
 from .outputs import write_run_config
@@ -166,15 +166,6 @@ def ensemble_members(data_args: DataArguments, model_args: ModelArguments,
     return members
 
 
-def num_training_steps(data_args: DataArguments, training_args) -> int:
-    """Optimiser steps of a run: ``max_steps``, or ``ceil(epochs x steps per epoch)`` (the Trainer's count)."""
-    batch = training_args.per_device_train_batch_size * max(training_args.world_size, 1)
-    per_epoch = data_args.num_train // batch if training_args.dataloader_drop_last else -(-data_args.num_train // batch)
-    if training_args.max_steps is not None and training_args.max_steps > 0:
-        return int(training_args.max_steps)
-    return int(np.ceil(training_args.num_train_epochs * max(per_epoch, 1)))
-
-
 def _comparable_training(training_args) -> dict:
     values = training_args.to_dict()
     return {key: value for key, value in values.items() if key not in MEMBER_TRAINING_FIELDS}
@@ -203,7 +194,7 @@ def validate_members(task: str, members: list, *, resume_from_checkpoint=None, m
     reference_data = {k: v for k, v in asdict(first.data_args).items() if k not in MEMBER_DATA_FIELDS}
     reference_model = asdict(first.model_args)
     reference_training = _comparable_training(first.training_args)
-    reference_steps = num_training_steps(first.data_args, first.training_args)
+    reference_steps = optimizer_steps(first.training_args, first.data_args.num_train)
     for member in members[1:]:
         for kind, reference, values in (
             ("data", reference_data, {k: v for k, v in asdict(member.data_args).items() if k not in MEMBER_DATA_FIELDS}),
@@ -216,7 +207,7 @@ def validate_members(task: str, members: list, *, resume_from_checkpoint=None, m
                         f"ensemble members must share the {kind} arguments but their model seed, k_train, grammar "
                         f"seed and σ: `{name}` is {reference.get(name)!r} for member {first.name!r} and "
                         f"{values.get(name)!r} for member {member.name!r}")
-        steps = num_training_steps(member.data_args, member.training_args)
+        steps = optimizer_steps(member.training_args, member.data_args.num_train)
         if steps != reference_steps:
             raise ValueError(f"ensemble members must train for the same number of steps: {reference_steps} for "
                              f"{first.name!r}, {steps} for {member.name!r}")
