@@ -13,20 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from hf_treelang.core.masking import IGNORE_INDEX
-from hf_treelang.train.arguments import TreeLangTrainingArguments, parse_arguments
+from hf_treelang.train.arguments import TreeLangTrainingArguments
 from hf_treelang.train.device_data import TrainingStream, epoch_generator
 from hf_treelang.train.engine import resolve_step_mode
-from hf_treelang.train.loop import train
+from tiny_run import run_tiny
 
-TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
-        "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
-        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "3",
-        "--num_checkpoints", "3", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",
-        "--use_dataset_builder", "false"]
-
-
-def _run(task, output_dir, *extra):
-    return train(task, *parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra]))
 
 
 def _leaves(members=1, n=40, length=8, q=3, seed=0):
@@ -131,13 +122,13 @@ def test_step_mode_cuda_graph_is_refused_without_a_gpu_and_auto_is_eager():
 
 def test_gradient_accumulation_is_refused_by_the_device_engine(tmp_path):
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
-        _run("root", tmp_path / "never", "--gradient_accumulation_steps", "2")
+        run_tiny("root", tmp_path / "never", "--gradient_accumulation_steps", "2")
     assert not (tmp_path / "never").exists()
 
 
 def test_the_device_engine_writes_what_the_dataloader_engine_writes(tmp_path):
-    device = _run("mlm", tmp_path / "device")
-    loader = _run("mlm", tmp_path / "loader", "--train_engine", "dataloader")
+    device = run_tiny("mlm", tmp_path / "device")
+    loader = run_tiny("mlm", tmp_path / "loader", "--train_engine", "dataloader")
     assert device.global_step == loader.global_step == 12
     assert [e["step"] for e in device.history] == [e["step"] for e in loader.history] == [0, 1, 3, 12]
     assert set(device.final_metrics) == set(loader.final_metrics)
@@ -149,11 +140,11 @@ def test_the_device_engine_writes_what_the_dataloader_engine_writes(tmp_path):
 
 
 def test_resuming_gives_byte_identical_weights_with_dropout(tmp_path):
-    full = _run("mlm", tmp_path / "full", "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1")
+    full = run_tiny("mlm", tmp_path / "full", "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1")
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
-    resumed = _run("mlm", resumed_dir, "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1",
+    resumed = run_tiny("mlm", resumed_dir, "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1",
                    "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
     assert resumed.global_step == full.global_step == 12
     first = load_file(tmp_path / "full" / "model.safetensors")

@@ -15,20 +15,11 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 
 import hf_treelang  # noqa: F401  (registers the Auto classes)
 from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
-from hf_treelang.train.loop import main, train
+from hf_treelang.train.loop import main
 from hf_treelang.train.arguments import PRESETS, parse_arguments
+from tiny_run import TINY, run_tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
-        "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
-        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--num_evaluations", "3",
-        "--num_checkpoints", "3", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1",
-        "--use_dataset_builder", "false"]
-
-
-def _run(task, output_dir, *extra):
-    data_args, model_args, training_args = parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra])
-    return train(task, data_args, model_args, training_args)
 
 
 # ---------------------------------------------------------------- collator
@@ -143,7 +134,7 @@ def test_root_run_writes_a_complete_loadable_output_folder(tmp_path, capsys):
 
 
 def test_a_run_without_evaluations_finishes_with_its_final_numbers_and_no_curves(tmp_path):
-    result = _run("root", tmp_path / "run", "--num_evaluations", "0", "--num_checkpoints", "0")
+    result = run_tiny("root", tmp_path / "run", "--num_evaluations", "0", "--num_checkpoints", "0")
     assert result.history == [] and "eval_acc_ktest0" in result.final_metrics  # one evaluation after the last step
     out = tmp_path / "run"
     assert (out / "run_complete.json").is_file() and (out / "metrics.json").is_file()
@@ -154,13 +145,13 @@ def test_a_run_without_evaluations_finishes_with_its_final_numbers_and_no_curves
 
 
 def test_dataset_builder_data_trains_mlm_and_finetune_keeps_a_frozen_encoder(tmp_path):
-    mlm = _run("mlm", tmp_path / "mlm", "--use_dataset_builder", "true")
+    mlm = run_tiny("mlm", tmp_path / "mlm", "--use_dataset_builder", "true")
     assert {f"eval_acc_ktest{k}" for k in range(3)} <= set(mlm.final_metrics)
     state = json.loads((tmp_path / "mlm" / "trainer_state.json").read_text())
     assert state["global_step"] == 12
     card = (tmp_path / "mlm" / "README.md").read_text()
     assert "pipeline_tag: fill-mask" in card
-    _run("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--freeze_encoder", "true")
+    run_tiny("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--freeze_encoder", "true")
     before = load_file(tmp_path / "mlm" / "model.safetensors")
     after = load_file(tmp_path / "ft" / "model.safetensors")
     encoder_keys = [key for key in before if key.startswith("treelang.")]
@@ -175,7 +166,7 @@ def finetuned_with_hidden_layer(tmp_path_factory):
     config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=32, num_hidden_layers=2,
                                                   intermediate_size=32)
     hf_treelang.TreeLangForMaskedLM(config).save_pretrained(tmp_path / "mlm")
-    _run("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--classifier_hidden_size", "5",
+    run_tiny("finetune", tmp_path / "ft", "--model_name_or_path", str(tmp_path / "mlm"), "--classifier_hidden_size", "5",
          "--num_evaluations", "1")
     return tmp_path / "mlm", tmp_path / "ft"
 
@@ -200,16 +191,16 @@ def test_resuming_a_finetuning_with_another_readout_is_refused_before_anything(f
     before = sorted(p.name for p in run.iterdir())
     with pytest.raises(ValueError, match=r"was saved with classifier_hidden_size=5; this run has "
                                          r"classifier_hidden_size=0: pass the checkpoint's readout"):
-        _run("finetune", run, "--model_name_or_path", str(mlm), "--resume_from_checkpoint", str(checkpoint))
+        run_tiny("finetune", run, "--model_name_or_path", str(mlm), "--resume_from_checkpoint", str(checkpoint))
     assert sorted(p.name for p in run.iterdir()) == before
 
 
 def test_resuming_from_a_checkpoint_continues_the_run(tmp_path):
-    full = _run("root", tmp_path / "full")
+    full = run_tiny("root", tmp_path / "full")
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
-    resumed = _run("root", resumed_dir, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    resumed = run_tiny("root", resumed_dir, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
     assert resumed.global_step == full.global_step == 12
     assert [e["step"] for e in resumed.history] == [0, 1, 3, 12]
     first = load_file(tmp_path / "full" / "model.safetensors")
