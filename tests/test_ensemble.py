@@ -20,7 +20,7 @@ from hf_treelang.models import TreeLangConfig, TreeLangForMaskedLM, TreeLangForS
 from hf_treelang.train import loop, outputs
 from hf_treelang.train.arguments import parse_arguments
 from hf_treelang.train.ensemble import choose_ensemble_mode, ensemble_members, train_members
-from hf_treelang.train.stacked import StackedTreeLang, clip_grad_norm_per_member
+from hf_treelang.train.stacked import StackedDropout, StackedTreeLang, clip_grad_norm_per_member
 
 TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
         "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
@@ -176,6 +176,30 @@ def test_stacked_forward_and_gradients_equal_each_members_model(task, pooling, a
         back = stacked.member_model(index)
         assert back.config.filter_level == index % 3
         assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_stacked_dropout_keeps_each_entry_with_probability_one_minus_p_scaled(p):
+    dropout = StackedDropout(p)
+    x = torch.ones(2, 1000, 1000)  # two members
+    torch.manual_seed(0)
+    y = dropout(x)
+    kept = y != 0
+    scale = torch.tensor(1.0 / (1.0 - p))  # the inverted-dropout scale of nn.Dropout, in float32
+    assert torch.all(y[kept] == scale)
+    n = kept.numel()
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    # the two members' masks and neighbouring entries are independent: the correlation is ~0 (5 sigma)
+    a, b = kept[0].flatten().float(), kept[1].flatten().float()
+    assert abs(torch.corrcoef(torch.stack([a, b]))[0, 1].item()) < 5 / (n / 2) ** 0.5
+    assert abs(torch.corrcoef(torch.stack([a[:-1], a[1:]]))[0, 1].item()) < 5 / (n / 2) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), y)  # the global generator's stream, like nn.Dropout
+    x.requires_grad_(True)
+    dropout(x).sum().backward()
+    assert set(x.grad.unique().tolist()) <= {0.0, scale.item()}
+    assert torch.equal(dropout.eval()(x), x)
+    assert torch.equal(StackedDropout(1.0).train()(x), torch.zeros_like(x))
 
 
 def test_gradient_clipping_is_per_member():

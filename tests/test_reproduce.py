@@ -198,7 +198,7 @@ def test_paper_preset_follows_the_authors_scripts():
 
 def test_no_gradient_clipping_by_default(tmp_path):
     assert TreeLangTrainingArguments(output_dir=str(tmp_path)).max_grad_norm == 0
-    for preset in ("default", "paper"):
+    for preset in ("laptop", "paper"):
         _, _, training_args = parse_arguments("root", ["--preset", preset, "--output_dir", str(tmp_path)])
         assert training_args.max_grad_norm == 0
 

@@ -65,18 +65,34 @@ def test_root_collator_and_premasked_examples():
 # ---------------------------------------------------------------- arguments
 
 
-def test_default_arguments_are_the_papers_optimiser():
+def test_the_laptop_preset_is_the_default_and_explicit_flags_win():
     data_args, model_args, args = parse_arguments("root", [])
-    assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (1e-4, 0.0, 0)
-    assert str(args.lr_scheduler_type.value) == "constant"
-    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.999, 1e-8)
-    assert args.per_device_train_batch_size == 32
-    assert (model_args.hidden_size, model_args.intermediate_size, model_args.num_attention_heads) == (128, 2048, 1)
-    assert data_args.num_train == PRESETS["root"]["default"]["num_train"]
+    assert args.preset == "laptop"
+    laptop = PRESETS["root"]["laptop"]
+    assert (model_args.hidden_size, model_args.intermediate_size) == (laptop["hidden_size"], laptop["intermediate_size"])
+    assert (args.learning_rate, model_args.hidden_dropout_prob) == (laptop["learning_rate"], laptop["hidden_dropout_prob"])
+    assert data_args.num_train == laptop["num_train"] and args.num_train_epochs == laptop["num_train_epochs"]
+    assert (args.weight_decay, args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.0, 0.9, 0.999, 1e-8)
     assert data_args.test_levels() == [0, 1, 2, 3, 4]
+    assert (data_args.sigma, data_args.num_symbols, data_args.depth, data_args.grammar_seed) == (1.0, 4, 4, 0)
+    _, model_args, args = parse_arguments("mlm", ["--hidden_size", "32", "--learning_rate", "3e-4",
+                                                  "--lr_scheduler_type", "linear"])
+    assert (model_args.hidden_size, args.learning_rate, str(args.lr_scheduler_type.value)) == (32, 3e-4, "linear")
+    _, _, args = parse_arguments("root", ["--preset", "default"])  # the laptop preset's former name
+    assert args.preset == "laptop"
+    with pytest.raises(ValueError, match="`preset` must be one of"):
+        parse_arguments("root", ["--preset", "huge"])
 
 
-def test_paper_preset_sizes_and_explicit_flags_win():
+def test_paper_preset_is_the_papers_model_and_optimiser_and_explicit_flags_win():
+    for task in ("root", "mlm"):
+        data_args, model_args, args = parse_arguments(task, ["--preset", "paper"])
+        assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (1e-4, 0.0, 0)
+        assert str(args.lr_scheduler_type.value) == "constant"
+        assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.999, 1e-8)
+        assert args.per_device_train_batch_size == 32
+        assert (model_args.hidden_size, model_args.intermediate_size, model_args.num_attention_heads) == (128, 2048, 1)
+        assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.1, 0.1)
     data_args, _, args = parse_arguments("root", ["--preset", "paper"])
     assert (data_args.num_train, data_args.num_test) == (2**17, 10**4)
     data_args, _, args = parse_arguments("mlm", ["--preset", "paper", "--num_test", "5", "--num_train_epochs", "2"])
@@ -103,7 +119,7 @@ def test_help_shows_each_default_once(task, capsys, monkeypatch):
     assert len(helps) > 100  # every dataclass field, TrainingArguments' included
     assert not [name for name, text in helps.items() if text.count("(default") > 1]
     assert helps["--num_train_epochs"] == "Epochs (default: from --preset)."
-    assert helps["--hidden_size"] == "Token dimension d (paper: 128). (default: 128)"
+    assert helps["--hidden_size"] == "Token dimension d (paper: 128). (default: from --preset; laptop: 64)"
     assert "default" not in helps["--no_use_dataset_builder"]  # a flag: no default to show
 
 

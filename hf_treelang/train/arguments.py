@@ -5,8 +5,10 @@ sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to 
 :class:`TreeLangTrainingArguments` (``transformers.TrainingArguments`` with the paper's optimiser as defaults: Adam
 β = (0.9, 0.999), ε = 1e-8, no weight decay, learning rate 1e-4 constant without warm-up, batch 32).
 
-:func:`parse_arguments` reads the command line or one JSON file, then applies ``--preset`` (``"default"``: the small
-CPU run each script does with no arguments; ``"paper"``: the paper's sizes) to every field the user did not set.
+:func:`parse_arguments` reads the command line or one JSON file, then applies ``--preset`` (``"laptop"``: the run
+each script does with no arguments, sized by experiment to show the paper's findings on a 2-core CPU; ``"paper"``:
+the authors' settings) to every field the user did not set. The dataclasses' own defaults are the paper's model and
+optimiser, for code that builds them directly.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.trainer_utils import SchedulerType
 
 from hf_treelang.core.masking import check_mask_rate
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
@@ -33,32 +36,47 @@ ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__ if n
 
 TASKS = ("root", "mlm", "finetune")
 
-# Sizes per task and preset. "default" finishes on a 2-core CPU in <= 15 minutes with the paper's model
-# (d = 128, d' = 2048, n_L = ℓ = 4); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`,
-# sources in training/README.md, "Paper vs code").
+# Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
+# does with no arguments on a 2-core CPU in <= 15 minutes, found by the search in training/README.md ("The laptop
+# preset"); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
+# "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says.
+PAPER_MODEL = {"hidden_size": 128, "intermediate_size": 2048, "hidden_dropout_prob": 0.1,
+               "attention_probs_dropout_prob": 0.1}
+PAPER_OPTIMISER = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "warmup_steps": 0,
+                   "per_device_train_batch_size": 32}
+LAPTOP_MODEL = {"hidden_size": 64, "intermediate_size": 256, "hidden_dropout_prob": 0.0,
+                "attention_probs_dropout_prob": 0.0}
+LAPTOP_OPTIMISER = {"learning_rate": 1e-3, "lr_scheduler_type": "constant", "warmup_steps": 0,
+                    "per_device_train_batch_size": 32}
 PRESETS = {
     "root": {
-        "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
-                    "num_evaluations": 10},
-        "paper": {"num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
-                  "num_train_epochs": float(paper.ROOT_EPOCHS), "num_evaluations": 20,
+        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "num_train": 2**17, "num_eval": 1000, "num_test": 1000,
+                   "num_train_epochs": 12.0, "num_evaluations": 16, "cpu_threads": 2},
+        "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION,
+                  "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.ROOT_EPOCHS), "num_evaluations": 20,
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
     "mlm": {
-        "default": {"num_train": 2**14, "num_eval": 512, "num_test": 256, "num_train_epochs": 5.0,
-                    "num_evaluations": 10},
-        "paper": {"num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
-                  "num_train_epochs": float(paper.MLM_EPOCHS), "num_evaluations": 30,
+        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "num_train": 2**17, "num_eval": 1000, "num_test": 1000,
+                   "num_train_epochs": 12.0, "num_evaluations": 16, "cpu_threads": 2},
+        "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
+                  "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS), "num_evaluations": 30,
                   "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
     },
     "finetune": {
-        "default": {"num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
-                    "num_evaluations": 8},
-        "paper": {"num_train": 2**12, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
+        "laptop": {**LAPTOP_OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
+                   "num_evaluations": 8},
+        "paper": {**PAPER_OPTIMISER, "num_train": 2**12, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
                   "num_train_epochs": float(paper.FINETUNE_EPOCHS), "num_evaluations": 20,
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
 }
+PRESET_ALIASES = {"default": "laptop"}  # the laptop preset's name before 0.3
+
+
+def _from_preset(name: str) -> str:
+    """The end of a help text for a field the presets set: ``(default: from --preset; laptop: <value>)``."""
+    return f"(default: from --preset; laptop: {PRESETS['root']['laptop'][name]})"
 DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune"}
 
 
@@ -130,16 +148,21 @@ class DataArguments:
 class ModelArguments:
     """The transformer (paper Sec. 3.1 / App. C) or the checkpoint to start from."""
 
-    hidden_size: int = field(default=128, metadata={"help": "Token dimension d (paper: 128)."})
+    hidden_size: int = field(default=128, metadata={"help": f"Token dimension d (paper: 128). {_from_preset('hidden_size')}"})
     num_hidden_layers: int | None = field(
         default=None, metadata={"help": "Number of encoder blocks n_L (default: the depth ℓ, as the paper)."}
     )
     num_attention_heads: int = field(default=1, metadata={"help": "Attention heads per layer (paper: 1)."})
-    intermediate_size: int = field(default=2048, metadata={"help": "Feed-forward size d' (paper: 2048)."})
+    intermediate_size: int = field(default=2048, metadata={"help": f"Feed-forward size d' (paper: 2048). {_from_preset('intermediate_size')}"})
     hidden_dropout_prob: float = field(
-        default=0.1, metadata={"help": "Dropout in the blocks (torch.nn.TransformerEncoderLayer's default)."}
+        default=0.1,
+        metadata={"help": "Dropout in the blocks (paper: 0.1, torch.nn.TransformerEncoderLayer's default). "
+                  f"{_from_preset('hidden_dropout_prob')}"},
     )
-    attention_probs_dropout_prob: float = field(default=0.1, metadata={"help": "Dropout on attention weights."})
+    attention_probs_dropout_prob: float = field(
+        default=0.1,
+        metadata={"help": f"Dropout on attention weights (paper: 0.1). {_from_preset('attention_probs_dropout_prob')}"}
+    )
     hidden_act: str = field(default="relu", metadata={"help": "Feed-forward activation: 'relu' (paper) or 'gelu'."})
     layer_norm_eps: float = field(default=1e-5, metadata={"help": "Epsilon of the layer norms (PyTorch's 1e-5)."})
     classifier_pooling: str = field(
@@ -193,15 +216,24 @@ class TreeLangTrainingArguments(TrainingArguments):
         default=None, metadata={"help": "Output folder (default: outputs/run_<task>)."}
     )
     preset: str = field(
-        default="default",
-        metadata={"help": "Sizes for every field left unset: 'default' (a <= 15 min CPU run) or 'paper' (P = 2**17 "
-                  "root / 2**18 MLM, 10**4 test sequences, the paper's epochs)."},
+        default="laptop",
+        metadata={"help": "Settings for every field left unset: 'laptop' (the run found to show the paper's findings "
+                  "on a 2-core CPU in <= 15 minutes: d = 64, d' = 256, no dropout, Adam 1e-3, P = 2**17) or 'paper' "
+                  "(the authors' scripts: the paper's model, Adam 1e-4, P = 2**17 root / 2**18 MLM, 10**4 test "
+                  "sequences, the paper's epochs); 'default' is the laptop preset's former name."},
     )
-    per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size (paper: 32)."})
+    per_device_train_batch_size: int = field(
+        default=32, metadata={"help": f"Batch size (paper: 32). {_from_preset('per_device_train_batch_size')}"}
+    )
     per_device_eval_batch_size: int = field(default=512, metadata={"help": "Batch size of evaluation passes."})
     num_train_epochs: float = field(default=None, metadata={"help": "Epochs (default: from --preset)."})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate (paper: 1e-4, constant)."})
-    lr_scheduler_type: str = field(default="constant", metadata={"help": "Schedule (paper: constant, no warm-up)."})
+    learning_rate: float = field(
+        default=1e-4, metadata={"help": f"Adam learning rate (paper: 1e-4). {_from_preset('learning_rate')}"}
+    )
+    lr_scheduler_type: str = field(
+        default="constant",
+        metadata={"help": f"Schedule (paper: constant, no warm-up). {_from_preset('lr_scheduler_type')}"},
+    )
     optim: str = field(default="adamw_torch", metadata={"help": "Optimiser; AdamW with weight_decay=0 is Adam."})
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay (paper: none)."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam β1 (paper: PyTorch default 0.9)."})
@@ -319,18 +351,28 @@ def _explicit_keys(argv: list) -> set:
     return keys
 
 
-def apply_preset(task: str, data_args: DataArguments, training_args: TreeLangTrainingArguments, explicit: set):
-    """Fill every size the user did not set from ``PRESETS[task][training_args.preset]``."""
+def apply_preset(task: str, data_args: DataArguments, model_args: ModelArguments,
+                 training_args: TreeLangTrainingArguments, explicit: set):
+    """Fill every field the user did not set from ``PRESETS[task][training_args.preset]``.
+
+    The model's fields are the preset's for a model trained from scratch; a fine-tuning run's architecture comes from
+    its checkpoint (``--model_name_or_path``).
+    """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    training_args.preset = PRESET_ALIASES.get(training_args.preset, training_args.preset)
     if training_args.preset not in PRESETS[task]:
-        raise ValueError(f"preset must be one of {sorted(PRESETS[task])}, got {training_args.preset!r}")
+        raise ValueError(f"`preset` must be one of {sorted(PRESETS[task])}, got {training_args.preset!r}")
     for key, value in PRESETS[task][training_args.preset].items():
         if key in explicit:
             continue
         if hasattr(data_args, key):
             if getattr(data_args, key) is None:
                 setattr(data_args, key, value)
+        elif hasattr(model_args, key):
+            setattr(model_args, key, value)
+        elif key == "lr_scheduler_type":  # TrainingArguments.__post_init__ turned the user's into the enum
+            training_args.lr_scheduler_type = SchedulerType(value)
         else:
             setattr(training_args, key, value)
 
@@ -378,7 +420,7 @@ def parse_arguments(task: str, argv: list | None = None):
         data_args, model_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if "output_dir" not in explicit:
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
-    apply_preset(task, data_args, training_args, explicit)
+    apply_preset(task, data_args, model_args, training_args, explicit)
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
     data_args.validate()

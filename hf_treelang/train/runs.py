@@ -85,7 +85,7 @@ class RunSpec:
 
         The task is ``"finetune"`` when ``init_from`` is set. :func:`train_run` trains it.
         """
-        from .arguments import ARCHITECTURE_FIELDS
+        from .arguments import ARCHITECTURE_FIELDS, PAPER_MODEL
 
         unknown = sorted(set(self.model_kwargs) - set(ARCHITECTURE_FIELDS))
         if unknown:
@@ -106,6 +106,7 @@ class RunSpec:
             "num_test": int(self.num_test),
             "k_test": [int(k) for k in self.k_tests],
             "use_dataset_builder": bool(self.use_dataset_builder),
+            **PAPER_MODEL,  # what model_kwargs leaves unset is the paper's model, whatever the scripts' preset
             **self.model_kwargs,
             "freeze_encoder": bool(self.freeze_encoder),
             "classifier_hidden_size": int(self.classifier_hidden_size),
@@ -113,6 +114,8 @@ class RunSpec:
             "max_steps": -1 if self.max_steps is None else int(self.max_steps),
             "per_device_train_batch_size": int(self.batch_size),
             "learning_rate": float(self.learning_rate),
+            "lr_scheduler_type": "constant",
+            "warmup_steps": 0,
             "seed": int(self.seed),
             "report_to": "none",
             "num_evaluations": int(self.num_evaluations),
