@@ -51,14 +51,14 @@ LAPTOP_OPTIMISER = {"learning_rate": 1e-3, "lr_scheduler_type": "constant", "war
 PRESETS = {
     "root": {
         "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "num_train": 2**17, "num_eval": 1000, "num_test": 1000,
-                   "num_train_epochs": 12.0, "num_evaluations": 16, "cpu_threads": 2},
+                   "num_train_epochs": 12.0, "num_evaluations": 16},
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.ROOT_EPOCHS), "num_evaluations": 20,
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
     "mlm": {
-        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "num_train": 2**17, "num_eval": 1000, "num_test": 1000,
-                   "num_train_epochs": 12.0, "num_evaluations": 16, "cpu_threads": 2},
+        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "lr_scheduler_type": "cosine", "num_train": 2**17,
+                   "num_eval": 1000, "num_test": 1000, "num_train_epochs": 12.0, "num_evaluations": 16},
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS), "num_evaluations": 30,
                   "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
