@@ -77,6 +77,8 @@ PRESET_ALIASES = {"default": "laptop"}  # the laptop preset's name before 0.3
 def _from_preset(name: str) -> str:
     """The end of a help text for a field the presets set: ``(default: from --preset; laptop: <value>)``."""
     return f"(default: from --preset; laptop: {PRESETS['root']['laptop'][name]})"
+
+
 DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune"}
 
 
