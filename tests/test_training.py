@@ -69,8 +69,10 @@ def test_the_laptop_preset_is_the_default_and_explicit_flags_win():
     data_args, model_args, args = parse_arguments("root", [])
     assert args.preset == "laptop"
     laptop = PRESETS["root"]["laptop"]
-    assert (model_args.hidden_size, model_args.intermediate_size) == (laptop["hidden_size"], laptop["intermediate_size"])
-    assert (args.learning_rate, model_args.hidden_dropout_prob) == (laptop["learning_rate"], laptop["hidden_dropout_prob"])
+    assert model_args.hidden_size == laptop["hidden_size"]
+    assert model_args.intermediate_size == laptop["intermediate_size"]
+    assert args.learning_rate == laptop["learning_rate"]
+    assert model_args.hidden_dropout_prob == laptop["hidden_dropout_prob"]
     assert data_args.num_train == laptop["num_train"] and args.num_train_epochs == laptop["num_train_epochs"]
     assert (args.weight_decay, args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.0, 0.9, 0.999, 1e-8)
     assert data_args.test_levels() == [0, 1, 2, 3, 4]

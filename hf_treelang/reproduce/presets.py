@@ -122,7 +122,9 @@ PRESETS = {
         "P=2^18 for 2000 epochs (checkpoints at the authors' epochs), 10^4 test inputs; Fig. 2a / E.3 k_train=0..4 "
         "at P=2^9..2^17 (k=0) or 2^20 (k>0), 200 epochs each; E.1 n_L=1..4; E.2 grammar seeds 1, 15, 31; probes "
         "on 2^14 sequences, 100 epochs, best of 10^4 validation sequences; no gradient clipping",
-        model={"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 1, "intermediate_size": 2048},
+        model={"hidden_size": paper.MODEL["hidden_size"], "num_hidden_layers": 4,
+               "num_attention_heads": paper.MODEL["num_attention_heads"],
+               "intermediate_size": paper.MODEL["intermediate_size"]},
         root_train=paper.ROOT_TRAIN, root_epochs=float(paper.ROOT_EPOCHS),
         root_checkpoint_epochs=paper.ROOT_CHECKPOINT_EPOCHS,
         mlm_train=paper.MLM_TRAIN, mlm_epochs=float(paper.MLM_EPOCHS),

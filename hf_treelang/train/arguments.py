@@ -40,10 +40,8 @@ TASKS = ("root", "mlm", "finetune")
 # does with no arguments on a 2-core CPU in <= 15 minutes, found by the search in training/README.md ("The laptop
 # preset"); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
 # "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says.
-PAPER_MODEL = {"hidden_size": 128, "intermediate_size": 2048, "hidden_dropout_prob": 0.1,
-               "attention_probs_dropout_prob": 0.1}
-PAPER_OPTIMISER = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "warmup_steps": 0,
-                   "per_device_train_batch_size": 32}
+PAPER_MODEL = paper.MODEL
+PAPER_OPTIMISER = paper.OPTIMISER
 LAPTOP_MODEL = {"hidden_size": 64, "intermediate_size": 256, "hidden_dropout_prob": 0.0,
                 "attention_probs_dropout_prob": 0.0}
 LAPTOP_OPTIMISER = {"learning_rate": 1e-3, "lr_scheduler_type": "constant", "warmup_steps": 0,
@@ -150,12 +148,18 @@ class DataArguments:
 class ModelArguments:
     """The transformer (paper Sec. 3.1 / App. C) or the checkpoint to start from."""
 
-    hidden_size: int = field(default=128, metadata={"help": f"Token dimension d (paper: 128). {_from_preset('hidden_size')}"})
+    hidden_size: int = field(
+        default=PAPER_MODEL["hidden_size"],
+        metadata={"help": f"Token dimension d (paper: 128). {_from_preset('hidden_size')}"},
+    )
     num_hidden_layers: int | None = field(
         default=None, metadata={"help": "Number of encoder blocks n_L (default: the depth ℓ, as the paper)."}
     )
     num_attention_heads: int = field(default=1, metadata={"help": "Attention heads per layer (paper: 1)."})
-    intermediate_size: int = field(default=2048, metadata={"help": f"Feed-forward size d' (paper: 2048). {_from_preset('intermediate_size')}"})
+    intermediate_size: int = field(
+        default=PAPER_MODEL["intermediate_size"],
+        metadata={"help": f"Feed-forward size d' (paper: 2048). {_from_preset('intermediate_size')}"},
+    )
     hidden_dropout_prob: float = field(
         default=0.1,
         metadata={"help": "Dropout in the blocks (paper: 0.1, torch.nn.TransformerEncoderLayer's default). "

@@ -6,6 +6,13 @@ code") says so. This module imports nothing, so that the command-line front end 
 ``hf-treelang reproduce`` can read it without torch.
 """
 
+# The model and optimiser (App. C, D; modules/models.py and the training scripts): d = 128, d' = 2048, one head,
+# torch.nn.TransformerEncoderLayer's dropout 0.1; Adam lr 1e-4 constant, no warm-up, batches of 32.
+MODEL = {"hidden_size": 128, "intermediate_size": 2048, "num_attention_heads": 1, "hidden_dropout_prob": 0.1,
+         "attention_probs_dropout_prob": 0.1}
+OPTIMISER = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "warmup_steps": 0,
+             "per_device_train_batch_size": 32}
+
 # Root classification (scripts/Transformer_RootInference.py): P = 2**17, 200 epochs, checkpoints at
 # np.unique(np.logspace(0, np.log10(200), 12).astype(int)).
 ROOT_TRAIN = 2**17
