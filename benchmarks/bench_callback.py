@@ -19,7 +19,7 @@ import torch
 
 from hf_treelang.train.callbacks import BPKLCallback, log_spaced_steps
 from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
-from hf_treelang.train.arguments import parse_arguments
+from hf_treelang.train.arguments import parse_command_line
 from hf_treelang.train.data import load_run_data, to_datasets
 from hf_treelang.train.loop import build_model
 
@@ -52,7 +52,7 @@ def main() -> None:
     torch.set_num_threads(options.threads)
     rows = []
     for task in ("root", "mlm"):
-        data_args, model_args, training_args = parse_arguments(task, ["--use_dataset_builder", "false"])
+        data_args, model_args, training_args = parse_command_line(task, ["--use_dataset_builder", "false"])[:3]
         data = load_run_data(data_args)
         train_set, _ = to_datasets(task, data, data_args.num_symbols)
         torch.manual_seed(0)

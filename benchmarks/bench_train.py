@@ -6,9 +6,9 @@ for ensembles: members x steps/s) of
 
 * ``current``: the stock ``transformers.Trainer`` with a DataLoader over a ``datasets.Dataset`` and the masking
   collator (``--train_engine dataloader``);
-* ``fast``: :class:`hf_treelang.train.engine.TreeLangTrainer`, the training set on the device (``--train_engine
+* ``fast``: :class:`hf_treelang.train.trainer.TreeLangTrainer`, the training set on the device (``--train_engine
   device``, the default; a CUDA-graph step on a GPU);
-* ``stacked xN``: N members as one stacked model (:class:`hf_treelang.train.ensemble.EnsembleTrainer`), N = 4, 16
+* ``stacked xN``: N members as one stacked model (:class:`hf_treelang.train.trainer.EnsembleTrainer`), N = 4, 16
   (and 8 at the quick size, the issue's CPU target);
 * ``auto xN``: what ``--ensemble_mode auto`` picks there (stacked, or the members one after another at the fast
   path's rate),
@@ -43,9 +43,9 @@ from hf_treelang.models import TreeLangConfig, TreeLangForMaskedLM
 from hf_treelang.train.arguments import TreeLangTrainingArguments
 from hf_treelang.train.collators import MaskedLeafCollator
 from hf_treelang.train.device_data import TrainingStream
-from hf_treelang.train.engine import TreeLangTrainer
-from hf_treelang.train.ensemble import EnsembleTrainer, choose_ensemble_mode
-from hf_treelang.train.stacked import StackedTreeLang
+from hf_treelang.train.loop import choose_ensemble_mode
+from hf_treelang.train.trainer import EnsembleTrainer, TreeLangTrainer
+from hf_treelang.models.stacked import StackedTreeLang
 
 SIZES = {"paper": {"hidden_size": 128, "intermediate_size": 2048}, "quick": {"hidden_size": 64, "intermediate_size": 256}}
 Q, DEPTH, BATCH = 4, 4, 32

@@ -63,6 +63,9 @@ import numpy as np
 import pyarrow as pa
 
 from hf_treelang.citation import BIBTEX
+from hf_treelang.core import grammar as core_grammar
+from hf_treelang.core import params as core_params
+from hf_treelang.core import sampling as core_sampling
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.params import check_int, check_param, check_sigma, warn_renamed
 from hf_treelang.core.sampling import SPLITS, sample_trees
@@ -348,12 +351,8 @@ def source_hash() -> str:
     Part of the cache directory and of the fingerprint: it is the same on every machine running the same code, and
     changes, so that stale caches are never reused, whenever that code changes.
     """
-    import hf_treelang.core.grammar
-    import hf_treelang.core.params
-    import hf_treelang.core.sampling
-
     digest = hashlib.sha256()
-    modules = (hf_treelang.core.params, hf_treelang.core.grammar, hf_treelang.core.sampling)
+    modules = (core_params, core_grammar, core_sampling)
     for path in (__file__, *(module.__file__ for module in modules)):
         digest.update(Path(path).read_bytes().replace(b"\r\n", b"\n"))
     return digest.hexdigest()[:16]

@@ -1,14 +1,15 @@
-"""The ``hf-treelang`` command: the argparse front end of every sub-command.
+"""The ``hf-treelang`` command: the argparse front end of every sub-command, and the top layer (nothing imports it).
 
 A sub-command's arguments are parsed here before anything heavy is imported, so that ``hf-treelang --help``,
 ``hf-treelang --version``, ``hf-treelang COMMAND --help`` and usage errors answer at once, without torch,
 transformers or datasets. Only then is the command's module imported and its ``run(args)`` called with the parsed
-namespace. Each of those modules keeps a ``main(argv)`` (``python -m hf_treelang.analysis.calibration ...``, the
-tests) that goes through :func:`run_command`: both entry points parse with the same parser.
+namespace. :func:`run_command` runs one sub-command from an argument list (what the tests call): it parses with the
+same parser as the console script.
 
-Imports at module level stay within the standard library and the package's light modules (``version``;
-``reproduce.presets`` when the ``reproduce`` parser is built); ``tests/test_imports.py`` checks that none of the
-above imports torch.
+Imports at module level stay within the standard library and the package's light modules (``version``,
+``help_format``, ``train.paper_settings``, ``train.folders``, ``reproduce.presets``); ``tests/test_imports.py``
+checks that none of the above imports torch, and ``tests/test_layers.py`` that no module of the package imports this
+one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import importlib
 import sys
 
 from hf_treelang import register
+from hf_treelang.help_format import HelpFormatter
+from hf_treelang.reproduce.presets import PRESETS, PUBLIC_PRESETS, step_names
+from hf_treelang.train import paper_settings as paper
+from hf_treelang.train.folders import check_output_folder
 from hf_treelang.version import __version__
 
 PROG = "hf-treelang"
@@ -28,23 +33,6 @@ CONVERT_TASKS = ("root", "mlm")  # hf_treelang.models.convert.TASKS
 CALIBRATION_TASKS = ("mlm", "root")  # hf_treelang.core.oracle.TASKS
 PROBE_POSITIONS = ("all", "ends")  # hf_treelang.analysis.probing.POSITION_MODES
 SAMPLE_COMPLEXITY_ARMS = ("scratch", "frozen", "finetuned")  # hf_treelang.analysis.sample_complexity.ARMS
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's help ends with its default: argparse's ``(default: X)``, or the text's own ``(default: ...)``.
-
-    A default of ``None`` means "decided at run time", which only words can say: such options (and list defaults,
-    which argparse would print as a Python list) write their ``(default: ...)`` by hand, and nothing is appended to
-    a help text that already has one. Positionals, required options and flags have no default to show.
-    """
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "(default" in text or not action.option_strings or action.required or action.nargs == 0:
-            return text
-        if action.default is None or action.default is argparse.SUPPRESS:
-            return text
-        return text + " (default: %(default)s)"
 
 
 def _convert_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,8 +96,6 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train on all positions, or on the first and last only (App. E.7)")
     parser.add_argument("--layers", type=int, nargs="+", default=None,
                         help="layers to probe, 0 = embedding, n_L = the complete encoding (default: every layer)")
-    from hf_treelang.train import paper_settings as paper  # imports nothing
-
     parser.add_argument("--num-train", type=int, default=paper.PROBE_TRAIN,
                         help="labelled training sequences (default: 2^14)")
     parser.add_argument("--num-validation", type=int, default=paper.PROBE_VALIDATION,
@@ -166,9 +152,6 @@ def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    # the presets module imports only dataclasses: it names the presets and the steps of each
-    from hf_treelang.reproduce.presets import PRESETS, PUBLIC_PRESETS, step_names
-
     extra = "; ".join(
         f"preset {name}: k = {', '.join(map(str, PRESETS[name].attention_filter_levels))}"
         for name in PUBLIC_PRESETS
@@ -189,7 +172,7 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-SWEEP_EXECUTORS = ("local", "slurm")  # hf_treelang.sweep.engine.EXECUTORS
+SWEEP_EXECUTORS = ("local", "slurm")  # hf_treelang.sweep.runner.EXECUTORS
 
 
 def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
@@ -272,7 +255,7 @@ COMMANDS = {
         _sample_complexity_arguments,
     ),
     "sweep": (
-        "hf_treelang.sweep.engine",
+        "hf_treelang.sweep.runner",
         "a grid of training runs, locally or on SLURM, resumable",
         "Train every run of a grid SPEC into OUT/runs/<grid point>/: on worker processes (--executor local) or as a "
         "SLURM job array through submitit (--executor slurm). A rerun skips finished runs of the same identity (a "
@@ -332,12 +315,10 @@ def _run(name: str, args: argparse.Namespace) -> int:
 def _check_common_arguments(args: argparse.Namespace) -> None:
     """Refuse a bad output folder (``out``: a file, under a file, unwritable) or a torch device this machine lacks
     (``--device``) before the command loads or computes anything."""
-    from hf_treelang.train.folders import check_output_folder
-
     if getattr(args, "out", None) is not None:
         check_output_folder("out", args.out)
     if getattr(args, "device", None) is not None:
-        from hf_treelang.analysis.io import check_device
+        from hf_treelang.analysis.io import check_device  # lazy: hf_treelang.analysis loads torch; --help must not
 
         check_device(args.device)
 
@@ -345,7 +326,7 @@ def _check_common_arguments(args: argparse.Namespace) -> None:
 def run_command(name: str, argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) as the arguments of the sub-command ``name`` and run it.
 
-    What each module's ``main(argv)`` calls. Returns the exit status: 0, or 2 after a one-line
+    What the tests call (``run_command("calibration", [...])``). Returns the exit status: 0, or 2 after a one-line
     ``hf-treelang NAME: error: ...`` on stderr for bad input; usage errors exit through argparse (status 2).
     """
     args = command_parser(name).parse_args(argv)

@@ -9,6 +9,7 @@ import torch
 from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForMaskedLM, TreeLangForSequenceClassification
 from hf_treelang.analysis import attention, calibration, dynamics, probing, sample_complexity
 from hf_treelang.analysis import compare_distributions, load_checkpoint
+from hf_treelang.cli import run_command
 from hf_treelang.core.sampling import sample_trees
 
 DEPTH, Q = 3, 4
@@ -68,7 +69,7 @@ def test_a_predictor_that_outputs_bp_is_perfectly_calibrated(task, filter_level)
 
 def test_calibration_command_writes_scatter_and_sane_metrics(checkpoints, tmp_path, capsys):
     out = tmp_path / "calibration"
-    assert calibration.main([str(checkpoints["mlm"]), "--out", str(out), "--num-samples", "300"]) == 0
+    assert run_command("calibration", [str(checkpoints["mlm"]), "--out", str(out), "--num-samples", "300"]) == 0
     printed = capsys.readouterr().out
     assert "None" not in printed and "uniform: " in printed and "accuracy n/a (no true symbol)" in printed
     assert (out / "calibration.png").stat().st_size > 1000
@@ -89,7 +90,7 @@ def test_calibration_is_deterministic(checkpoints):
 
 def test_masked_symbol_calibration_of_a_root_classifier_is_refused_before_writing(checkpoints, tmp_path, capsys):
     out = tmp_path / "never"
-    assert calibration.main([str(checkpoints["root"]), "--out", str(out), "--task", "mlm"]) == 2
+    assert run_command("calibration", [str(checkpoints["root"]), "--out", str(out), "--task", "mlm"]) == 2
     error = capsys.readouterr().err
     assert "root classification" in error and "TreeLangForMaskedLM" in error
     assert not out.exists()
@@ -103,8 +104,8 @@ def test_every_analysis_names_what_it_expected_for_a_bad_folder(kind, tmp_path, 
     if kind == "not_treelang":
         (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     out = tmp_path / "out"
-    for module in (calibration, attention, probing):
-        assert module.main([str(folder), "--out", str(out)]) == 2
+    for command in ("calibration", "attention", "probe"):
+        assert run_command(command, [str(folder), "--out", str(out)]) == 2
         error = capsys.readouterr().err
         assert "TreeLang checkpoint folder" in error and str(folder) in error
     assert not out.exists()
@@ -114,8 +115,8 @@ def test_every_analysis_names_what_it_expected_for_a_bad_folder(kind, tmp_path, 
 
 def test_average_attention_rows_sum_to_one_with_one_row_per_model(checkpoints, tmp_path):
     out = tmp_path / "attention"
-    code = attention.main([str(checkpoints["mlm"]), str(checkpoints["mlm_k2"]), "--out", str(out),
-                           "--num-samples", "200"])
+    code = run_command("attention", [str(checkpoints["mlm"]), str(checkpoints["mlm_k2"]), "--out", str(out),
+                                     "--num-samples", "200"])
     assert code == 0
     assert (out / "attention.png").stat().st_size > 1000
     models = json.loads((out / "attention.json").read_text())["models"]
@@ -142,8 +143,8 @@ def test_probe_reads_the_leaf_symbol_off_the_embedding_and_reports_probabilities
 
 
 def test_probe_on_first_and_last_positions_writes_its_own_files(checkpoints, tmp_path):
-    code = probing.main([str(checkpoints["mlm"]), "--out", str(tmp_path), "--positions", "ends", "--num-train",
-                         "64", "--num-test", "32", "--epochs", "1"])
+    code = run_command("probe", [str(checkpoints["mlm"]), "--out", str(tmp_path), "--positions", "ends",
+                                 "--num-train", "64", "--num-test", "32", "--epochs", "1"])
     assert code == 0
     saved = json.loads((tmp_path / "probe_ends.json").read_text())
     assert saved["positions"] == "ends" and saved["levels"] == [0, 1, 2]
@@ -153,7 +154,7 @@ def test_probe_levels_the_data_do_not_have_are_refused(checkpoints, tmp_path, ca
     with pytest.raises(ValueError, match=r"level 4 is outside \[0, depth=3\]"):
         probing.probe(checkpoints["mlm"], levels=[4], num_train=8, num_test=8, epochs=1)
     # data of filter level 2 have no level 1; the model trained on them probes its own data by default
-    assert probing.main([str(checkpoints["mlm_k2"]), "--out", str(tmp_path / "x"), "--levels", "1"]) == 2
+    assert run_command("probe", [str(checkpoints["mlm_k2"]), "--out", str(tmp_path / "x"), "--levels", "1"]) == 2
     assert "no level 1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     assert probing.check_levels(None, DEPTH, 2) == [0, 2]
@@ -186,7 +187,7 @@ def test_dynamics_finds_the_sequential_alignment_and_writes_curves(tmp_path):
     (tmp_path / "run").mkdir()
     state = {"log_history": [{"step": 1, "loss": 2.0}, *_history("eval_")]}
     (tmp_path / "run" / "trainer_state.json").write_text(json.dumps(state))
-    assert dynamics.main([str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
+    assert run_command("dynamics", [str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     saved = json.loads((tmp_path / "out" / "dynamics.json").read_text())
     assert saved["alignment_sequence"] == [2, 1, 0]
     assert saved["steps"] == [1, 10, 100]
@@ -197,7 +198,7 @@ def test_dynamics_finds_the_sequential_alignment_and_writes_curves(tmp_path):
 def test_dynamics_refuses_a_folder_without_history(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "other.json").write_text(json.dumps({"loss": 1}))
-    assert dynamics.main([str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
+    assert run_command("dynamics", [str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
     assert "kl_bp_k" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -232,7 +233,7 @@ def test_sample_complexity_runs_three_arms_per_size_from_the_mlm_checkpoint(chec
 
 
 def test_sample_complexity_needs_an_mlm_checkpoint_and_sizes(checkpoints, tmp_path, capsys):
-    assert sample_complexity.main([str(checkpoints["root"]), "--out", str(tmp_path / "x")]) == 2
+    assert run_command("sample-complexity", [str(checkpoints["root"]), "--out", str(tmp_path / "x")]) == 2
     assert "TreeLangForMaskedLM" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="sizes"):

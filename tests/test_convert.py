@@ -10,7 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 
 import hf_treelang
 from hf_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
-from hf_treelang.models.convert import main
+from hf_treelang.cli import run_command
 
 Q, DEPTH, D, LAYERS, D_FF = 4, 3, 32, 2, 64
 
@@ -110,7 +110,7 @@ def test_converted_checkpoint_reproduces_the_paper_model(tmp_path, task, auto_cl
 
 def test_command_line_writes_a_loadable_checkpoint(tmp_path):
     paper, path = paper_state_dict_file(tmp_path, "mlm", seed=1)
-    assert main([str(path), str(tmp_path / "cli"), "--task", "mlm", "--depth", str(DEPTH)]) == 0
+    assert run_command("convert", [str(path), str(tmp_path / "cli"), "--task", "mlm", "--depth", str(DEPTH)]) == 0
     converted = TreeLangForMaskedLM.from_pretrained(tmp_path / "cli").eval()
     with torch.no_grad():
         assert torch.allclose(converted(tokens()).logits, paper(tokens()), atol=1e-6)
@@ -187,7 +187,7 @@ def test_output_path_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys):
     target.write_text("keep me")
     with pytest.raises(FileExistsError, match="afile exists and is not a folder"):
         hf_treelang.convert(path, target, task="root", depth=DEPTH)
-    assert main([str(path), str(target), "--task", "root", "--depth", str(DEPTH)]) == 2
+    assert run_command("convert", [str(path), str(target), "--task", "root", "--depth", str(DEPTH)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hf-treelang convert: error: ") and "afile" in err
     assert target.read_text() == "keep me"
@@ -208,20 +208,20 @@ def test_unreadable_files_give_one_clear_error(tmp_path, capsys):
     for path, message in unreadable_files(tmp_path):
         with pytest.raises(ValueError, match=message):
             hf_treelang.convert(path, tmp_path / "out", task="root", depth=DEPTH)
-        assert main([str(path), str(tmp_path / "out"), "--task", "root", "--depth", str(DEPTH)]) == 2
+        assert run_command("convert", [str(path), str(tmp_path / "out"), "--task", "root", "--depth", str(DEPTH)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
 
 
 def test_missing_file_and_bad_arguments_give_one_line_before_any_work(tmp_path, capsys):
-    assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", "3"]) == 2
+    missing = [str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root"]
+    assert run_command("convert", [*missing, "--depth", "3"]) == 2
     assert "no such file" in capsys.readouterr().err
     for depth in ("0", "17"):
-        assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", depth]) == 2
+        assert run_command("convert", [*missing, "--depth", depth]) == 2
         assert f"`depth` must be an integer in [1, 16], got {depth}" in capsys.readouterr().err
-    assert main([str(tmp_path / "missing.pt"), str(tmp_path / "out"), "--task", "root", "--depth", "3",
-                 "--heads", "0"]) == 2
+    assert run_command("convert", [*missing, "--depth", "3", "--heads", "0"]) == 2
     assert "`num_attention_heads` must be an integer >= 1, got 0" in capsys.readouterr().err
 
 

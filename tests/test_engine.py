@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from hf_treelang.core.masking import IGNORE_INDEX
 from hf_treelang.train.arguments import TreeLangTrainingArguments
 from hf_treelang.train.device_data import TrainingStream, epoch_generator
-from hf_treelang.train.engine import resolve_step_mode
+from hf_treelang.train.trainer import resolve_step_mode
 from tiny_run import run_tiny
 
 

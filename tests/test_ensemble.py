@@ -7,6 +7,7 @@ steps of ±lr; the key bias is checked at 1e-3 and the logits, which it cannot c
 1e-5.
 """
 
+import dataclasses
 import json
 import shutil
 
@@ -18,9 +19,9 @@ from transformers import AutoModelForMaskedLM, set_seed
 import hf_treelang  # noqa: F401  (registers the Auto classes)
 from hf_treelang.models import TreeLangConfig, TreeLangForMaskedLM, TreeLangForSequenceClassification
 from hf_treelang.train import loop, outputs
-from hf_treelang.train.arguments import parse_arguments
-from hf_treelang.train.ensemble import choose_ensemble_mode, ensemble_members, train_members
-from hf_treelang.train.stacked import StackedDropout, StackedTreeLang, clip_grad_norm_per_member
+from hf_treelang.train.loop import choose_ensemble_mode
+from hf_treelang.train.run import runs_from_command_line
+from hf_treelang.models.stacked import StackedDropout, StackedTreeLang, clip_grad_norm_per_member
 
 TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
         "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
@@ -31,12 +32,16 @@ COMPARED = ("eval_loss", "eval_accuracy", "eval_num_examples", "eval_kl_bp_k0", 
             "eval_match_bp", "eval_spearman_bp", "eval_acc_ktest0", "eval_acc_ktest2", "eval_bp_acc_ktest1")
 
 
-def _arguments(task, output_dir, *extra):
-    return parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra])
+def _runs(task, output_dir, *extra):
+    return runs_from_command_line(task, TINY + ["--output_dir", str(output_dir), *extra])
 
 
 def _train(task, output_dir, *extra):
-    return loop.train(task, *_arguments(task, output_dir, *extra))
+    runs, ensemble = _runs(task, output_dir, *extra)
+    if not ensemble.requested:
+        return loop.train(runs[0])
+    return loop.train_together(runs, mode=ensemble.ensemble_mode, ensemble_dir=ensemble.output_dir,
+                               resume_from_checkpoint=ensemble.resume_from_checkpoint)
 
 
 def _touch_curves(history, depth, k_train, test_levels, path_all, path_kl, **kwargs):
@@ -53,7 +58,7 @@ def runs(tmp_path_factory):
     original, plot_curves = loop.bp_callback_for, outputs.plot_curves
 
     def counting(*args, **kwargs):
-        calls.append(args[2].k_train)
+        calls.append(args[0].data_args.k_train)
         return original(*args, **kwargs)
 
     loop.bp_callback_for = counting
@@ -262,13 +267,12 @@ def no_data(monkeypatch):
 )
 def test_bad_ensemble_arguments_fail_before_any_data(tmp_path, no_data, extra, message):
     with pytest.raises(ValueError, match=message):
-        loop.train("root", *_arguments("root", tmp_path / "never", *extra))
+        _train("root", tmp_path / "never", *extra)
     assert not (tmp_path / "never").exists()
 
 
 def _members(tmp_path, changes):
-    data_args, model_args, training_args = _arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
-    members = ensemble_members(data_args, model_args, training_args)
+    members, _ = _runs("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
     for (kind, name), value in changes.items():
         setattr(getattr(members[1], kind), name, value)
     return members
@@ -287,28 +291,26 @@ def test_members_of_different_architectures_sizes_or_steps_or_repeated_fail_befo
         tmp_path, no_data, changes, message):
     members = _members(tmp_path, changes)
     with pytest.raises(ValueError, match=message):
-        train_members("mlm", members, output_dir=str(tmp_path / "never"))
+        loop.train_together(members, ensemble_dir=tmp_path / "never")
     assert not (tmp_path / "never").exists()
 
 
 def test_an_ensemble_cannot_resume_a_single_runs_checkpoint_nor_the_reverse(runs, tmp_path, no_data):
     single_checkpoint = runs["dir"] / "single-mlm-1-0" / "checkpoint-12"
     with pytest.raises(ValueError, match="checkpoint of a single run"):
-        loop.train("mlm", *_arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1",
-                                      "--ensemble_mode", "stacked", "--resume_from_checkpoint",
-                                      str(single_checkpoint)))
+        _train("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1", "--ensemble_mode", "stacked",
+               "--resume_from_checkpoint", str(single_checkpoint))
     ensemble_checkpoint = runs["dir"] / "mlm" / "checkpoint-12"
     with pytest.raises(ValueError, match="checkpoint of an ensemble"):
-        loop.train("mlm", *_arguments("mlm", tmp_path / "never", "--resume_from_checkpoint",
-                                      str(ensemble_checkpoint)))
+        _train("mlm", tmp_path / "never", "--resume_from_checkpoint", str(ensemble_checkpoint))
     assert not (tmp_path / "never").exists()
 
 
 def test_a_finetune_ensemble_is_refused(tmp_path, no_data):
-    data_args, model_args, training_args = _arguments("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
-    members = ensemble_members(data_args, model_args, training_args)
+    members, _ = _runs("mlm", tmp_path / "never", "--ensemble_seeds", "0", "1")
+    members = [dataclasses.replace(run, task="finetune") for run in members]
     with pytest.raises(ValueError, match="finetune"):
-        train_members("finetune", members, output_dir=str(tmp_path / "never"))
+        loop.train_together(members, ensemble_dir=tmp_path / "never")
     assert not (tmp_path / "never").exists()
 
 

@@ -34,7 +34,8 @@ from hf_treelang.core.sampling import split_seed
 from hf_treelang.data import publish
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM
-from hf_treelang.train import folders, loop, runs
+from hf_treelang.sweep import runner
+from hf_treelang.train import folders, loop
 from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, DataArguments, ModelArguments, TreeLangTrainingArguments
 from hf_treelang.train.callbacks import BPKLCallback
 from hf_treelang.train.data import load_run_data, to_datasets
@@ -231,8 +232,8 @@ def test_model_arguments_have_a_field_for_each_architecture_field_with_the_confi
     assert ModelArguments(**{k: v for k, v in kwargs.items()}).model_kwargs(depth=5) == kwargs  # round trip
 
 
-def _spec(tmp_path, **model_kwargs) -> runs.RunSpec:
-    return runs.RunSpec(task="mlm", output_dir=tmp_path / "run", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
+def _spec(tmp_path, **model_kwargs) -> runner.RunSpec:
+    return runner.RunSpec(task="mlm", output_dir=tmp_path / "run", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
                         filter_level=0, num_train=8, num_test=8, k_tests=(0,), model_kwargs=model_kwargs,
                         use_dataset_builder=False, progress=False)
 
@@ -240,19 +241,19 @@ def _spec(tmp_path, **model_kwargs) -> runs.RunSpec:
 def test_run_training_passes_every_architecture_field_to_the_model(tmp_path, monkeypatch):
     captured = {}
 
-    def fake_train(task, data_args, model_args, training_args):
-        captured.update(task=task, data_args=data_args, model_args=model_args)
-        (Path(training_args.output_dir) / folders.RUN_CONFIG).write_text("{}")  # the loop's complete run folder
-        folders.write_run_complete(training_args.output_dir, task=task, global_step=0)
-        return loop.TrainingResult(training_args.output_dir, {}, [], 0.0, 0)
+    def fake_train(run, cache=None):
+        captured.update(run=run, model_args=run.model_args)
+        (run.output_dir / folders.RUN_CONFIG).write_text("{}")  # the loop's complete run folder
+        folders.write_run_complete(run.output_dir, task=run.task, global_step=0)
+        return loop.TrainingResult(str(run.output_dir), {}, [], 0.0, 0)
 
-    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(loop, "_train", fake_train)
     (tmp_path / "run").mkdir()
-    runs.run_training(_spec(tmp_path, hidden_act="gelu", layer_norm_eps=1e-6, classifier_pooling="mean",
+    runner.run_training(_spec(tmp_path, hidden_act="gelu", layer_norm_eps=1e-6, classifier_pooling="mean",
                             initializer="xavier", **TINY_MODEL))
     model_args = captured["model_args"]
     assert (model_args.hidden_act, model_args.layer_norm_eps) == ("gelu", 1e-6)
-    config = loop.build_model(captured["task"], captured["data_args"], model_args).config
+    config = loop.build_model(captured["run"]).config
     assert (config.hidden_act, config.layer_norm_eps, config.classifier_pooling, config.initializer) == (
         "gelu", 1e-6, "mean", "xavier")
     assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (8, 1, 8)
@@ -262,6 +263,6 @@ def test_run_training_rejects_an_unknown_model_kwargs_key_naming_it(tmp_path, mo
     def fail(*args, **kwargs):
         raise AssertionError("an invalid spec must be refused before training")
 
-    monkeypatch.setattr(loop, "train", fail)
+    monkeypatch.setattr(loop, "_train", fail)
     with pytest.raises(ValueError, match=r"`model_kwargs` has unknown architecture fields \['hidden_activation'\]"):
-        runs.run_training(_spec(tmp_path, hidden_activation="gelu"))
+        runner.run_training(_spec(tmp_path, hidden_activation="gelu"))

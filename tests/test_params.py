@@ -26,7 +26,7 @@ from hf_treelang.core.params import LIMITS, MAX_DEPTH, MAX_NUM_SYMBOLS, MAX_SIGM
 from hf_treelang.core.sampling import sample_trees, split_seed, uniform_sequences
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.configuration_treelang import TreeLangConfig
-from hf_treelang.train.arguments import DataArguments, parse_arguments
+from hf_treelang.train.arguments import DataArguments, parse_command_line
 
 GRAMMAR = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
 SIZES = dict(num_train=8, num_eval=8, num_test=8)
@@ -197,10 +197,10 @@ def test_passing_a_renamed_argument_and_its_new_name_together_is_a_type_error(ca
 def test_the_training_scripts_accept_the_former_vocab_size_flag_with_a_future_warning(tmp_path):
     common = ["--output_dir", str(tmp_path), "--depth", "3", "--num_train", "8"]
     with pytest.warns(FutureWarning, match="vocab_size` is renamed `--num_symbols"):
-        old, _, _ = parse_arguments("root", ["--vocab_size", "5", *common])
+        old, _, _ = parse_command_line("root", ["--vocab_size", "5", *common])[:3]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
-        new, _, _ = parse_arguments("root", ["--num_symbols", "5", *common])
+        new, _, _ = parse_command_line("root", ["--num_symbols", "5", *common])[:3]
     assert old == new and old.num_symbols == 5
 
 
@@ -211,6 +211,6 @@ def test_an_argument_file_with_the_former_vocab_size_key_works_with_a_future_war
         return str(path)
 
     with pytest.warns(FutureWarning, match="`vocab_size` is renamed `num_symbols`"):
-        old, _, _ = parse_arguments("root", [write("old.json", {"vocab_size": 6})])
-    new, _, _ = parse_arguments("root", [write("new.json", {"num_symbols": 6})])
+        old, _, _ = parse_command_line("root", [write("old.json", {"vocab_size": 6})])[:3]
+    new, _, _ = parse_command_line("root", [write("new.json", {"num_symbols": 6})])[:3]
     assert old == new and old.num_symbols == 6

@@ -9,9 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_treelang.train.arguments import TreeLangTrainingArguments, parse_arguments
+from hf_treelang import cli
+from hf_treelang.train.arguments import TreeLangTrainingArguments
 from hf_treelang.train.collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback
 from hf_treelang.train.loop import main, train
+from hf_treelang.train.run import runs_from_command_line
 
 # 48 sequences / batch 8 = 6 steps per epoch, 2 epochs; checkpoints every 3 steps (mid-epoch 0, end of epoch 0,
 # mid-epoch 1, end) and an evaluation every 3 steps. Dropout 0.1 stays on, so the restored torch RNG matters too.
@@ -25,8 +27,8 @@ TIMINGS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
 
 
 def _train(task, output_dir, *extra):
-    data_args, model_args, training_args = parse_arguments(task, TINY + ["--output_dir", str(output_dir), *extra])
-    return train(task, data_args, model_args, training_args)
+    (run,), _ = runs_from_command_line(task, TINY + ["--output_dir", str(output_dir), *extra])
+    return train(run)
 
 
 def _evaluations_after(history, step):
@@ -123,12 +125,12 @@ def test_the_mask_epoch_callback_sets_the_epoch_about_to_run():
 @pytest.fixture
 def no_data(monkeypatch):
     """Fail the test if a run gets as far as building its data."""
-    import hf_treelang.train.loop as loop
+    import hf_treelang.train.trainer as trainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("the data were built before the bad input was refused")
 
-    monkeypatch.setattr(loop, "load_run_data", refuse)
+    monkeypatch.setattr(trainer, "load_run_data", refuse)
 
 
 def _copy_run(uninterrupted, task, destination):
@@ -182,9 +184,9 @@ def test_the_analyses_refuse_an_interrupted_run_folder_naming_what_is_missing(tm
     with pytest.raises(ValueError, match=r"incomplete training run: it lacks run_complete.json, metrics.json \(.*\); "
                                          r"resume it with --resume_from_checkpoint .*checkpoint-12'$"):
         load_checkpoint(out)
-    assert dynamics.main([str(out), "--out", str(tmp_path / "dynamics")]) == 2
+    assert cli.run_command("dynamics", [str(out), "--out", str(tmp_path / "dynamics")]) == 2
     assert "run_complete.json" in capsys.readouterr().err
-    assert calibration.main([str(out), "--out", str(tmp_path / "calibration"), "--num-samples", "8"]) == 2
+    assert cli.run_command("calibration", [str(out), "--out", str(tmp_path / "calibration"), "--num-samples", "8"]) == 2
     assert "incomplete training run" in capsys.readouterr().err
     assert not (tmp_path / "dynamics").exists() and not (tmp_path / "calibration").exists()
     assert load_checkpoint(out / "checkpoint-12").task == "mlm"  # a checkpoint-N is a model folder: it loads
@@ -319,7 +321,7 @@ def test_the_analysis_commands_check_device_and_out_before_computing(tmp_path, m
     if not torch.cuda.is_available():
         cases.append((["--out", str(tmp_path / "out"), "--device", "cuda"], "needs a CUDA GPU, but this machine has none"))
     for extra, message in cases:
-        assert calibration.main([checkpoint, *extra]) == 2
+        assert cli.run_command("calibration", [checkpoint, *extra]) == 2
         error = capsys.readouterr().err
         assert error.startswith("hf-treelang calibration: error: ") and message in error, error
     assert not (tmp_path / "out").exists()

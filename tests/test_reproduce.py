@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from hf_treelang import reproduce as reproduce_module
 from hf_treelang.analysis import accuracy_curves, probing
 from hf_treelang.models import TreeLangForSequenceClassification
 from hf_treelang.models.modeling_treelang import TreeLangClassificationHead
@@ -17,9 +16,12 @@ from hf_treelang.reproduce import PRESETS, reproduce, steps_of
 from hf_treelang.reproduce.presets import FIGURE_STEPS
 from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.arguments import PRESETS as TRAINING_PRESETS
-from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_arguments
-from hf_treelang.train.loop import build_model, check_checkpoint_epochs, validate_arguments
-from hf_treelang.train.runs import RunSpec, finished_run, run_training
+from hf_treelang import cli
+from hf_treelang.sweep.runner import RunSpec, run_training
+from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_command_line
+from hf_treelang.train.folders import finished_run
+from hf_treelang.train.loop import build_model
+from hf_treelang.train.run import build, check_checkpoint_epochs, check_run
 
 TINY = PRESETS["tiny"]
 
@@ -86,7 +88,7 @@ def test_a_folder_of_another_preset_or_an_unknown_preset_is_refused(tmp_path, ca
     (tmp_path / "preset.json").write_text(json.dumps({"name": "quick"}))
     with pytest.raises(ValueError, match="preset 'quick'"):
         reproduce(tmp_path, "tiny", progress=False)
-    assert reproduce_module.main([str(tmp_path / "new"), "--preset", "huge"]) == 2
+    assert cli.run_command("reproduce", [str(tmp_path / "new"), "--preset", "huge"]) == 2
     assert "quick" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
@@ -199,7 +201,7 @@ def test_paper_preset_follows_the_authors_scripts():
 def test_no_gradient_clipping_by_default(tmp_path):
     assert TreeLangTrainingArguments(output_dir=str(tmp_path)).max_grad_norm == 0
     for preset in ("laptop", "paper"):
-        _, _, training_args = parse_arguments("root", ["--preset", preset, "--output_dir", str(tmp_path)])
+        _, _, training_args = parse_command_line("root", ["--preset", preset, "--output_dir", str(tmp_path)])[:3]
         assert training_args.max_grad_norm == 0
 
 
@@ -219,21 +221,22 @@ def test_checkpoint_epochs_and_readout_out_of_range_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"`checkpoint_epochs` must hold integers in \[1, num_train_epochs=3\], "
                                          r"got 4"):
         check_checkpoint_epochs([1, 4], 3.0)
-    data_args, model_args, training_args = parse_arguments("root", ["--output_dir", str(tmp_path / "r")])
+    data_args, model_args, training_args = parse_command_line("root", ["--output_dir", str(tmp_path / "r")])[:3]
     model_args.classifier_hidden_size = 64
     with pytest.raises(ValueError, match=r"`classifier_hidden_size` must be 0 .* for a root run from scratch, got 64"):
-        validate_arguments("root", data_args, model_args, training_args)
+        check_run("root", data_args, model_args, training_args)
     model_args.classifier_hidden_size = -3
     with pytest.raises(ValueError, match=r"`classifier_hidden_size` must be an integer >= 0 .*got -3"):
-        validate_arguments("root", data_args, model_args, training_args)
+        check_run("root", data_args, model_args, training_args)
     assert not (tmp_path / "r").exists()
 
 
 def _finetune_model(out, hidden=paper.FINETUNE_HIDDEN, freeze=True):
-    data_args = DataArguments(depth=TINY.depth, num_symbols=TINY.num_symbols)
+    data_args = DataArguments(depth=TINY.depth, num_symbols=TINY.num_symbols, num_train=8, num_eval=8, num_test=8)
     model_args = ModelArguments(model_name_or_path=str(out / "runs" / "mlm"), freeze_encoder=freeze,
                                 classifier_hidden_size=hidden)
-    return build_model("finetune", data_args, model_args)
+    training_args = TreeLangTrainingArguments(output_dir=str(out / "finetune"), report_to="none")
+    return build_model(build("finetune", data_args, model_args, training_args, {}))
 
 
 def test_finetune_frozen_encoder_runs_in_eval_mode_in_training(tiny_run):

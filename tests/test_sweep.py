@@ -18,8 +18,10 @@ from hf_treelang import TreeLangConfig, TreeLangForMaskedLM, cli
 from hf_treelang.analysis import sample_complexity
 from hf_treelang.reproduce import plan as reproduce_plan
 from hf_treelang.reproduce import run as reproduce_run
-from hf_treelang.sweep import engine, estimate, figure, spec
-from hf_treelang.train import folders, loop, runs
+from hf_treelang.sweep import estimate, figure, spec
+from hf_treelang.sweep import runner as engine
+from hf_treelang.train import folders, loop
+from hf_treelang.train import run as run_module
 from hf_treelang.train.arguments import TASKS
 
 TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 16,
@@ -37,7 +39,8 @@ def fake_train(monkeypatch):
     """The training loop replaced by a stand-in: records (task, seed, k_train) per call, fails for seed 13."""
     calls = []
 
-    def train(task, data_args, model_args, training_args):
+    def train(run, cache=None):
+        task, data_args, training_args = run.task, run.data_args, run.training_args
         calls.append((task, training_args.seed, data_args.k_train))
         if training_args.seed == 13:
             raise RuntimeError("diverged")
@@ -52,8 +55,10 @@ def fake_train(monkeypatch):
         folders.write_run_complete(output_dir, task=task, global_step=4)
         return loop.TrainingResult(output_dir, final, [], 0.0, 4)
 
-    monkeypatch.setattr(loop, "train", train)
-    monkeypatch.setattr(engine, "ensemble_supported", lambda: False)  # the stand-in trains single runs only
+    monkeypatch.setattr(loop, "_train", train)
+    pack_jobs = engine.pack_jobs
+    monkeypatch.setattr(engine, "pack_jobs",  # the stand-in trains single runs only
+                        lambda runs, states, together=True: pack_jobs(runs, states, together=False))
     return calls
 
 
@@ -111,11 +116,11 @@ def test_a_bad_spec_is_refused_before_anything_is_written(bad, error, message, t
 
 def test_a_bad_spec_file_is_a_clear_command_line_error(tmp_path, capsys):
     (tmp_path / "spec.json").write_text("{\"task\": \"root\", ")
-    assert engine.main([str(tmp_path / "spec.json"), str(tmp_path / "out")]) == 2
+    assert cli.run_command("sweep", [str(tmp_path / "spec.json"), str(tmp_path / "out")]) == 2
     assert "is not valid JSON" in capsys.readouterr().err
-    assert engine.main([str(tmp_path / "spec.json")]) == 2
+    assert cli.run_command("sweep", [str(tmp_path / "spec.json")]) == 2
     assert "give SPEC and OUT (or --status OUT)" in capsys.readouterr().err
-    assert engine.main(["--status", str(tmp_path)]) == 2
+    assert cli.run_command("sweep", ["--status", str(tmp_path)]) == 2
     assert "holds no sweep" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -139,17 +144,19 @@ def test_slurm_parameters_out_of_range_are_refused_before_submitting(tmp_path, f
 
 
 def test_the_identity_ignores_where_and_how_a_run_logs_but_not_what_it_computes(tmp_path, monkeypatch):
-    first = runs.resolve_arguments("root", TINY, tmp_path / "a")
-    elsewhere = runs.resolve_arguments("root", {**TINY, "logging_steps": 7, "disable_tqdm": False,
+    first = run_module.resolve("root", TINY, tmp_path / "a")
+    elsewhere = run_module.resolve("root", {**TINY, "logging_steps": 7, "disable_tqdm": False,
                                                 "cpu_threads": 2}, tmp_path / "b")
     assert first.identity == elsewhere.identity and len(first.identity) == 64
     # the resolved defaults count, not how they were given: n_L = ℓ when unset
-    defaults = runs.resolve_arguments("root", {**TINY, "num_hidden_layers": None, "depth": 2}, tmp_path / "c")
-    assert defaults.identity == runs.resolve_arguments("root", {**TINY, "num_hidden_layers": 2}, tmp_path / "c").identity
+    defaults = run_module.resolve("root", {**TINY, "num_hidden_layers": None, "depth": 2}, tmp_path / "c")
+    assert defaults.identity == run_module.resolve("root", {**TINY, "num_hidden_layers": 2}, tmp_path / "c").identity
+    assert run_module.resolve("root", {**TINY, "sigma": 1}, tmp_path / "a").identity == run_module.resolve(
+        "root", {**TINY, "sigma": 1.0}, tmp_path / "a").identity  # numbers normalised: 1 and 1.0 are one run
     for change in ({"seed": 1}, {"k_train": 1}, {"max_grad_norm": 1.0}, {"num_train": 32}):
-        assert runs.resolve_arguments("root", {**TINY, **change}, tmp_path / "a").identity != first.identity
-    monkeypatch.setattr(runs, "data_format_version", lambda: "2.0.0")
-    assert runs.resolve_arguments("root", TINY, tmp_path / "a").identity != first.identity
+        assert run_module.resolve("root", {**TINY, **change}, tmp_path / "a").identity != first.identity
+    monkeypatch.setattr(run_module, "data_format_version", lambda: "2.0.0")
+    assert run_module.resolve("root", TINY, tmp_path / "a").identity != first.identity
 
 
 def test_a_rerun_skips_finished_runs_without_training(tmp_path, fake_train):
@@ -167,20 +174,20 @@ def test_a_rerun_skips_finished_runs_without_training(tmp_path, fake_train):
 def test_finished_means_the_loops_completion_marker_listing_the_run_identity(tmp_path, fake_train):
     engine.run_sweep(_spec({"seed": [0]}), tmp_path, **_quiet())
     folder = tmp_path / "runs" / "seed=0"
-    identity = runs.read_identity(folder)["identity"]
+    identity = folders.read_identity(folder)["identity"]
     assert sorted(p.name for p in folder.glob("*.json")) == sorted(  # one marker, one identity file
-        [folders.RUN_COMPLETE, folders.RUN_CONFIG, runs.IDENTITY_FILE, "metrics.json"])
-    summary = runs.finished_run(folder, identity)
+        [folders.RUN_COMPLETE, folders.RUN_CONFIG, folders.IDENTITY_FILE, "metrics.json"])
+    summary = folders.finished_run(folder, identity)
     assert summary["accuracy"] == 0.25 and summary["global_step"] == 4 and summary["identity"] == identity
-    assert runs.finished_run(folder, "another identity") is None
+    assert folders.finished_run(folder, "another identity") is None
     marker = json.loads((folder / folders.RUN_COMPLETE).read_text())
-    del marker["files"][runs.IDENTITY_FILE]  # a completion that does not vouch for this identity file
+    del marker["files"][folders.IDENTITY_FILE]  # a completion that does not vouch for this identity file
     (folder / folders.RUN_COMPLETE).write_text(json.dumps(marker))
-    assert runs.finished_run(folder, identity) is None and runs.folder_state(folder, identity).status == "resume"
+    assert folders.finished_run(folder, identity) is None and folders.folder_state(folder, identity).status == "resume"
     (folder / folders.RUN_COMPLETE).unlink()  # interrupted: no marker
-    assert runs.folder_state(folder, identity).status == "resume"
+    assert folders.folder_state(folder, identity).status == "resume"
     assert engine.run_sweep(_spec({"seed": [0]}), tmp_path, **_quiet()).trained == ["seed=0"]
-    assert runs.finished_run(folder, identity) is not None and len(fake_train) == 2
+    assert folders.finished_run(folder, identity) is not None and len(fake_train) == 2
 
 
 def test_an_out_of_another_spec_is_refused_and_force_retrains_only_what_changed(tmp_path, fake_train):
@@ -223,7 +230,7 @@ def test_a_finetuning_run_is_trained_again_when_its_checkpoint_changes(tmp_path,
 def test_a_folder_with_files_of_no_run_is_refused(tmp_path, fake_train):
     (tmp_path / "runs" / "seed=0").mkdir(parents=True)
     (tmp_path / "runs" / "seed=0" / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="holds files that no run of hf_treelang.train.runs wrote"):
+    with pytest.raises(ValueError, match="holds files that no training run wrote"):
         engine.execute_runs(engine.spec_runs(spec.load_spec(_spec())), tmp_path, **_quiet())
     assert (tmp_path / "runs" / "seed=0" / "notes.txt").read_text() == "mine" and fake_train == []
 
@@ -241,11 +248,11 @@ def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_tr
     for name, pid in (("seed=2", alive.pid), ("seed=3", dead.pid)):  # another live process, and a finished one
         folder = tmp_path / "runs" / name
         (folder / folders.RUN_COMPLETE).unlink()  # not complete
-        record = json.loads((folder / runs.IDENTITY_FILE).read_text())
-        (folder / runs.IDENTITY_FILE).write_text(json.dumps({**record, "pid": pid}))
+        record = json.loads((folder / folders.IDENTITY_FILE).read_text())
+        (folder / folders.IDENTITY_FILE).write_text(json.dumps({**record, "pid": pid}))
     statuses = {row.name: row.status for row in engine.sweep_status(tmp_path)}
     assert statuses == {"seed=0": "done", "seed=13": "failed", "seed=2": "running", "seed=3": "interrupted"}
-    assert engine.main(["--status", str(tmp_path)]) == 0
+    assert cli.run_command("sweep", ["--status", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "done 1 · running 1 · failed 1 · interrupted 1"
     assert "RuntimeError: diverged" in out
@@ -256,12 +263,12 @@ def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_tr
 def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_job(tmp_path):
     planned = engine.spec_runs(spec.load_spec(_spec({"learning_rate": [1e-4, 3e-4], "k_train": [0, 2],
                                                      "seed": [0, 1]})))
-    resolved = engine.plan_runs(planned, tmp_path)
-    assert [len(job.runs) for job in engine.pack_jobs(resolved, ensembles=False)] == [1] * 8
-    jobs = engine.pack_jobs(resolved, ensembles=True)
+    resolved, states = engine.plan_runs(planned, tmp_path)
+    assert [len(job.runs) for job in engine.pack_jobs(resolved, states, together=False)] == [1] * 8
+    jobs = engine.pack_jobs(resolved, states)
     assert [sorted(r.name for r in job.runs) for job in jobs] == [
         sorted(r.name for r in resolved[:4]), sorted(r.name for r in resolved[4:])]  # one per learning rate
-    incomplete = engine.pack_jobs(resolved[:3], ensembles=True)  # not a full seeds x k_train product
+    incomplete = engine.pack_jobs(resolved[:3], states)  # not a full seeds x k_train product
     assert [[r.name for r in job.runs] for job in incomplete] == [
         ["learning_rate=0.0001,k_train=0,seed=0", "learning_rate=0.0001,k_train=0,seed=1"],
         ["learning_rate=0.0001,k_train=2,seed=0"]]
@@ -282,8 +289,8 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
 
     shutil.rmtree(checkpoints[-1])
     (folder / folders.RUN_COMPLETE).unlink()
-    record = json.loads((folder / runs.IDENTITY_FILE).read_text())
-    (folder / runs.IDENTITY_FILE).write_text(json.dumps({**record, "pid": 2**22 + 1}))
+    record = json.loads((folder / folders.IDENTITY_FILE).read_text())
+    (folder / folders.IDENTITY_FILE).write_text(json.dumps({**record, "pid": 2**22 + 1}))
     assert [row.status for row in engine.sweep_status(tmp_path)] == ["interrupted"]
     second = engine.run_sweep(sweep, tmp_path, **_quiet())
     record = second.records["seed=0"]
@@ -300,8 +307,8 @@ def test_the_local_executor_trains_in_worker_processes_and_redraws_the_grid(tmp_
     names = ["learning_rate=0.0001", "learning_rate=0.0002"]
     assert result.failed == {} and sorted(result.trained) == names
     for name in names:
-        record = json.loads((tmp_path / "runs" / name / runs.IDENTITY_FILE).read_text())
-        assert record["pid"] != os.getpid() and runs.finished_run(tmp_path / "runs" / name, record["identity"])
+        record = json.loads((tmp_path / "runs" / name / folders.IDENTITY_FILE).read_text())
+        assert record["pid"] != os.getpid() and folders.finished_run(tmp_path / "runs" / name, record["identity"])
         assert (tmp_path / engine.LOGS_DIR / f"{name}.log").is_file()  # what the worker printed
     summary = json.loads((tmp_path / figure.SUMMARY_FILE).read_text())
     assert summary["x_axis"] == "learning_rate" and summary["finished"] == 2
@@ -310,17 +317,15 @@ def test_the_local_executor_trains_in_worker_processes_and_redraws_the_grid(tmp_
     assert (tmp_path / figure.FIGURE_FILE).stat().st_size > 1000
 
 
-def test_seeds_and_k_train_train_as_one_ensemble_whose_members_become_the_run_folders(tmp_path):
+def test_seeds_and_k_train_train_together_each_run_writing_its_own_folder(tmp_path):
     result = engine.run_sweep(_spec({"k_train": [0, 2]}, num_train=32), tmp_path, **_quiet())
     assert result.failed == {} and sorted(result.trained) == ["k_train=0", "k_train=2"]
     for name, k in (("k_train=0", 0), ("k_train=2", 2)):
         folder = tmp_path / "runs" / name
-        record = json.loads((folder / runs.IDENTITY_FILE).read_text())
-        assert record["trained_in"].endswith("ensemble-k_train=0-x2")
-        assert runs.IDENTITY_FILE in json.loads((folder / folders.RUN_COMPLETE).read_text())["files"]
+        assert folders.IDENTITY_FILE in json.loads((folder / folders.RUN_COMPLETE).read_text())["files"]
         assert json.loads((folder / "config.json").read_text())["filter_level"] == k
         assert result.records[name]["global_step"] == 2
-    assert not (tmp_path / engine.ENSEMBLES_DIR / "ensemble-k_train=0-x2").exists()  # moved into the run folders
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["runs"]  # trained in place, no staging
     again = engine.run_sweep(_spec({"k_train": [0, 2]}, num_train=32), tmp_path, **_quiet())
     assert again.trained == []  # each member has its single run's identity
 
@@ -354,7 +359,7 @@ def test_sample_complexity_is_a_sweep_estimated_first_and_never_stale(tmp_path):
     assert all(0.0 <= values[0] <= 1.0 for values in result.accuracy.values()) and result.bp_accuracy == 1.0
     assert lines[0].startswith("2 runs: 0 finished earlier, 2 to train")
     assert any("estimated time on this machine" in line for line in lines[:8])
-    assert runs.finished_run(tmp_path / "out" / "runs" / "frozen-P16") is not None
+    assert folders.finished_run(tmp_path / "out" / "runs" / "frozen-P16") is not None
     lines.clear()
     again = sample_complexity.sample_complexity_sweep(checkpoint, work_dir=tmp_path / "out", **options)
     assert again.accuracy == result.accuracy and lines[0].startswith("2 runs: 2 finished earlier, 0 to train")
@@ -400,8 +405,8 @@ def test_reproduce_takes_out_or_plan(tmp_path, capsys):
 def test_optimizer_steps_count_as_the_trainer_does(tmp_path):
     assert estimate.epoch_steps(64, 16, 1.0) == 4 and estimate.epoch_steps(65, 16, 1.0) == 5
     assert estimate.epoch_steps(64, 16, 2.5) == 10
-    run = runs.resolve_arguments("root", {**TINY, "num_train_epochs": 3.0}, tmp_path)
+    run = run_module.resolve("root", {**TINY, "num_train_epochs": 3.0}, tmp_path)
     assert estimate.optimizer_steps(run.training_args, run.data_args.num_train) == 12
-    run = runs.resolve_arguments("root", {**TINY, "max_steps": 5}, tmp_path)
+    run = run_module.resolve("root", {**TINY, "max_steps": 5}, tmp_path)
     assert estimate.optimizer_steps(run.training_args, run.data_args.num_train) == 5  # max_steps replaces epochs
     assert estimate.format_duration(30) == "30 s" and estimate.format_duration(7200) == "2.0 h"

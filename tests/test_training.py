@@ -16,7 +16,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 import hf_treelang  # noqa: F401  (registers the Auto classes)
 from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
 from hf_treelang.train.loop import main
-from hf_treelang.train.arguments import PRESETS, parse_arguments
+from hf_treelang.train.arguments import PRESETS, parse_command_line
 from tiny_run import TINY, run_tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +66,7 @@ def test_root_collator_and_premasked_examples():
 
 
 def test_the_laptop_preset_is_the_default_and_explicit_flags_win():
-    data_args, model_args, args = parse_arguments("root", [])
+    data_args, model_args, args = parse_command_line("root", [])[:3]
     assert args.preset == "laptop"
     laptop = PRESETS["root"]["laptop"]
     assert model_args.hidden_size == laptop["hidden_size"]
@@ -77,27 +77,27 @@ def test_the_laptop_preset_is_the_default_and_explicit_flags_win():
     assert (args.weight_decay, args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.0, 0.9, 0.999, 1e-8)
     assert data_args.test_levels() == [0, 1, 2, 3, 4]
     assert (data_args.sigma, data_args.num_symbols, data_args.depth, data_args.grammar_seed) == (1.0, 4, 4, 0)
-    _, model_args, args = parse_arguments("mlm", ["--hidden_size", "32", "--learning_rate", "3e-4",
-                                                  "--lr_scheduler_type", "linear"])
+    _, model_args, args = parse_command_line("mlm", ["--hidden_size", "32", "--learning_rate", "3e-4",
+                                                  "--lr_scheduler_type", "linear"])[:3]
     assert (model_args.hidden_size, args.learning_rate, str(args.lr_scheduler_type.value)) == (32, 3e-4, "linear")
-    _, _, args = parse_arguments("root", ["--preset", "default"])  # the laptop preset's former name
+    _, _, args = parse_command_line("root", ["--preset", "default"])[:3]  # the laptop preset's former name
     assert args.preset == "laptop"
     with pytest.raises(ValueError, match="`preset` must be one of"):
-        parse_arguments("root", ["--preset", "huge"])
+        parse_command_line("root", ["--preset", "huge"])[:3]
 
 
 def test_paper_preset_is_the_papers_model_and_optimiser_and_explicit_flags_win():
     for task in ("root", "mlm"):
-        data_args, model_args, args = parse_arguments(task, ["--preset", "paper"])
+        data_args, model_args, args = parse_command_line(task, ["--preset", "paper"])[:3]
         assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (1e-4, 0.0, 0)
         assert str(args.lr_scheduler_type.value) == "constant"
         assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.999, 1e-8)
         assert args.per_device_train_batch_size == 32
         assert (model_args.hidden_size, model_args.intermediate_size, model_args.num_attention_heads) == (128, 2048, 1)
         assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.1, 0.1)
-    data_args, _, args = parse_arguments("root", ["--preset", "paper"])
+    data_args, _, args = parse_command_line("root", ["--preset", "paper"])[:3]
     assert (data_args.num_train, data_args.num_test) == (2**17, 10**4)
-    data_args, _, args = parse_arguments("mlm", ["--preset", "paper", "--num_test", "5", "--num_train_epochs", "2"])
+    data_args, _, args = parse_command_line("mlm", ["--preset", "paper", "--num_test", "5", "--num_train_epochs", "2"])[:3]
     assert (data_args.num_train, data_args.num_test, args.num_train_epochs) == (2**18, 5, 2.0)
 
 
@@ -105,9 +105,9 @@ def test_a_json_file_gives_the_same_arguments_as_flags(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"depth": 3, "k_train": 2, "k_test": [0, 3], "output_dir": str(tmp_path / "o"),
                                 "num_train": 64}))
-    from_json = parse_arguments("root", [str(path)])
-    from_flags = parse_arguments("root", ["--depth", "3", "--k_train", "2", "--k_test", "0", "3", "--output_dir",
-                                          str(tmp_path / "o"), "--num_train", "64"])
+    from_json = parse_command_line("root", [str(path)])[:3]
+    from_flags = parse_command_line("root", ["--depth", "3", "--k_train", "2", "--k_test", "0", "3", "--output_dir",
+                                          str(tmp_path / "o"), "--num_train", "64"])[:3]
     assert from_json[0] == from_flags[0] and from_json[1] == from_flags[1]
     assert from_json[2].output_dir == from_flags[2].output_dir
 
@@ -116,7 +116,7 @@ def test_a_json_file_gives_the_same_arguments_as_flags(tmp_path):
 def test_help_shows_each_default_once(task, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")  # one line per option's help
     with pytest.raises(SystemExit):
-        parse_arguments(task, ["--help"])
+        parse_command_line(task, ["--help"])[:3]
     helps = dict(re.findall(r"^  (--\w+)[^\n]*\n +([^\n]*)$", capsys.readouterr().out, flags=re.MULTILINE))
     assert len(helps) > 100  # every dataclass field, TrainingArguments' included
     assert not [name for name, text in helps.items() if text.count("(default") > 1]

@@ -1,6 +1,6 @@
 """Root accuracy against the number P of labelled training sequences (paper Fig. 2a, App. E.1, E.2, E.3).
 
-Every point is the final test accuracy of one root-classification run (:mod:`hf_treelang.train.runs`), trained on P
+Every point is the final test accuracy of one root-classification run (:mod:`hf_treelang.train.run`), trained on P
 sequences of filter level k_train, and the dashed line of the same colour is the accuracy of BP_{k_train} on the same
 test inputs (the BP-KL callback's ``eval_bp_acc_ktest{k}``). The figures differ in what varies and what is tested:
 

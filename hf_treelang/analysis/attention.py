@@ -179,10 +179,3 @@ def run(args) -> int:
     paths = write_outputs(results, args.out)
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang attention`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("attention", argv)

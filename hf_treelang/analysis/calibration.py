@@ -253,10 +253,3 @@ def run(args) -> int:
         print(line)
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang calibration`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("calibration", argv)

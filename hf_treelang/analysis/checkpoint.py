@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from hf_treelang import models
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.train.folders import TASK_ARCHITECTURES, check_run_complete, read_model_config
 
@@ -110,8 +111,6 @@ def load_checkpoint(path, *, task: str | None = None, device: str | torch.device
             f"checkpoint {str(folder)!r} holds {have} ({config.get('architectures')}); this analysis needs a "
             f"{TASK_DESCRIPTIONS[task]} checkpoint ({TASK_ARCHITECTURES[task]})"
         )
-    from hf_treelang import models
-
     class_name = TASK_ARCHITECTURES[found] if found is not None else "TreeLangModel"
     model = getattr(models, class_name).from_pretrained(folder)
     model.to(device).eval()

@@ -280,10 +280,3 @@ def run(args) -> int:
           f"{result.alignment_sequence}")
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang dynamics`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("dynamics", argv)

@@ -515,10 +515,3 @@ def run(args) -> int:
     print("  BP:      " + "  ".join(f"{a:.3f}" for a in result.bp_accuracy))
     print(f"wrote {paths['figure']} and {paths['json']}")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang probe`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("probe", argv)

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.sweep.engine import PlannedRun, execute_runs
+from hf_treelang.sweep.runner import PlannedRun, RunSpec, execute_runs
 from hf_treelang.sweep.estimate import epoch_steps
-from hf_treelang.train.runs import RunSpec
 
 from .checkpoint import as_checkpoint
 from .io import check_output_dir, check_positive, cli_error, prepare_output, write_json
@@ -296,10 +295,3 @@ def run(args) -> int:
     for name, error in result.failed.items():
         print(f"run {name} failed: {error}")
     return 1 if result.failed else 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang sample-complexity`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("sample-complexity", argv)

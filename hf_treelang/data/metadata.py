@@ -58,7 +58,7 @@ def _read_repository_json(repository, filename: str) -> dict:
 
 def _published_metadata(split, repository) -> dict:
     """The metadata of a dataset loaded from a published ``repository``, found by its config name."""
-    from hf_treelang.dataset_builder.treelang import DATASET_FORMAT
+    from hf_treelang.dataset_builder.treelang import DATASET_FORMAT  # lazy: imports datasets; metadata needs numpy
 
     name = split.info.config_name
     generation = _read_repository_json(repository, GENERATION_FILE)
@@ -88,7 +88,7 @@ def dataset_metadata(dataset, repository=None) -> dict:
         repository: for data loaded from a published copy, the folder or Hub dataset id it was loaded from
             (ignored for data built by ``load_dataset("treelang", ...)``, which carry their own metadata).
     """
-    from hf_treelang.dataset_builder.treelang import METADATA_MARKER
+    from hf_treelang.dataset_builder.treelang import METADATA_MARKER  # lazy: imports datasets; see above
 
     split = _first_split(dataset)
     _, marker, tail = (split.info.description or "").partition(METADATA_MARKER)

@@ -36,6 +36,16 @@ from hf_treelang.core.oracle import task_inputs
 from hf_treelang.core.params import check_filter_level, check_param, check_sigma
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import GENERATION_FILE, GRAMMAR_FILE
+from hf_treelang.dataset_builder.treelang import (
+    DATASET_FORMAT,
+    PAPER_DEPTH,
+    SPLITS,
+    TreeLangBuilderConfig,
+    check_config_keywords,
+    chunk_ranges,
+    generate_table,
+    split_seed,
+)
 
 _LEAVES_PER_FILE = 1 << 27  # ~128 MiB of uint8 leaves per Parquet file
 
@@ -79,8 +89,6 @@ def bp_accuracy(config, grammar) -> BPAccuracy | None:
     The inputs are :func:`hf_treelang.core.oracle.task_inputs` of the split, so the masked leaves are its fixed
     evaluation positions: the ones the BP-KL training callback and the model card use on the same split.
     """
-    from hf_treelang.dataset_builder.treelang import split_seed
-
     n, depth, q = config.num_test, config.depth, config.num_symbols
     if n == 0:
         return None
@@ -96,8 +104,6 @@ def bp_accuracy(config, grammar) -> BPAccuracy | None:
 
 def _write_split(config, grammar, split: str, data_dir: Path) -> tuple[list, int]:
     """Write one split as Parquet shards; return (relative paths, uncompressed Arrow bytes)."""
-    from hf_treelang.dataset_builder.treelang import chunk_ranges, generate_table
-
     n = config.num_examples(split)
     rows_per_file = max(1, _LEAVES_PER_FILE >> config.depth)
     num_files = max(1, -(-n // rows_per_file))
@@ -154,8 +160,6 @@ def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, *
     Raises ValueError (naming the argument, the value and the allowed range) for a value out of range, a repeated
     value, two spellings of one config, or names and a grid at once.
     """
-    from hf_treelang.dataset_builder.treelang import PAPER_DEPTH, TreeLangBuilderConfig, check_config_keywords
-
     check_config_keywords(overrides)
     if "filter_level" in overrides:
         raise ValueError("pass filter_levels= (a list) or config names, not filter_level=")
@@ -355,8 +359,6 @@ def publish_dataset(
     """
     import datasets
 
-    from hf_treelang.dataset_builder.treelang import DATASET_FORMAT, SPLITS
-
     out_dir = Path(out_dir)
     builder_configs = plan_configs(configs, seeds=seeds, sigmas=sigmas, filter_levels=filter_levels, **overrides)
     if out_dir.exists() and not overwrite:
@@ -446,14 +448,3 @@ def run(args) -> int:
         if accuracy is not None:
             sys.stdout.write(f"  {name}: BP root accuracy {accuracy.root:.4f}, single-mask {accuracy.single_mask:.4f}\n")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``hf-treelang publish-dataset`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("publish-dataset", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -56,7 +56,7 @@ def _check_internals(load_module) -> None:
 def _treelang_module(load_module, data_dir=None, data_files=None):
     if data_dir is not None or data_files is not None:
         raise ValueError(f"'{DATASET_NAME}' generates its data: data_dir and data_files must not be given")
-    from hf_treelang.dataset_builder.treelang import source_hash
+    from hf_treelang.dataset_builder.treelang import source_hash  # lazy: imports datasets, not needed till a load
 
     return load_module.DatasetModule(
         module_path=BUILDER_MODULE, hash=source_hash(), builder_kwargs={"dataset_name": DATASET_NAME}

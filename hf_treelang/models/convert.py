@@ -249,14 +249,3 @@ def run(args) -> int:
         return 2
     sys.stdout.write(f"wrote {args.output_dir}\n")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang convert`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("convert", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

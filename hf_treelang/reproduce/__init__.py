@@ -74,7 +74,7 @@ class ReproduceResult:
 
 
 def _check_out(out: Path, preset: Preset) -> None:
-    from .report import read_json
+    from .report import read_json  # lazy: loads torch; `hf-treelang --help` imports this package (its presets)
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"OUT {str(out)!r} exists and is not a folder")
@@ -95,6 +95,7 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         log: called with one line of text per step (the CLI prints them).
         only: run only these steps (the others are left as they are); ``None`` runs all.
     """
+    # lazy: torch and the steps load on a run; `hf-treelang --help` imports this package for its presets
     import torch
     from tqdm.auto import tqdm
 
@@ -164,7 +165,7 @@ def run(args) -> int:
         if args.plan is not None:
             if args.only is not None:
                 raise ValueError("--only selects steps to run; --plan lists every training run of the preset")
-            from .plan import write_plan
+            from .plan import write_plan  # lazy: loads torch; `hf-treelang --help` imports this package
 
             write_plan(args.plan, args.preset, log=lambda line: print(line, flush=True))
             return 0
@@ -175,10 +176,3 @@ def run(args) -> int:
         return 2
     print(f"wrote {result.report} ({time.perf_counter() - start:.0f} s)")
     return 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang reproduce`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("reproduce", argv)

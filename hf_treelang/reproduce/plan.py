@@ -6,7 +6,7 @@
   task, k_train, P, epochs, n_L, grammar seed, seed, clipping, figures, optimizer steps) and the total steps with the
   estimated time on this machine and on one GPU, from steps/s measured on the runs' own models;
 * :class:`EngineRunner` — ``Context.run`` of a reproduction: every run goes through
-  :func:`hf_treelang.sweep.engine.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
+  :func:`hf_treelang.sweep.runner.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
   identity are reused, changed ones trained again, interrupted ones resumed), and is recorded for the step markers;
 * :func:`marker_valid` — whether a step's ``.done`` marker still describes ``OUT``: the same preset, every run it
   trained still of the identity it had, no finished run trained again since.
@@ -19,9 +19,15 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from hf_treelang.sweep.engine import RUNS_DIR, SWEEP_FILE, PlannedRun, execute_runs
+from hf_treelang.analysis import sample_complexity
+from hf_treelang.jsonio import read_json_object
 from hf_treelang.sweep.estimate import estimate, estimate_lines, optimizer_steps
-from hf_treelang.train import runs as train_runs
+from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, PlannedRun, execute_runs
+from hf_treelang.train.folders import finished_run
+from hf_treelang.train.run import resolve
+
+from .presets import PRESETS, PUBLIC_PRESETS
+from .steps import Context, root_sweep_specs
 
 PLAN_FILE = "plan.json"
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
@@ -36,10 +42,6 @@ def _json(value):
 
 def planned_specs(ctx) -> list:
     """``[(RunSpec, figures)]`` of every training of ``ctx.preset``, each folder once (in the steps' order)."""
-    from hf_treelang.analysis import sample_complexity
-
-    from .steps import root_sweep_specs
-
     p = ctx.preset
     entries: dict = {}
 
@@ -84,7 +86,7 @@ def run_name(out: Path, spec) -> str:
 
 
 def planned_runs(ctx) -> list:
-    """Every training of ``ctx.preset`` as a :class:`~hf_treelang.sweep.engine.PlannedRun` (name: ``runs/<name>``)."""
+    """Every training of ``ctx.preset`` as a :class:`~hf_treelang.sweep.runner.PlannedRun` (name: ``runs/<name>``)."""
     planned = []
     for spec, figures in planned_specs(ctx):
         task, arguments = spec.arguments()
@@ -94,14 +96,14 @@ def planned_runs(ctx) -> list:
 
 
 def resolve_for_plan(run: PlannedRun, out: Path):
-    """:func:`~hf_treelang.train.runs.resolve_arguments` of a planned run, also when the MLM checkpoint a fine-tuning
+    """:func:`~hf_treelang.train.run.resolve` of a planned run, also when the MLM checkpoint a fine-tuning
     run starts from is not trained yet (then its sizes are read as a root run's, with the frozen encoder kept)."""
     folder = Path(out) / RUNS_DIR / run.name
     start = run.arguments.get("model_name_or_path")
     if run.task != "finetune" or (start is not None and (Path(start) / "config.json").is_file()):
-        return train_runs.resolve_arguments(run.task, run.arguments, folder)
+        return resolve(run.task, run.arguments, folder)
     arguments = {k: v for k, v in run.arguments.items() if k not in ("model_name_or_path", "classifier_hidden_size")}
-    return dataclasses.replace(train_runs.resolve_arguments("root", arguments, folder), task="finetune")
+    return dataclasses.replace(resolve("root", arguments, folder), task="finetune")
 
 
 def plan_row(run: PlannedRun, resolved) -> dict:
@@ -133,9 +135,6 @@ def plan_row(run: PlannedRun, resolved) -> dict:
 
 def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None = None) -> dict:
     """Write ``OUT/plan.json`` for ``preset`` (nothing is trained) and return it; ``log`` gets the summary lines."""
-    from .presets import PRESETS, PUBLIC_PRESETS
-    from .steps import Context
-
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
     spec = PRESETS[preset]
@@ -170,7 +169,7 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
 
 
 class EngineRunner:
-    """``Context.run`` of a reproduction: trains a :class:`~hf_treelang.train.runs.RunSpec` through the sweep engine.
+    """``Context.run`` of a reproduction: trains a :class:`~hf_treelang.sweep.runner.RunSpec` through the sweep engine.
 
     The run's folder must lie under ``OUT/runs``; it is trained in this process (``workers=0``) and recorded in
     ``OUT/sweep.json`` and ``OUT/results.jsonl``. :meth:`begin` / :meth:`end` bracket a step: ``end`` returns the
@@ -198,16 +197,16 @@ class EngineRunner:
             raise RuntimeError(f"training run {name!r} failed: {result.failed[name]}")
         self.used.append({"name": name, "task": task, "arguments": arguments, "identity": result.runs[0].identity})
         self.trained += len(result.trained)
-        return train_runs.finished_run(self.out / RUNS_DIR / name)
+        return finished_run(self.out / RUNS_DIR / name)
 
 
 def finished_runs(out) -> dict:
     """``{name: identity}`` of every finished run of the reproduction's sweep."""
     out = Path(out)
-    recorded = train_runs.read_json_file(out / SWEEP_FILE) or {}
+    recorded = read_json_object(out / SWEEP_FILE) or {}
     finished = {}
     for entry in recorded.get("runs", []):
-        done = train_runs.finished_run(out / RUNS_DIR / entry["name"])
+        done = finished_run(out / RUNS_DIR / entry["name"])
         if done is not None and done.get("identity"):
             finished[entry["name"]] = done["identity"]
     return finished
@@ -227,13 +226,13 @@ def marker_valid(marker: dict | None, preset, out) -> bool:
     out = Path(out)
     for run in marker.get("runs", []):
         try:
-            resolved = train_runs.resolve_arguments(run["task"], run["arguments"], out / RUNS_DIR / run["name"])
+            resolved = resolve(run["task"], run["arguments"], out / RUNS_DIR / run["name"])
         except (ValueError, TypeError, KeyError):
             return False
         if resolved.identity != run["identity"]:
             return False
     for name, identity in marker.get("finished", {}).items():
-        if train_runs.finished_run(out / RUNS_DIR / name, identity) is None:
+        if finished_run(out / RUNS_DIR / name, identity) is None:
             return False
     return True
 

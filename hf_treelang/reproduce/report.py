@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
-from hf_treelang.train.runs import finished_run
+from hf_treelang.train.folders import finished_run
 
 from .presets import Preset
 from .steps import steps_of

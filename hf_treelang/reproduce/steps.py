@@ -5,7 +5,7 @@ Steps: ``data``, ``bp``, ``train_root``, ``train_mlm`` (and ``train_mlm_k<k>``),
 E.3), ``layers_sweep`` (App. E.1), ``seed_sweep`` (App. E.2), ``classifier_attention`` (App. E.5) and
 ``probe_filtered`` (App. E.7, right); :func:`steps_of` lists those of a preset in order.
 
-The sweeps are lists of :class:`~hf_treelang.train.runs.RunSpec` (:func:`root_sweep_specs`) run one by one through
+The sweeps are lists of :class:`~hf_treelang.sweep.runner.RunSpec` (:func:`root_sweep_specs`) run one by one through
 ``Context.run`` (``run_training`` by default, which reuses a finished folder) and gathered by
 :mod:`hf_treelang.analysis.accuracy_curves`; a sweep engine can run the same lists.
 """
@@ -27,8 +27,10 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import bp_accuracy, task_inputs
 from hf_treelang.plotting import pyplot, save_figure
+from hf_treelang.train.arguments import DataArguments
 from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
-from hf_treelang.train.runs import RunSpec, run_training
+from hf_treelang.train.data import load_run_data
+from hf_treelang.sweep.runner import RunSpec, run_training
 
 from .presets import Preset, step_names
 
@@ -135,9 +137,6 @@ def run_sweep(ctx: Context, specs: list) -> list:
 
 def _run_data(ctx: Context, num_train: int):
     """The data of a run exactly as the training builds it (the dataset builder caches it for the training)."""
-    from hf_treelang.train.arguments import DataArguments
-    from hf_treelang.train.data import load_run_data
-
     p = ctx.preset
     data_args = DataArguments(grammar_seed=p.grammar_seed, sigma=p.sigma, num_symbols=p.num_symbols, depth=p.depth,
                               k_train=p.filter_level, num_train=num_train, num_eval=p.num_test, num_test=p.num_test,

@@ -1,11 +1,11 @@
 """Sweeps: many training runs as data, on an existing engine (worker processes, or SLURM job arrays via submitit).
 
-Layer: above :mod:`hf_treelang.train` (one run: :func:`hf_treelang.train.runs.train_run`, identity-checked and
-resumable), below :mod:`hf_treelang.analysis` and :mod:`hf_treelang.reproduce`, which run their trainings through it.
+Layer: above :mod:`hf_treelang.train` (one run: :func:`hf_treelang.train.loop.train` with ``reuse=True``,
+identity-checked and resumable), below :mod:`hf_treelang.analysis` and :mod:`hf_treelang.reproduce`, which run their trainings through it.
 
 * :mod:`~hf_treelang.sweep.spec` — the SPEC ``{"task", "base", "grid"}`` and its grid points;
-* :mod:`~hf_treelang.sweep.engine` — planning (validation, identities, ensemble packing), the local and submitit
-  executors, ``results.jsonl``, ``--status``, and ``hf-treelang sweep``;
+* :mod:`~hf_treelang.sweep.runner` — planning (validation, identities, runs packed to train together), the local and
+  submitit executors, ``results.jsonl``, ``--status``, and ``hf-treelang sweep``'s ``run``;
 * :mod:`~hf_treelang.sweep.estimate` — optimizer steps and measured steps/s, the time estimates;
 * :mod:`~hf_treelang.sweep.figure` — the grid figure, redrawn as runs finish.
 
@@ -24,12 +24,12 @@ from hf_treelang.lazy import lazy_attributes
 _LAZY = {
     "SweepSpec": "hf_treelang.sweep.spec",
     "load_spec": "hf_treelang.sweep.spec",
-    "PlannedRun": "hf_treelang.sweep.engine",
-    "SweepResult": "hf_treelang.sweep.engine",
-    "execute_runs": "hf_treelang.sweep.engine",
-    "run_sweep": "hf_treelang.sweep.engine",
-    "sweep_status": "hf_treelang.sweep.engine",
-    "read_results": "hf_treelang.sweep.engine",
+    "PlannedRun": "hf_treelang.sweep.runner",
+    "SweepResult": "hf_treelang.sweep.runner",
+    "execute_runs": "hf_treelang.sweep.runner",
+    "run_sweep": "hf_treelang.sweep.runner",
+    "sweep_status": "hf_treelang.sweep.runner",
+    "read_results": "hf_treelang.sweep.runner",
     "estimate": "hf_treelang.sweep.estimate",
 }
 

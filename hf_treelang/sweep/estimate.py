@@ -11,12 +11,15 @@ Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
 
 from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
+from hf_treelang.train.loop import build_model
 
 
 def epoch_steps(num_train: int, batch_size: int, epochs: float) -> int:
@@ -39,13 +42,9 @@ def describe_key(key: tuple) -> str:
 
 
 def _model(run):
-    import os
-
-    from hf_treelang.train.loop import build_model
-
     if run.task == "finetune" and os.path.isfile(os.path.join(str(run.model_args.model_name_or_path), "config.json")):
-        return build_model("finetune", run.data_args, run.model_args)
-    model = build_model("mlm" if run.task == "mlm" else "root", run.data_args, run.model_args)
+        return build_model(run)
+    model = build_model(dataclasses.replace(run, task=run.model_task))
     if run.task == "finetune" and run.model_args.freeze_encoder:
         model.freeze_encoder()
     return model
@@ -56,7 +55,7 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
     """Optimizer steps per second of ``run``'s model and batch size on ``device`` (random inputs).
 
     Args:
-        run: a :class:`hf_treelang.train.runs.ResolvedRun` (or anything with ``task`` and the three dataclasses).
+        run: a :class:`hf_treelang.train.run.Run` (or anything with ``task`` and the three dataclasses).
         device: ``"cpu"`` or ``"cuda"``.
         steps, warmup, repeats: the median rate of ``repeats`` timings of ``steps`` steps, after ``warmup`` untimed
             ones (the median: other processes on the machine disturb single timings).
@@ -149,7 +148,7 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
              measure_steps: int = 4) -> Estimate:
     """Steps of every run and the time to train them, from steps/s measured once per architecture and device.
 
-    ``runs`` are :class:`~hf_treelang.train.runs.ResolvedRun`; ``"cuda"`` is measured only when a GPU is visible
+    ``runs`` are :class:`~hf_treelang.train.run.Run`; ``"cuda"`` is measured only when a GPU is visible
     (otherwise its time is None). The time assumes ``workers`` runs at a time on the CPU and one at a time on the
     GPU.
     """

@@ -38,10 +38,10 @@ def grid_summary(spec, runs, records: dict) -> dict:
         record = records.get(run.name)
         if record is None:
             continue
-        k_train = run.resolved.data_args.k_train
-        label = ", ".join(f"{axis}={run.planned.point[axis]}" for axis in grouping) or "all runs"
-        cell = cells.setdefault(label, {}).setdefault(json.dumps(run.planned.point[x_axis]), {
-            "x": run.planned.point[x_axis], "accuracy": [], "bp_accuracy": [], "kl_matched_bp": []})
+        k_train = run.data_args.k_train
+        label = ", ".join(f"{axis}={run.tags['point'][axis]}" for axis in grouping) or "all runs"
+        cell = cells.setdefault(label, {}).setdefault(json.dumps(run.tags['point'][x_axis]), {
+            "x": run.tags['point'][x_axis], "accuracy": [], "bp_accuracy": [], "kl_matched_bp": []})
         cell["accuracy"].append(record.get("accuracy"))
         cell["bp_accuracy"].append(record.get("bp_accuracy"))
         cell["kl_matched_bp"].append(record.get("metrics", {}).get(f"eval_kl_bp_k{k_train}"))
@@ -62,7 +62,7 @@ def grid_summary(spec, runs, records: dict) -> dict:
 
 def write_grid_figure(out, spec, runs, records: dict) -> Path:
     """Redraw ``OUT/sweep.png`` and ``OUT/sweep_summary.json`` from the records finished so far."""
-    from hf_treelang.plotting import pyplot, save_figure
+    from hf_treelang.plotting import pyplot, save_figure  # lazy: matplotlib, only once a run has finished
 
     out = Path(out)
     summary = grid_summary(spec, runs, records)

@@ -9,7 +9,7 @@ the axes are written, each with a folder named after its grid point::
     -> k_train=0,seed=0   k_train=0,seed=1   k_train=2,seed=0   k_train=2,seed=1
 
 This module checks the SPEC's shape only (standard library); the run arguments are checked by
-:func:`hf_treelang.train.runs.check_run_arguments` and resolved by :func:`~hf_treelang.train.runs.resolve_arguments`.
+:func:`hf_treelang.train.run.check_arguments` and resolved by :func:`~hf_treelang.train.run.resolve`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def load_spec(source) -> SweepSpec:
 
     Raises a ValueError/TypeError naming the key for: a missing or unknown top-level key, an unknown task, a
     ``base`` or ``grid`` that is not an object, an empty grid, an axis without values or with a repeated value, and
-    an axis also set in ``base``. Unknown argument names are left to :func:`~hf_treelang.sweep.engine.spec_runs`.
+    an axis also set in ``base``. Unknown argument names are left to :func:`~hf_treelang.sweep.runner.spec_runs`.
     """
     if isinstance(source, SweepSpec):
         return source

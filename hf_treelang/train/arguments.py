@@ -22,7 +22,8 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
 
 from hf_treelang.core.masking import check_mask_rate
-from hf_treelang.core.params import MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
+from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
+from hf_treelang.help_format import HelpFormatter
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from . import paper_settings as paper
@@ -35,6 +36,9 @@ DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_s
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__ if name not in DATA_CONFIG_FIELDS)
 
 TASKS = ("root", "mlm", "finetune")
+TRAIN_ENGINES = ("device", "dataloader")
+STEP_MODES = ("auto", "eager", "cuda_graph")
+ENSEMBLE_MODES = ("auto", "stacked", "sequential")
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes, found by the search in training/README.md ("The laptop
@@ -288,7 +292,7 @@ class TreeLangTrainingArguments(TrainingArguments):
     train_engine: str = field(
         default="device",
         metadata={"help": "'device' (default): the training set lives on the device and is shuffled and masked there "
-                  "from seeded generators, with a lean Trainer step (hf_treelang.train.engine); 'dataloader': the "
+                  "from seeded generators, with a lean Trainer step (hf_treelang.train.trainer); 'dataloader': the "
                   "stock Trainer path (a DataLoader and the masking collator)."},
     )
     step_mode: str = field(
@@ -296,23 +300,6 @@ class TreeLangTrainingArguments(TrainingArguments):
         metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one fp32 "
                   "process with a constant learning rate, else eager), 'eager' or 'cuda_graph'."},
     )
-    ensemble_seeds: list[int] | None = field(
-        default=None,
-        metadata={"help": "Train an ensemble: the model seeds S of its members, which are every (S, K) with K in "
-                  "--ensemble_k_train; member (S, K) is the run --seed S --k_train K and is written to "
-                  "OUTPUT_DIR/members/seed{S}-k{K}/ (default: a single run, or [--seed] with --ensemble_k_train)."},
-    )
-    ensemble_k_train: list[int] | None = field(
-        default=None,
-        metadata={"help": "Ensemble: the k_train of its members, each in [0, depth] (default: [--k_train])."},
-    )
-    ensemble_mode: str = field(
-        default="auto",
-        metadata={"help": "Ensemble: 'stacked' (one batched model, one kernel per layer for all members), "
-                  "'sequential' (one member after another) or 'auto' (stacked on a GPU, and on the CPU for small "
-                  "models; hf_treelang.train.ensemble.choose_ensemble_mode)."},
-    )
-
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
         if self.num_train_epochs is None:
@@ -344,9 +331,74 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_int("dataloader_num_workers", self.dataloader_num_workers, 0)
         check_int("num_evaluations", self.num_evaluations, 0, MAX_SIZE)
         check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
-        from .engine import check_engine_arguments  # the engine's and the ensemble's choices
+        if self.max_steps <= 0 and self.num_train_epochs == 0:
+            raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
+        self.check_engine()
 
-        check_engine_arguments(self)
+    def check_engine(self) -> None:
+        """The training engine's choices (:mod:`hf_treelang.train.trainer`), each error naming the argument."""
+        check_choice("train_engine", self.train_engine, TRAIN_ENGINES)
+        check_choice("step_mode", self.step_mode, STEP_MODES)
+        if self.train_engine == "dataloader":
+            if self.step_mode == "cuda_graph":
+                raise ValueError("`step_mode` 'cuda_graph' needs --train_engine device, got --train_engine dataloader")
+            return
+        if self.gradient_accumulation_steps != 1:
+            raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per "
+                             f"step), got {self.gradient_accumulation_steps}; use --train_engine dataloader")
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}")
+
+
+@dataclass
+class EnsembleArguments:
+    """The scripts' ensemble flags: which single runs to train together (not part of any run's arguments).
+
+    ``--ensemble_seeds S… --ensemble_k_train K…`` expands the command line's run into one run per (S, K), written to
+    ``OUTPUT_DIR/members/seed{S}-k{K}/`` (:func:`hf_treelang.train.run.ensemble_runs`).
+    """
+
+    ensemble_seeds: list[int] | None = field(
+        default=None,
+        metadata={"help": "Train an ensemble: the model seeds S of its members, which are every (S, K) with K in "
+                  "--ensemble_k_train; member (S, K) is the run --seed S --k_train K and is written to "
+                  "OUTPUT_DIR/members/seed{S}-k{K}/ (default: a single run, or [--seed] with --ensemble_k_train)."},
+    )
+    ensemble_k_train: list[int] | None = field(
+        default=None,
+        metadata={"help": "Ensemble: the k_train of its members, each in [0, depth] (default: [--k_train])."},
+    )
+    ensemble_mode: str = field(
+        default="auto",
+        metadata={"help": "Ensemble: 'stacked' (one batched model, one kernel per layer for all members), "
+                  "'sequential' (one member after another) or 'auto' (stacked on a GPU, and on the CPU for small "
+                  "models; hf_treelang.train.loop.choose_ensemble_mode)."},
+    )
+
+    # the ensemble's own folder and the checkpoint it resumes from: the command line's --output_dir and
+    # --resume_from_checkpoint, which its member runs do not carry (set by hf_treelang.train.run)
+    output_dir: str | None = field(default=None, init=False)
+    resume_from_checkpoint: str | None = field(default=None, init=False)
+
+    @property
+    def requested(self) -> bool:
+        """Whether the command line asks for an ensemble."""
+        return bool(self.ensemble_seeds or self.ensemble_k_train)
+
+    def validate(self, depth: int) -> None:
+        """Each value in range and no value repeated, the errors naming the flag."""
+        check_choice("ensemble_mode", self.ensemble_mode, ENSEMBLE_MODES)
+        for name, high in (("ensemble_seeds", LIMITS["seed"].high), ("ensemble_k_train", depth)):
+            values = list(getattr(self, name) or [])
+            for value in values:
+                check_int(name, value, 0, high)
+            if len(set(values)) != len(values):
+                raise ValueError(f"`{name}` repeats a value (got {values}): a repeated (seed, k_train) member would "
+                                 "train the same run twice")
 
 
 def _explicit_keys(argv: list) -> set:
@@ -383,56 +435,81 @@ def apply_preset(task: str, data_args: DataArguments, model_args: ModelArguments
             setattr(training_args, key, value)
 
 
-def parse_arguments(task: str, argv: list | None = None):
-    """Parse ``argv`` (default ``sys.argv[1:]``): flags, or one ``.json`` file; then apply the preset and validate.
+def parser() -> HfArgumentParser:
+    """The scripts' parser: the three run dataclasses and :class:`EnsembleArguments`."""
+    return HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
+                            formatter_class=HelpFormatter)
+
+
+def _renamed(values: dict, where: str) -> dict:
+    """``values`` with the former names of :data:`RENAMED_ARGUMENTS` replaced (a warning each; both is an error)."""
+    values = dict(values)
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in values and new in values:
+            raise ValueError(f"{where}: {old!r} is the former name of {new!r}: give {new!r} only")
+        if old in values:
+            warn_renamed(old, new, where)
+            values[new] = values.pop(old)
+    return values
+
+
+def read_argument_file(path: str) -> dict:
+    """The JSON object of a scripts' argument file, or a ValueError naming the file."""
+    if not os.path.isfile(path):
+        raise ValueError(f"argument file {path!r} does not exist")
+    try:
+        with open(path) as handle:
+            values = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"argument file {path!r} is not valid JSON: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"argument file {path!r} must hold a JSON object of argument names and values "
+                         f"(like {{\"depth\": 4}}), got a {type(values).__name__}")
+    return values
+
+
+def parse_values(task: str, values: dict, where: str = "run arguments") -> tuple:
+    """Parse a dict of the scripts' argument names (``HfArgumentParser.parse_dict``) and apply the preset.
 
     Returns:
-        ``(data_args, model_args, training_args)``.
+        ``(data_args, model_args, training_args, ensemble_args, explicit)`` (``explicit``: the names given); nothing is
+        validated yet.
+    """
+    values = _renamed(values, where)
+    try:
+        parsed = parser().parse_dict(values)
+    except (ValueError, TypeError) as error:
+        raise type(error)(f"{where}: {error}") from None
+    return _finish(task, *parsed, explicit=set(values))
+
+
+def parse_command_line(task: str, argv: list | None = None) -> tuple:
+    """Parse ``argv`` (default ``sys.argv[1:]``): flags, or one ``.json`` file of argument names and values.
+
+    Returns:
+        ``(data_args, model_args, training_args, ensemble_args, explicit)`` with the preset applied (``explicit``: the
+        names given); not validated yet.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from hf_treelang.cli import HelpFormatter  # every option's default shown once, as the hf-treelang commands
-
-    parser = HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments), formatter_class=HelpFormatter)
     if len(argv) == 1 and argv[0].endswith(".json"):
-        if not os.path.isfile(argv[0]):
-            raise ValueError(f"argument file {argv[0]!r} does not exist")
-        try:
-            with open(argv[0]) as handle:
-                values = json.load(handle)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"argument file {argv[0]!r} is not valid JSON: {error}") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"argument file {argv[0]!r} must hold a JSON object of argument names and values "
-                             f"(like {{\"depth\": 4}}), got a {type(values).__name__}")
-        for old, new in RENAMED_ARGUMENTS.items():
-            if isinstance(values, dict) and old in values and new in values:
-                raise ValueError(f"argument file {argv[0]!r}: {old!r} is the former name of {new!r}: give {new!r} only")
-            if isinstance(values, dict) and old in values:
-                warn_renamed(old, new, f"argument file {argv[0]!r}")
-                values[new] = values.pop(old)
-        explicit = set(values)
-        try:
-            data_args, model_args, training_args = parser.parse_dict(values)
-        except (ValueError, TypeError) as error:
-            raise type(error)(f"argument file {argv[0]!r}: {error}") from None
-    else:
-        explicit = _explicit_keys(argv)
-        for old, new in RENAMED_ARGUMENTS.items():
-            if old in explicit and new in explicit:
-                raise ValueError(f"--{old} is the former name of --{new}: pass --{new} only")
-            if old in explicit:
-                warn_renamed(f"--{old}", f"--{new}", "the training scripts")
-                explicit = (explicit - {old}) | {new}
-        data_args, model_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        return parse_values(task, read_argument_file(argv[0]), f"argument file {argv[0]!r}")
+    explicit = _explicit_keys(argv)
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in explicit and new in explicit:
+            raise ValueError(f"--{old} is the former name of --{new}: pass --{new} only")
+        if old in explicit:
+            warn_renamed(f"--{old}", f"--{new}", "the training scripts")
+            explicit = (explicit - {old}) | {new}
+    return _finish(task, *parser().parse_args_into_dataclasses(args=argv), explicit=explicit)
+
+
+def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, explicit: set) -> tuple:
     if "output_dir" not in explicit:
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
-    data_args.validate()
-    model_args.config(data_args)  # the architecture's checks (e.g. hidden_size divisible by num_attention_heads)
-    training_args.validate()
-    return data_args, model_args, training_args
+    return data_args, model_args, training_args, ensemble_args, frozenset(explicit)
 
 
 __all__ = [
@@ -441,5 +518,7 @@ __all__ = [
     "TreeLangTrainingArguments",
     "PRESETS",
     "apply_preset",
-    "parse_arguments",
+    "EnsembleArguments",
+    "parse_command_line",
+    "parse_values",
 ]

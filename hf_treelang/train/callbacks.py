@@ -26,7 +26,6 @@ Glossary: ``n`` inputs, ``l`` depth (ℓ), ``q`` symbols, ``k`` filter level.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -43,6 +42,7 @@ from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilitie
 from hf_treelang.core.oracle import TASKS, TaskInputs, bp_accuracy, predicted_marginals, task_inputs
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
+from hf_treelang.jsonio import write_json_atomic
 
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
@@ -290,20 +290,22 @@ def evaluation_history(log_history: list) -> list:
     return [merged[step] for step in sorted(merged)]
 
 
+def write_history(path, log_history: list) -> None:
+    """Rewrite ``path`` atomically as ``{"history": [...]}``: the evaluations of ``log_history``, one per step."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_json_atomic(path, {"history": evaluation_history(log_history)})
+
+
 class MetricsHistoryCallback(TrainerCallback):
-    """Rewrite ``path`` (JSON: ``{"history": [...]}``, one entry per evaluated step) after every evaluation log."""
+    """Rewrite ``path`` (:func:`write_history`) after every evaluation log of the main process."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
 
     def write(self, state) -> None:
-        if not state.is_world_process_zero:
-            return
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as handle:
-            json.dump({"history": evaluation_history(state.log_history)}, handle, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        if state.is_world_process_zero:
+            write_history(self.path, state.log_history)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and any(key.startswith("eval_") for key in logs):

@@ -19,7 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from hf_treelang.data.registration import register_dataset_builder
+from hf_treelang.dataset_builder.treelang import config_name
+from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.masking import mask_evaluation_set
 from hf_treelang.core.sampling import SPLITS, sample_trees, split_seed
@@ -71,10 +75,7 @@ def _from_builder(data_args: DataArguments, level: int, sizes: dict) -> dict:
     """``{split: EvaluationSet}`` of config ``seed<s>-sigma<σ>[-q<q>][-depth<ℓ>]-k<level>`` through
     ``load_dataset("treelang", ...)`` (the name carries every generating parameter, so the progress bars say which
     k_test each test split is)."""
-    import datasets
-
-    from hf_treelang.data.registration import register_dataset_builder
-    from hf_treelang.dataset_builder.treelang import config_name
+    import datasets  # lazy: datasets takes a second to import; the sampler path never needs it
 
     register_dataset_builder()
     name = config_name(data_args.grammar_seed, float(data_args.sigma), level, data_args.num_symbols, data_args.depth)
@@ -117,10 +118,6 @@ def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
     The model reads no value in its forward on an accelerator or under compile, so the data path checks them here,
     before training starts.
     """
-    import torch
-
-    from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
-
     leaves, roots = torch.as_tensor(split.leaves), torch.as_tensor(split.roots)
     try:
         check_input_ids(leaves, num_symbols, allow_mask=False)

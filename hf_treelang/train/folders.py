@@ -13,8 +13,9 @@ Three kinds of folder, told apart by the files in them:
   run wrote. A folder with ``run_config.json`` and no ``run_complete.json`` is a run that was interrupted (or is still
   running): :func:`check_run_complete` refuses it and says what is missing, :func:`completed_run` reads the marker of
   a complete one. A model folder has no ``run_config.json``, so it loads as it is. ``run_complete.json`` is the one
-  completion marker: the runner of sweeps (:mod:`hf_treelang.train.runs`) reads it too, and adds only the run's
-  identity (``run_identity.json``, written before training, so the marker lists it).
+  completion marker. A run trained with ``reuse`` (sweeps, ``reproduce``) also records its identity
+  (``run_identity.json``, :data:`IDENTITY_FILE`, written before training, so the marker lists it):
+  :func:`folder_state` compares a folder with a run's identity, :func:`finished_run` reads a finished one's summary.
 
 A second run into a non-empty ``output_dir`` would mix its files with the first run's (old ``checkpoint-N`` folders
 next to new ones): :func:`check_output_dir_free` refuses it unless the run resumes (``--resume_from_checkpoint``) or
@@ -30,10 +31,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from hf_treelang.jsonio import TEMPORARY_SUFFIX, read_json_object, write_json_atomic
 
 RUN_CONFIG = "run_config.json"  # written first: the folder is a run folder
 RUN_COMPLETE = "run_complete.json"  # written last: the run folder is complete
+IDENTITY_FILE = "run_identity.json"  # identity, arguments and the training process, written before training
+ENSEMBLE_FILE = "ensemble.json"  # in a stacked ensemble's folder and in each of its checkpoints: the members
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # a finished run's top-level files (beyond the marker): what an incomplete folder is reported to lack
 RUN_FILES = ("config.json", "model.safetensors", "trainer_state.json", "grammar.json", RUN_CONFIG, "metrics.json",
@@ -194,7 +202,7 @@ def _files_under(folder: Path) -> dict:
     """{relative posix path: size in bytes} of every file under ``folder``, but the marker and temporary files."""
     files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != RUN_COMPLETE and not path.name.endswith(".tmp"):
+        if path.is_file() and path.name != RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX):
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
     return files
 
@@ -202,12 +210,7 @@ def _files_under(folder: Path) -> dict:
 def write_run_complete(output_dir, **summary) -> Path:
     """Write ``run_complete.json`` last, atomically: ``summary`` and every file the run folder holds, with sizes."""
     folder = Path(output_dir)
-    document = {**summary, "files": _files_under(folder)}
-    path = folder / RUN_COMPLETE
-    temporary = folder / (RUN_COMPLETE + ".tmp")
-    temporary.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    os.replace(temporary, path)
-    return path
+    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder)})
 
 
 def mark_run_started(output_dir) -> None:
@@ -259,14 +262,145 @@ def completed_run(path) -> dict | None:
         return None
     try:
         check_run_complete(folder)
-        marker = json.loads((folder / RUN_COMPLETE).read_text())
     except (OSError, ValueError):
         return None
-    return marker if isinstance(marker, dict) else None
+    return read_json_object(folder / RUN_COMPLETE)
+
+
+# ---------------------------------------------------------------- a run's identity in its folder
+
+
+def process_alive(host: str | None, pid: int | None) -> bool | None:
+    """Whether process ``pid`` of ``host`` runs: True/False on this host, None (unknown) on another."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, TypeError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def last_checkpoint(output_dir) -> Path | None:
+    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
+    found = []
+    for path in Path(output_dir).glob(CHECKPOINT_PREFIX + "*"):
+        step = path.name[len(CHECKPOINT_PREFIX):]
+        if step.isdigit():
+            found.append((int(step), path))
+    for _, path in sorted(found, reverse=True):
+        try:
+            check_resume_checkpoint(path)
+        except ValueError:
+            continue
+        return path
+    return None
+
+
+def read_identity(output_dir) -> dict | None:
+    """The ``run_identity.json`` of a run folder (:func:`write_identity`'s record), or None."""
+    return read_json_object(Path(output_dir) / IDENTITY_FILE)
+
+
+def write_identity(output_dir, identity: str, task: str, arguments: dict, config: dict, *,
+                   resumed_from: str | None = None) -> dict:
+    """Record that this process trains the run ``identity`` in ``output_dir`` (whose previous completion marker no
+    longer describes it); returns the record."""
+    folder = Path(output_dir)
+    record = {"identity": identity, "task": task, "arguments": arguments, "config": config,
+              "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(), "resumed_from": resumed_from}
+    folder.mkdir(parents=True, exist_ok=True)
+    mark_run_started(folder)
+    write_json_atomic(folder / IDENTITY_FILE, record)
+    return record
+
+
+def record_failure(output_dir, record: dict, error: BaseException) -> None:
+    """Add ``error`` to a run's identity record: the run failed (``hf-treelang sweep --status`` says so)."""
+    write_json_atomic(Path(output_dir) / IDENTITY_FILE, {**record, "error": f"{type(error).__name__}: {error}"})
+
+
+def finished_run(output_dir, identity: str | None = None) -> dict | None:
+    """The summary of a finished run, or None when the folder holds none (of ``identity``, if given).
+
+    Finished means complete — ``run_complete.json`` (:func:`completed_run`) — with ``run_identity.json`` among the
+    files that marker lists: the identity was recorded before the run that completed, not after it.
+
+    Returns:
+        ``accuracy`` and ``bp_accuracy`` (the model's and the matched BP's accuracy on the first k_test set),
+        ``final`` (every numeric final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``, ...), ``global_step``,
+        ``train_runtime_s`` (from ``metrics.json``), ``identity``, ``task``, ``resumed_from``, ``output_dir``.
+    """
+    folder = Path(output_dir)
+    record = read_identity(folder)
+    if record is None or (identity is not None and record.get("identity") != identity):
+        return None
+    marker = completed_run(folder)
+    if marker is None or IDENTITY_FILE not in (marker.get("files") or {}):
+        return None
+    metrics = read_json_object(folder / "metrics.json") or {}
+    final = {key: value for key, value in (metrics.get("final") or {}).items() if isinstance(value, (int, float))}
+    k = ((record.get("config") or {}).get("data_args", {}).get("k_test") or [0])[0]
+    return {
+        "accuracy": final.get(f"eval_acc_ktest{k}"),
+        "bp_accuracy": final.get(f"eval_bp_acc_ktest{k}"),
+        "final": final,
+        "output_dir": str(folder),
+        "global_step": int(metrics.get("global_step", marker.get("global_step", 0))),
+        "train_runtime_s": float(metrics.get("train_runtime_s", 0.0)),
+        "identity": record.get("identity"),
+        "task": record.get("task"),
+        "resumed_from": record.get("resumed_from"),
+    }
+
+
+@dataclass
+class FolderState:
+    """What a run folder holds for a given identity.
+
+    ``status``: ``"done"`` (complete, same identity: ``result`` is its summary, :func:`finished_run`), ``"resume"``
+    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (same identity,
+    its process is alive), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
+    empty). ``record``: the folder's ``run_identity.json``.
+    """
+
+    status: str
+    result: dict | None = None
+    checkpoint: Path | None = None
+    record: dict | None = None
+
+
+def folder_state(output_dir, identity: str) -> FolderState:
+    """Read a run folder against ``identity``; raise if it holds files that no training run wrote."""
+    folder = Path(output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"output_dir {str(folder)!r} exists and is not a folder")
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return FolderState("new")
+    record = read_identity(folder)
+    if record is None:
+        if is_run_folder(folder):
+            return FolderState("stale")  # a training run of no known identity (a script's, or an older version's)
+        raise ValueError(f"output_dir {str(folder)!r} holds files that no training run wrote (no {IDENTITY_FILE}); "
+                         "move them away or choose another folder")
+    if record.get("identity") != identity:
+        return FolderState("stale", record=record)
+    result = finished_run(folder, identity)
+    if result is not None:
+        return FolderState("done", result=result, record=record)
+    if "error" not in record and record.get("pid") != os.getpid() \
+            and process_alive(record.get("host"), record.get("pid")) is not False:
+        return FolderState("running", record=record)
+    return FolderState("resume", checkpoint=last_checkpoint(folder), record=record)
 
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "ENSEMBLE_FILE",
+    "IDENTITY_FILE",
+    "FolderState",
     "MODEL_FOLDER",
     "RESUME_FILES",
     "RUN_COMPLETE",
@@ -280,7 +414,14 @@ __all__ = [
     "check_run_complete",
     "clear_previous_run",
     "completed_run",
+    "finished_run",
+    "folder_state",
     "is_run_folder",
+    "last_checkpoint",
+    "process_alive",
+    "read_identity",
+    "record_failure",
+    "write_identity",
     "mark_run_started",
     "read_model_config",
     "write_run_complete",

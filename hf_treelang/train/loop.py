@@ -1,39 +1,54 @@
-"""The training loop shared by ``training/run_root.py``, ``run_mlm.py`` and ``run_finetune.py`` (paper Sec. 3).
+"""Training runs end to end: :func:`train` one run, :func:`train_together` several as one ensemble (paper Sec. 3).
 
-:func:`train` takes the three argument dataclasses of :mod:`hf_treelang.train.arguments` and:
+A run (:class:`~hf_treelang.train.run.Run`, resolved and checked) goes through four stages, in this order:
 
-1. validates every input (values with their ranges, the output folder, the checkpoints to start or resume from)
-   before anything is built or written; a non-empty ``output_dir`` needs ``--overwrite_output_dir`` or
-   ``--resume_from_checkpoint`` (:mod:`hf_treelang.train.folders`);
-2. builds the data: the builder's split streams of k_train and of every k_test (:mod:`hf_treelang.train.data`),
-   then writes ``run_config.json``, which makes ``output_dir`` a run folder;
-3. builds the model (root classifier, masked-LM head, or the root classifier on top of an MLM checkpoint);
-4. runs ``transformers.Trainer`` with the paper's optimiser, log-spaced evaluations and checkpoints, the BP-KL
+1. **resolve** — :mod:`hf_treelang.train.run` (the scripts' command line, or a dict of the same argument names);
+2. **check** — every value and every checkpoint to start or resume from, then the output folder: a non-empty one
+   needs ``--overwrite_output_dir`` or ``--resume_from_checkpoint``; with ``reuse=True`` (sweeps, ``reproduce``) the
+   folder is compared with the run's identity instead (:func:`hf_treelang.train.folders.folder_state`): a finished
+   run of the same identity is returned as it is, an interrupted one resumes from its last checkpoint, a folder of
+   another identity is emptied and trained again;
+3. **train** — the data (the builder's split streams of k_train and of every k_test, :mod:`hf_treelang.train.data`),
+   ``run_config.json`` (the folder is now a run folder), the model, and ``transformers.Trainer``
+   (:mod:`hf_treelang.train.trainer`) with the paper's optimiser, log-spaced evaluations and checkpoints, the BP-KL
    callback, TensorBoard and a JSON history;
-5. writes the output folder: the model (``save_pretrained``), ``trainer_state.json``, ``checkpoint-*``,
-   ``eval_history.json``, ``metrics.json``, ``run_config.json``, ``grammar.json``, ``tensorboard/``,
-   ``curves.png``, ``kl_curves.png`` and the model card ``README.md`` (:mod:`hf_treelang.train.outputs`), then,
-   last and atomically, ``run_complete.json``: the analyses and fine-tuning refuse a run folder without it.
+4. **write** — the model (``save_pretrained``), ``trainer_state.json``, ``grammar.json``, ``metrics.json``, the curves
+   and the model card (:mod:`hf_treelang.train.outputs`), then, last and atomically, ``run_complete.json``: the
+   analyses and fine-tuning refuse a run folder without it.
 
-Resuming is byte-identical: the Trainer restores the weights, optimiser, schedule and random generators, and the MLM
-masks are a function of (seed, epoch, example), not of a stream consumed ahead of the checkpoint
-(:class:`~hf_treelang.train.collators.MaskedLeafCollator`).
+Resuming is byte-identical: the Trainer restores the weights, optimiser, schedule and random generators, and the
+training order and MLM masks are functions of (seed, epoch, example), not of a stream consumed ahead of the
+checkpoint.
 
-Tasks: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence), ``"finetune"`` (root
-classification from an MLM checkpoint, encoder frozen or not, Fig. 1f).
+An **ensemble** is a list of runs that differ only in model seed, k_train, grammar seed or σ. :func:`train_together`
+trains them ``"stacked"`` (one batched model, :class:`~hf_treelang.train.trainer.EnsembleTrainer`) or
+``"sequential"`` (one :func:`train` after another, sharing the data and BP targets); each run writes its own complete
+run folder. With dropout 0 a stacked member equals its single run to float rounding (``tests/test_ensemble.py``).
+The rule of ``"auto"`` (:func:`choose_ensemble_mode`): stacked on a GPU; on the CPU stacked only while a member's step
+is small (:data:`STACKED_CPU_MAX_FLOPS`), because there a step is bound by arithmetic, and a batched matmul of N
+members is no faster than N matmuls (``benchmarks/bench_train.py`` measures both).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, set_seed
+from transformers.integrations import TensorBoardCallback
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import TrainOutput
 
-from .arguments import TASKS, DataArguments, ModelArguments, TreeLangTrainingArguments
+from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
+from hf_treelang.models.stacked import StackedTreeLang
+
 from .callbacks import (
     REFERENCE_SIZE,
     BPKLCallback,
@@ -44,106 +59,99 @@ from .callbacks import (
     evaluation_line,
     quiet_progress_bars_off_terminal,
     reference_count,
+    write_history,
 )
 from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, RootClassificationCollator
-from .data import RunData, load_run_data, to_datasets
+from .data import to_datasets
+from .device_data import TrainingStream
 from .folders import (
-    TASK_ARCHITECTURES,
-    check_output_dir_free,
-    check_resume_checkpoint,
-    check_run_complete,
+    ENSEMBLE_FILE,
     clear_previous_run,
+    finished_run,
+    folder_state,
     mark_run_started,
-    read_model_config,
+    record_failure,
+    write_identity,
     write_run_complete,
 )
 from .launch import relaunch_data_parallel_cpu
-from .readout import keep_frozen_in_eval_mode
 from .outputs import write_outputs, write_run_config
-from .engine import check_engine_arguments, check_single_run_checkpoint, trainer_for
+from .readout import keep_frozen_in_eval_mode
+from .run import MEMBERS_DIR, Run, check_output, check_together, runs_from_command_line
+from .trainer import EnsembleTrainer, MemberState, RunDataCache, member_log_history, trainer_for
+
+# "auto" stacks members on the CPU while one member's training step costs at most this many floating-point
+# operations (6 x tokens x parameters): the laptop size (d = 64, d' = 256: ~0.6 GFLOP at batch 32) stacks, the
+# paper size (d = 128, d' = 2048: ~7 GFLOP) trains one member after another.
+STACKED_CPU_MAX_FLOPS = 2e9
 
 
 @dataclass
 class TrainingResult:
-    """What :func:`train` returns: the output folder, the final comparison with BP, the history and timing."""
+    """What :func:`train` returns: the output folder, the final comparison with BP, the history and timing.
+
+    ``reused``: the folder held this run, finished, before the call (``reuse=True``); ``summary``: the finished run's
+    summary (:func:`hf_treelang.train.folders.finished_run`) of a run trained with ``reuse=True``, else None.
+    """
 
     output_dir: str
     final_metrics: dict
     history: list
     train_runtime: float
     global_step: int
+    reused: bool = False
+    summary: dict | None = None
 
 
-# ---------------------------------------------------------------- validation
+@dataclass
+class EnsembleResult:
+    """What :func:`train_together` returns: the ensemble's mode, timing and each run's :class:`TrainingResult`."""
+
+    output_dir: str | None
+    mode: str
+    train_runtime: float
+    global_step: int
+    members: dict = field(default_factory=dict)  # name -> TrainingResult
+    num_data_configs: int = 0
 
 
-def _model_task(task: str) -> str:
-    return "mlm" if task == "mlm" else "root"
+# ---------------------------------------------------------------- model, metrics and callbacks
 
 
-def validate_arguments(task: str, data_args: DataArguments, model_args: ModelArguments,
-                       training_args: TreeLangTrainingArguments) -> None:
-    """Raise a ValueError naming the argument for any inconsistent input; writes nothing."""
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    data_args.validate()
-    training_args.validate()
-    config = model_args.config(data_args)  # the architecture's own checks
-    resume = training_args.resume_from_checkpoint
-    if resume is not None:
-        if training_args.overwrite_output_dir:
-            raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
-                             f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
-        check_single_run_checkpoint(resume)
-        _, saved = check_resume_checkpoint(resume)
-        _check_saved_model("resume_from_checkpoint", resume, saved, data_args)
-        expected = TASK_ARCHITECTURES[_model_task(task)]
-        if expected not in (saved.get("architectures") or []):
-            raise ValueError(f"`resume_from_checkpoint` {resume!r} holds a {saved.get('architectures')} model; this "
-                             f"{task} run trains a {expected}")
-        if task != "finetune":
-            for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-                if saved.get(name) != getattr(config, name):
-                    raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with {name}={saved.get(name)}; "
-                                     f"this run has {name}={getattr(config, name)}: pass the checkpoint's architecture")
-        if saved.get("classifier_hidden_size", 0) != config.classifier_hidden_size:  # the root readout, every task
-            raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with classifier_hidden_size="
-                             f"{saved.get('classifier_hidden_size', 0)}; this run has classifier_hidden_size="
-                             f"{config.classifier_hidden_size}: pass the checkpoint's readout")
-    check_output_dir_free(training_args.output_dir, overwrite=training_args.overwrite_output_dir,
-                          resume=resume is not None)
-    if task == "finetune":
-        path = model_args.model_name_or_path
-        try:
-            _, saved = read_model_config("model_name_or_path", path)
-            check_run_complete(path, "model_name_or_path")
-        except ValueError as error:
-            raise ValueError(f"{error}; run training/run_mlm.py first or pass --model_name_or_path <MLM output "
-                             "folder>") from None
-        _check_saved_model("model_name_or_path", path, saved, data_args)
-    elif model_args.model_name_or_path is not None:
-        raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
-    if task == "mlm":
-        if training_args.remove_unused_columns:
-            raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
-                             "by its example_index column), got True")
-        if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
-            raise ValueError("`dataloader_persistent_workers` must be False for MLM with dataloader_num_workers > 0 "
-                             "(persistent workers keep the collator of the first epoch, and the masks are keyed by "
-                             "the epoch), got True")
-    if task != "finetune" and config.classifier_hidden_size:
-        raise ValueError(f"`classifier_hidden_size` must be 0 (the paper's linear readout) for a {task} run from "
-                         f"scratch, got {config.classifier_hidden_size}: the authors' two-layer head is the new head "
-                         "of run_finetune.py on an MLM checkpoint")
-    check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
+def build_model(run: Run):
+    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint (its encoder;
+    a new root readout of ``classifier_hidden_size`` hidden units, 0: linear)."""
+    data_args, model_args = run.data_args, run.model_args
+    if run.task == "finetune":
+        # the new root readout is part of the architecture: the config says which head to build (and to reload)
+        model = TreeLangForSequenceClassification.from_pretrained(
+            model_args.model_name_or_path, classifier_hidden_size=model_args.classifier_hidden_size
+        )
+        model.config.filter_level = data_args.k_train
+        if model_args.freeze_encoder:
+            model.freeze_encoder()
+            keep_frozen_in_eval_mode(model)
+        return model
+    model_class = TreeLangForMaskedLM if run.task == "mlm" else TreeLangForSequenceClassification
+    return model_class(model_args.config(data_args))
 
 
-def check_checkpoint_epochs(epochs, num_train_epochs: float) -> None:
-    """Raise a ValueError naming ``checkpoint_epochs`` unless every epoch is an integer in [1, num_train_epochs]."""
-    for epoch in epochs or ():
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= num_train_epochs:
-            raise ValueError(f"`checkpoint_epochs` must hold integers in [1, num_train_epochs={num_train_epochs:g}], "
-                             f"got {epoch!r}")
+def argmax_logits(logits, labels):
+    """``preprocess_logits_for_metrics``: keep only the argmax, (b,) or (b, 2**ℓ)."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(-1)
+
+
+def accuracy_metrics(eval_prediction) -> dict:
+    """``compute_metrics``: accuracy on the labelled positions and how many were evaluated (``num_examples``)."""
+    predictions = np.asarray(eval_prediction.predictions)
+    labels = np.asarray(eval_prediction.label_ids)
+    labelled = labels != -100
+    return {
+        "accuracy": float((predictions[labelled] == labels[labelled]).mean()) if labelled.any() else float("nan"),
+        "num_examples": int(labelled.sum()),
+    }
 
 
 class EpochCheckpointCallback(TrainerCallback):
@@ -169,143 +177,122 @@ class EpochCheckpointCallback(TrainerCallback):
         return control
 
 
-def _check_saved_model(name: str, path, saved: dict, data_args: DataArguments) -> None:
-    """A saved config.json must be a valid TreeLang config of the run's data (q and ℓ)."""
-    from hf_treelang.models.configuration_treelang import TreeLangConfig
-
-    try:
-        TreeLangConfig.from_dict(dict(saved))
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"`{name}` {str(path)!r}: config.json is not a valid TreeLang config: {error}") from None
-    q, depth = saved["vocab_size"] - 1, saved["depth"]
-    if q != data_args.num_symbols or depth != data_args.depth:
-        raise ValueError(
-            f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
-            f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
-        )
+def schedule_callbacks(training_args) -> list:
+    """The log-spaced evaluations and checkpoints, and the checkpoint epochs, of a run's arguments."""
+    callbacks = [LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)]
+    if training_args.checkpoint_epochs:
+        callbacks.append(EpochCheckpointCallback(training_args.checkpoint_epochs))
+    return callbacks
 
 
-# ---------------------------------------------------------------- model and metrics
-
-
-def build_model(task: str, data_args: DataArguments, model_args: ModelArguments):
-    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint (its encoder;
-    a new root readout of ``classifier_hidden_size`` hidden units, 0: linear)."""
-    from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
-
-    if task == "finetune":
-        # the new root readout is part of the architecture: the config says which head to build (and to reload)
-        model = TreeLangForSequenceClassification.from_pretrained(
-            model_args.model_name_or_path, classifier_hidden_size=model_args.classifier_hidden_size
-        )
-        model.config.filter_level = data_args.k_train
-        if model_args.freeze_encoder:
-            model.freeze_encoder()
-            keep_frozen_in_eval_mode(model)
-        return model
-    model_class = TreeLangForMaskedLM if task == "mlm" else TreeLangForSequenceClassification
-    return model_class(model_args.config(data_args))
-
-
-def argmax_logits(logits, labels):
-    """``preprocess_logits_for_metrics``: keep only the argmax, (b,) or (b, 2**ℓ)."""
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(-1)
-
-
-def accuracy_metrics(eval_prediction) -> dict:
-    """``compute_metrics``: accuracy on the labelled positions and how many were evaluated (``num_examples``)."""
-    predictions = np.asarray(eval_prediction.predictions)
-    labels = np.asarray(eval_prediction.label_ids)
-    labelled = labels != -100
-    return {
-        "accuracy": float((predictions[labelled] == labels[labelled]).mean()) if labelled.any() else float("nan"),
-        "num_examples": int(labelled.sum()),
-    }
-
-
-# ---------------------------------------------------------------- the loop
+def bp_callback_for(run: Run, data) -> BPKLCallback:
+    """The BP-KL callback of a run (its BP targets are computed in its first ``prepare``)."""
+    return BPKLCallback(
+        data.grammar, run.data_args.depth, run.data_args.k_train, run.model_task, data.validation, data.tests,
+        batch_size=run.training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
+    )
 
 
 def _tensorboard_dir(trainer, output_dir: str) -> None:
-    from transformers.integrations import TensorBoardCallback
-
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
             callback.logging_dir = os.path.join(output_dir, "tensorboard")
 
 
-def bp_callback_for(task: str, data: RunData, data_args: DataArguments, training_args) -> BPKLCallback:
-    """The BP-KL callback of a run (its BP targets are computed in its first ``prepare``)."""
-    return BPKLCallback(
-        data.grammar, data_args.depth, data_args.k_train, _model_task(task), data.validation, data.tests,
-        batch_size=training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
-    )
+# ---------------------------------------------------------------- one run
 
 
-def train(task: str, data_args: DataArguments, model_args: ModelArguments,
-          training_args: TreeLangTrainingArguments, *, cache=None):
-    """Run one experiment end to end (see the module docstring); returns a :class:`TrainingResult`.
+def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None) -> TrainingResult:
+    """Train ``run`` into its output folder (see the module docstring); returns a :class:`TrainingResult`.
 
-    With ``--ensemble_seeds`` / ``--ensemble_k_train`` it trains an ensemble instead and returns an
-    :class:`hf_treelang.train.ensemble.EnsembleResult`. ``cache`` (a :class:`hf_treelang.train.engine.RunDataCache`)
-    shares the data and BP targets with the other runs of this process that have the same data.
+    Args:
+        run: the resolved run (:func:`hf_treelang.train.run.resolve`).
+        reuse: decide by the run's identity what its folder's content is worth (finished: returned as it is;
+            interrupted: resumed; another run: replaced) instead of the scripts' rule for a non-empty folder.
+        cache: shares the data and BP targets with the other runs of this process that have the same data.
     """
-    from transformers import set_seed
+    if not reuse:
+        check_output(run)
+        return _train(run, cache)
+    state = folder_state(run.output_dir, run.identity)
+    if state.status == "done":
+        return _result_of(run, reused=True)
+    if state.status == "running":
+        raise ValueError(f"output_dir {str(run.output_dir)!r}: this run is being trained by process "
+                         f"{state.record.get('pid')} on {state.record.get('host')}")
+    resume = state.checkpoint if state.status == "resume" else None
+    if resume is None:
+        if run.output_dir.is_dir():
+            shutil.rmtree(run.output_dir)  # another run, or interrupted before its first checkpoint: start over
+        run = run.replace_training(overwrite_output_dir=True, resume_from_checkpoint=None)
+    else:
+        run = run.replace_training(overwrite_output_dir=False, resume_from_checkpoint=str(resume))
+    record = write_identity(run.output_dir, run.identity, run.task, run.arguments, run.config,
+                            resumed_from=None if resume is None else resume.name)
+    try:
+        _train(run, cache)
+    except BaseException as error:
+        record_failure(run.output_dir, record, error)
+        raise
+    return _result_of(run, reused=False)
 
-    from .ensemble import is_ensemble, train_ensemble
 
-    if is_ensemble(training_args):
-        return train_ensemble(task, data_args, model_args, training_args)
-    validate_arguments(task, data_args, model_args, training_args)
-    check_engine_arguments(training_args)
-    if training_args.cpu_threads:
-        torch.set_num_threads(int(training_args.cpu_threads))
-    output_dir = training_args.output_dir
-    with training_args.main_process_first(desc="building the data"):
-        data = load_run_data(data_args) if cache is None else cache.run_data(data_args)
-        train_set, validation_set = to_datasets(_model_task(task), data, data_args.num_symbols)
-    if training_args.should_save:
+def _result_of(run: Run, reused: bool) -> TrainingResult:
+    """The :class:`TrainingResult` of a finished run of the runner, read back from its folder."""
+    summary = finished_run(run.output_dir, run.identity)
+    if summary is None:
+        raise RuntimeError(f"the run in {str(run.output_dir)!r} ended without its completion marker")
+    metrics = read_json_object(run.output_dir / "metrics.json") or {}
+    return TrainingResult(str(run.output_dir), summary["final"], metrics.get("history", []),
+                          summary["train_runtime_s"], summary["global_step"], reused, {**summary, "reused": reused})
+
+
+def _train(run: Run, cache: RunDataCache | None) -> TrainingResult:
+    """Stages 3 and 4 of a single run whose folder is checked."""
+    args = run.training_args
+    if args.cpu_threads:
+        torch.set_num_threads(int(args.cpu_threads))
+    cache = cache or RunDataCache()
+    output_dir = args.output_dir
+    with args.main_process_first(desc="building the data"):
+        data = cache.run_data(run.data_args)
+        train_set, validation_set = to_datasets(run.model_task, data, run.data_args.num_symbols)
+    if args.should_save:
         # the folder becomes a run folder: run_config.json first, run_complete.json (the marker) last
-        if training_args.overwrite_output_dir:
+        if args.overwrite_output_dir:
             clear_previous_run(output_dir)
         os.makedirs(output_dir, exist_ok=True)
         mark_run_started(output_dir)
-        write_run_config(task, data_args, model_args, training_args)
-    set_seed(training_args.seed)
-    model = build_model(task, data_args, model_args)
-    if training_args.num_evaluations > 0 and training_args.resume_from_checkpoint is None:
-        training_args.eval_on_start = True
-    if task == "mlm":
+        write_run_config(run.task, run.data_args, run.model_args, args)
+    set_seed(args.seed)
+    model = build_model(run)
+    if args.num_evaluations > 0 and args.resume_from_checkpoint is None:
+        args.eval_on_start = True
+    if run.task == "mlm":
         # each example's training masks are keyed by its row (MaskedLeafCollator): a resumed run draws the same ones
         train_set = train_set.add_column(EXAMPLE_INDEX, np.arange(len(train_set), dtype=np.int64))
-        collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate, seed=training_args.seed)
+        collator = MaskedLeafCollator(run.data_args.num_symbols, run.data_args.mask_rate, seed=args.seed)
         mask_epochs = [MaskEpochCallback(collator)]
     else:
         collator, mask_epochs = RootClassificationCollator(), []
-    schedule = LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)
-    epochs = training_args.checkpoint_epochs
-    epoch_schedule = [EpochCheckpointCallback(epochs)] if epochs else []
     trainer = trainer_for(
-        _model_task(task), data, data_args, training_args,
+        run.model_task, data, run.data_args, args,
         model=model,
-        args=training_args,
+        args=args,
         train_dataset=train_set,
         eval_dataset=validation_set,
         data_collator=collator,
         compute_metrics=accuracy_metrics,
         preprocess_logits_for_metrics=argmax_logits,
-        callbacks=[schedule, *epoch_schedule, *mask_epochs,
+        callbacks=[*schedule_callbacks(args), *mask_epochs,
                    MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
     )
     _tensorboard_dir(trainer, output_dir)
-    make_bp_callback = lambda: bp_callback_for(task, data, data_args, training_args)  # noqa: E731
-    bp_callback = (make_bp_callback() if cache is None else cache.bp_callback(data_args, make_bp_callback))
+    bp_callback = cache.bp_callback(run.data_args, lambda: bp_callback_for(run, data))
     bp_callback.attach(trainer)
-    ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
+    ConsoleCallback(run.data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
     start = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     train_runtime = time.perf_counter() - start
     history = evaluation_history(trainer.state.log_history)
     final = dict(history[-1]) if history and history[-1].get("step") == trainer.state.global_step else {}
@@ -315,40 +302,234 @@ def train(task: str, data_args: DataArguments, model_args: ModelArguments,
         trainer.save_model(output_dir)
         trainer.save_state()
         data.grammar.save(os.path.join(output_dir, "grammar.json"))
-        write_outputs(task, data_args, model_args, training_args, bp_callback, final, history,
-                       train_runtime, train_output, trainer.state.global_step)
-        write_run_complete(output_dir, task=task, global_step=trainer.state.global_step)  # last, atomically
+        write_outputs(run.task, run.data_args, run.model_args, args, bp_callback, final, history,
+                      train_runtime, train_output, trainer.state.global_step)
+        write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
 
 
+# ---------------------------------------------------------------- several runs together
+
+
+def choose_ensemble_mode(config, batch_size: int, device) -> str:
+    """``"stacked"`` on a GPU; on the CPU ``"stacked"`` while 6 x tokens x parameters of one member's step is at
+    most :data:`STACKED_CPU_MAX_FLOPS`, else ``"sequential"`` (the rule: module docstring)."""
+    if torch.device(device).type != "cpu":
+        return "stacked"
+    d, d_ff, T = config.hidden_size, config.intermediate_size, config.max_position_embeddings
+    per_layer = 4 * d * d + 2 * d * d_ff  # in-projection (3d x d), out-projection, the two feed-forward matrices
+    readout = d * T * config.num_symbols if config.classifier_pooling == "concat" else d * config.num_symbols
+    flops = 6 * batch_size * T * (config.num_hidden_layers * per_layer + readout)
+    return "stacked" if flops <= STACKED_CPU_MAX_FLOPS else "sequential"
+
+
+def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_from_checkpoint=None,
+                   reuse: bool = False) -> EnsembleResult:
+    """Train ``runs`` (differing only in seed, k_train, grammar seed or σ) in this process; see the module docstring.
+
+    Args:
+        runs: the runs, each with its own output folder (its complete run folder when this returns).
+        mode: ``"stacked"``, ``"sequential"`` or ``"auto"`` (:func:`choose_ensemble_mode`).
+        ensemble_dir: the stacked ensemble's own folder: ``ensemble.json``, its resumable checkpoints and
+            ``run_complete.json`` (the scripts' ``--output_dir``). None: a temporary folder, removed at the end.
+        resume_from_checkpoint: a stacked ensemble's ``ensemble_dir/checkpoint-<step>``.
+        reuse: as :func:`train`: runs finished with the same identity are returned as they are, the others are
+            trained again from the start.
+    """
+    check_together(runs, mode=mode, resume_from_checkpoint=resume_from_checkpoint)
+    if mode == "auto":
+        first = runs[0]
+        mode = choose_ensemble_mode(first.model_args.config(first.data_args),
+                                    first.training_args.per_device_train_batch_size, first.training_args.device)
+    results, cache, records = {}, RunDataCache(), {}
+    if reuse:
+        for run in runs:
+            if folder_state(run.output_dir, run.identity).status == "done":
+                results[run.name] = _result_of(run, reused=True)
+        runs = [run for run in runs if run.name not in results]
+        for run in runs:
+            if run.output_dir.is_dir():
+                shutil.rmtree(run.output_dir)
+            records[run.name] = write_identity(run.output_dir, run.identity, run.task, run.arguments, run.config)
+    elif resume_from_checkpoint is None:
+        for run in runs:
+            check_output(run)
+    start = time.perf_counter()
+    global_step = max((result.global_step for result in results.values()), default=0)
+    try:
+        if runs and mode == "sequential":
+            for run in runs:
+                results[run.name] = _train(run, cache)
+        elif runs:
+            with _ensemble_folder(ensemble_dir) as folder:
+                trained, global_step = _train_stacked(runs, folder, cache, resume_from_checkpoint)
+            results.update(trained)
+    except BaseException as error:
+        for run in runs:
+            if run.name in records:
+                record_failure(run.output_dir, records[run.name], error)
+        raise
+    for run in runs:
+        if reuse:
+            results[run.name] = _result_of(run, reused=False)
+    global_step = max((result.global_step for result in results.values()), default=global_step)
+    runtime = time.perf_counter() - start
+    if ensemble_dir is not None:
+        write_run_complete(ensemble_dir, task=runs[0].task if runs else None, ensemble=[r.name for r in runs],
+                           mode=mode, global_step=global_step)
+    return EnsembleResult(None if ensemble_dir is None else str(ensemble_dir), mode, runtime, global_step, results,
+                          cache.num_data_configs)
+
+
+class _ensemble_folder:
+    """The stacked ensemble's own folder: ``folder`` itself, or a temporary one removed on exit."""
+
+    def __init__(self, folder):
+        self.folder, self.temporary = folder, None
+
+    def __enter__(self) -> str:
+        if self.folder is not None:
+            return str(self.folder)
+        self.temporary = tempfile.TemporaryDirectory(prefix="hf-treelang-ensemble-")
+        return self.temporary.name
+
+    def __exit__(self, *exc) -> None:
+        if self.temporary is not None:
+            self.temporary.cleanup()
+
+
+def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -> tuple:
+    """Train ``runs`` as one :class:`~hf_treelang.models.stacked.StackedTreeLang`; returns ``({name: result},
+    global_step)``."""
+    first = runs[0]
+    task = first.model_task
+    args = first.replace_training(output_dir=ensemble_dir, resume_from_checkpoint=resume).training_args
+    manifest = {"task": first.task, "mode": "stacked", "members": [run.name for run in runs],
+                "member_arguments": {run.name: dict(zip(("seed", "k_train", "grammar_seed", "sigma"), run.member_key))
+                                     for run in runs}}
+    os.makedirs(ensemble_dir, exist_ok=True)
+    if args.overwrite_output_dir:
+        clear_previous_run(ensemble_dir)
+    write_json_atomic(os.path.join(ensemble_dir, ENSEMBLE_FILE), manifest)
+    states = []
+    for run in runs:
+        data = cache.run_data(run.data_args)
+        callback = cache.bp_callback(run.data_args, lambda run=run, data=data: bp_callback_for(run, data))
+        callback.prepare()  # the BP targets, once per distinct data config
+        _, validation = to_datasets(task, data, run.data_args.num_symbols)
+        columns = validation.with_format("numpy")
+        states.append(MemberState(run, data, callback,
+                                  torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
+                                  torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)))
+    for run in runs:  # each member folder becomes a run folder now, complete when run_complete.json is written
+        if run.training_args.overwrite_output_dir:
+            clear_previous_run(run.output_dir)
+        os.makedirs(run.output_dir, exist_ok=True)
+        mark_run_started(run.output_dir)
+        write_run_config(run.task, run.data_args, run.model_args, run.training_args)
+    models = []
+    for run in runs:
+        set_seed(run.training_args.seed)  # exactly the single run's initialisation
+        models.append(build_model(run))
+    stacked = StackedTreeLang.from_models(models, task)
+    del models
+    stream = TrainingStream(
+        task, np.stack([s.data.train.leaves for s in states]), np.stack([s.data.train.roots for s in states]),
+        seeds=[run.training_args.seed for run in runs], num_symbols=first.data_args.num_symbols,
+        batch_size=args.per_device_train_batch_size, mask_rate=first.data_args.mask_rate if task == "mlm" else None,
+        drop_last=args.dataloader_drop_last, device=args.device,
+    )
+    if args.num_evaluations > 0 and resume is None:
+        args.eval_on_start = True
+    train_set, _ = to_datasets(task, states[0].data, first.data_args.num_symbols)
+    trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set, callbacks=schedule_callbacks(args),
+                              train_stream=stream, step_mode=args.step_mode, members=states,
+                              ensemble_manifest=manifest)
+    _tensorboard_dir(trainer, ensemble_dir)
+    ConsoleCallback().attach(trainer)  # one line per evaluation (the mean loss), not the members' raw dicts
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    runtime = time.perf_counter() - start
+    global_step = trainer.state.global_step
+    histories = {s.name: evaluation_history(member_log_history(trainer.state.log_history, s.name)) for s in states}
+    final_needed = any(not h or h[-1].get("step") != global_step or "eval_kl_bp_k0" not in h[-1]
+                       for h in histories.values())
+    final_logs = trainer.evaluate() if final_needed else {}
+    trainer.save_state()
+    losses = trainer.member_train_losses()
+    results = {}
+    for index, state in enumerate(states):
+        history = histories[state.name]
+        final = dict(history[-1]) if history and history[-1].get("step") == global_step else {}
+        if final_logs:
+            suffix = "/" + state.name
+            final.update({key[: -len(suffix)]: value for key, value in final_logs.items() if key.endswith(suffix)})
+        _write_member(trainer, index, state, final, history, runtime, losses[index], global_step, ensemble_dir)
+        results[state.name] = TrainingResult(str(state.run.output_dir), final, history, runtime, global_step)
+    return results, global_step
+
+
+def _write_member(trainer, index: int, state: MemberState, final: dict, history: list, runtime: float,
+                  train_loss: float, global_step: int, ensemble_dir: str) -> None:
+    """Member ``index``'s complete run folder (what a single run writes at its end)."""
+    run = state.run
+    output_dir = str(run.output_dir)
+    stacked = trainer.accelerator.unwrap_model(trainer.model)
+    stacked.member_model(index).save_pretrained(output_dir)
+    state.data.grammar.save(os.path.join(output_dir, "grammar.json"))
+    log_history = member_log_history(trainer.state.log_history, state.name)
+    member_state = TrainerState(global_step=global_step, max_steps=trainer.state.max_steps,
+                                num_train_epochs=trainer.state.num_train_epochs, epoch=trainer.state.epoch,
+                                train_batch_size=trainer.state.train_batch_size,
+                                log_history=log_history + [{"train_loss": train_loss, "step": global_step}])
+    member_state.save_to_json(os.path.join(output_dir, "trainer_state.json"))
+    write_history(state.history_path, log_history)
+    write_outputs(run.task, run.data_args, run.model_args, run.training_args, state.bp_callback, final,
+                  history, runtime, TrainOutput(global_step, train_loss, {}), global_step)
+    write_run_complete(output_dir, task=run.task, global_step=global_step, member=run.name,
+                       **({"ensemble": os.path.abspath(ensemble_dir)} if os.path.isdir(ensemble_dir) else {}))
+
+
+# ---------------------------------------------------------------- the scripts
+
+
+def summary_lines(result: EnsembleResult, runs: list) -> list:
+    """The console summary of an ensemble: one line for the ensemble, one per member (its final evaluation)."""
+    where = f"{result.output_dir}/{MEMBERS_DIR}/" if result.output_dir else "its members' folders"
+    lines = [f"[ensemble, {result.mode}] {len(result.members)} members, {result.global_step} steps in "
+             f"{result.train_runtime:.0f} s -> {where}"]
+    for run in runs:
+        member = result.members[run.name]
+        lines.append(f"{run.name}: " + evaluation_line(member.final_metrics, member.global_step,
+                                                          run.data_args.k_train))
+    return lines
+
+
 def main(task: str, argv: list | None = None) -> int:
-    """Entry point of the scripts: parse ``argv`` (flags or one JSON file), train, print a summary; returns 0."""
-    import sys
-
-    from .arguments import parse_arguments
-
+    """Entry point of the scripts: resolve the command line (flags or one JSON file) into runs, train, print a
+    summary; returns 0. Bad arguments fail before any process, data or folder is created."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from .ensemble import EnsembleResult, is_ensemble, summary_lines, validate_ensemble
-
-    arguments = parse_arguments(task, argv)
-    check = validate_ensemble if is_ensemble(arguments[2]) else validate_arguments
-    check(task, *arguments)  # bad arguments fail here, before any process starts
+    runs, ensemble = runs_from_command_line(task, argv)
     code = relaunch_data_parallel_cpu(argv)
     if code is not None:
         return code
-    data_args, model_args, training_args = parse_arguments(task, argv)
     quiet_progress_bars_off_terminal()
-    result = train(task, data_args, model_args, training_args)
-    if training_args.process_index == 0 and isinstance(result, EnsembleResult):
-        print("\n".join(summary_lines(result)))
-    elif training_args.process_index == 0:
-        final = result.final_metrics
+    if ensemble.requested:
+        result = train_together(runs, mode=ensemble.ensemble_mode, ensemble_dir=ensemble.output_dir,
+                                resume_from_checkpoint=ensemble.resume_from_checkpoint)
+        print("\n".join(summary_lines(result, runs)))
+        return 0
+    (run,) = runs
+    result = train(run)
+    if run.training_args.process_index == 0:
+        data_args = run.data_args
         bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
-        print("final: " + evaluation_line(final, result.global_step, data_args.k_train))
+        print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
         print(f"(accuracy per k_test: the model on {data_args.num_test} test sequences, BP_{data_args.k_train} on "
               f"{bp_size}; KL on {data_args.num_eval} in-sample sequences)")
     return 0
 
 
-__all__ = ["RunData", "TrainingResult", "build_model", "load_run_data", "main", "train", "validate_arguments"]
+__all__ = ["EnsembleResult", "TrainingResult", "build_model", "choose_ensemble_mode", "main", "train",
+           "train_together"]

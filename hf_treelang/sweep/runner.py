@@ -1,20 +1,22 @@
-"""The sweep engine: many training runs, one folder each, on worker processes or SLURM job arrays, never stale.
+"""The sweep runner: many training runs, one folder each, on worker processes or SLURM job arrays, never stale.
 
-A sweep is a list of :class:`PlannedRun` (a name, a task and run arguments) — from a SPEC's grid
-(:func:`spec_runs`), a reproduction's preset or the sample-complexity arms — trained into ``OUT``:
+A sweep is a list of :class:`PlannedRun` (a name, a task and run arguments in the training scripts' names: what a
+SPEC's grid point, a reproduction's preset or a sample-complexity arm says) resolved into
+:class:`~hf_treelang.train.run.Run` objects (:func:`plan_runs`) and trained into ``OUT``:
 
-* ``OUT/runs/<name>/`` — the run's folder (:func:`hf_treelang.train.runs.train_run`: ``run_identity.json``, then
-  the training loop's run folder — the model, its metrics and, written last, ``run_complete.json``);
+* ``OUT/runs/<name>/`` — the run's folder (:func:`hf_treelang.train.loop.train` with ``reuse=True``:
+  ``run_identity.json``, then the run folder — the model, its metrics and, written last, ``run_complete.json``);
 * ``OUT/sweep.json`` — the SPEC and every run's identity (``hf-treelang sweep --status OUT`` reads it);
 * ``OUT/results.jsonl`` — one record per finished run (its arguments, identity and final metrics), appended as runs
   finish; records of an identity that is no longer planned are dropped when a sweep starts;
 * ``OUT/logs/<job>.log`` — what a worker process printed.
 
-Before any job starts every run is resolved and validated (:func:`hf_treelang.train.runs.resolve_arguments`) and its
-identity computed: a run already finished with the same identity is skipped, an interrupted one resumes from its last
+Before any job starts every run is resolved and validated (:func:`hf_treelang.train.run.resolve`) and its identity
+computed: a run already finished with the same identity is skipped, an interrupted one resumes from its last
 checkpoint, one whose identity changed (its arguments, the checkpoint it starts from, the data-format version) is
-trained again. Runs that differ only in ``seed`` / ``k_train`` are packed into one ensemble job when the training
-arguments support ensembles (:func:`ensemble_supported`); otherwise each run is its own job.
+trained again. Fresh runs that differ only in ``seed`` / ``k_train`` are packed into one job and trained together
+(:func:`hf_treelang.train.loop.train_together`), each writing straight into its own folder; a worker receives its
+runs as plain data (:meth:`~hf_treelang.train.run.Run.payload`) and resolves them again.
 """
 
 from __future__ import annotations
@@ -29,18 +31,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hf_treelang.train import runs as train_runs
+from hf_treelang.core.params import check_int
+from hf_treelang.jsonio import append_jsonl, read_json_object, read_jsonl, write_json_atomic, write_jsonl_atomic
+from hf_treelang.train.folders import (
+    finished_run,
+    folder_state,
+    last_checkpoint,
+    process_alive,
+    read_identity,
+)
+from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, PAPER_MODEL
+from hf_treelang.train.loop import train, train_together
+from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve
 
+from .estimate import estimate as estimate_runs, estimate_lines
+from .figure import write_grid_figure
 from .spec import SweepSpec, load_spec, point_name
 
 RUNS_DIR = "runs"
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.jsonl"
 LOGS_DIR = "logs"
-ENSEMBLES_DIR = "ensembles"  # where a packed job trains its ensemble before its members become run folders
 EXECUTORS = ("local", "slurm")
-ENSEMBLE_AXES = ("seed", "k_train")  # the run arguments an ensemble job varies inside one batched model
-ENSEMBLE_FIELDS = ("ensemble_seeds", "ensemble_k_train")
+ENSEMBLE_AXES = ("seed", "k_train")  # the run arguments a job of runs trained together varies
 CLUSTER_EXTRA = "pip install 'hf-treelang[cluster]'"
 
 
@@ -64,37 +77,122 @@ class PlannedRun:
 
 
 @dataclass
-class SweepRun:
-    """A planned run, resolved: its arguments validated, its identity, and what its folder holds (``state``:
-    ``"done"``, ``"resume"``, ``"stale"`` or ``"new"``; see :class:`hf_treelang.train.runs.FolderState`)."""
+class RunSpec:
+    """A training run.
 
-    planned: PlannedRun
-    resolved: train_runs.ResolvedRun
-    state: train_runs.FolderState
+    Attributes:
+        task: ``"root"`` (root classification) or ``"mlm"`` (one masked leaf per sequence).
+        output_dir: the run's folder.
+        depth, num_symbols, sigma, grammar_seed, filter_level: the data (ℓ, q, σ, grammar seed, k_train).
+        num_train: P, the training sequences; ``num_eval`` validation sequences (the in-sample KL inputs);
+            ``num_test`` sequences per k_test set in ``k_tests``.
+        model_kwargs: the architecture (``hidden_size``, ``num_hidden_layers``, ...).
+        init_from: an MLM checkpoint to start a root classifier from (fine-tuning), or None.
+        freeze_encoder: with ``init_from``: train the readout only (the frozen encoder in eval mode).
+        classifier_hidden_size: with ``init_from``: hidden units of the new root readout, 0 for the linear one or
+            H >= 1 for the authors' two-layer head (``TreeLangConfig.classifier_hidden_size``).
+        checkpoint_epochs: also evaluate and save a checkpoint at the end of these epochs.
+        epochs, max_steps, batch_size, learning_rate, seed: the optimisation (paper: Adam 1e-4, batch 32).
+        num_evaluations: log-spaced evaluations with the BP-KL callback (plus step 0).
+        use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
+        progress: show the Trainer's progress bar.
+        num_checkpoints: log-spaced checkpoints (0: none besides ``checkpoint_epochs``): what an interrupted run
+            resumes from.
+    """
 
-    @property
-    def name(self) -> str:
-        return self.planned.name
+    task: str
+    output_dir: Path
+    depth: int
+    num_symbols: int
+    sigma: float
+    grammar_seed: int
+    filter_level: int
+    num_train: int
+    num_test: int
+    k_tests: tuple
+    model_kwargs: dict = field(default_factory=dict)
+    num_eval: int | None = None
+    init_from: Path | None = None
+    freeze_encoder: bool = False
+    classifier_hidden_size: int = 0
+    checkpoint_epochs: tuple = ()
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    seed: int = 0
+    num_evaluations: int = 3
+    use_dataset_builder: bool = True
+    progress: bool = True
+    num_checkpoints: int = 0
 
-    @property
-    def identity(self) -> str:
-        return self.resolved.identity
+    def arguments(self) -> tuple:
+        """``(task, arguments)``: this run in the words of the training scripts' JSON file (no ``output_dir``).
 
-    @property
-    def folder(self) -> Path:
-        return self.resolved.output_dir
+        The task is ``"finetune"`` when ``init_from`` is set. :func:`run_training` trains it.
+        """
+        unknown = sorted(set(self.model_kwargs) - set(ARCHITECTURE_FIELDS))
+        if unknown:
+            raise ValueError(f"`model_kwargs` has unknown architecture fields {unknown}; allowed: "
+                             f"{list(ARCHITECTURE_FIELDS)}")
+        in_kwargs = self.model_kwargs.get("classifier_hidden_size", self.classifier_hidden_size)
+        if in_kwargs != self.classifier_hidden_size:
+            raise ValueError(f"`model_kwargs` sets classifier_hidden_size={in_kwargs!r} and the run "
+                             f"classifier_hidden_size={self.classifier_hidden_size!r}: give it once")
+        arguments = {
+            "grammar_seed": int(self.grammar_seed),
+            "sigma": float(self.sigma),
+            "num_symbols": int(self.num_symbols),
+            "depth": int(self.depth),
+            "k_train": int(self.filter_level),
+            "num_train": int(self.num_train),
+            "num_eval": int(self.num_eval or self.num_test),
+            "num_test": int(self.num_test),
+            "k_test": [int(k) for k in self.k_tests],
+            "use_dataset_builder": bool(self.use_dataset_builder),
+            **PAPER_MODEL,  # what model_kwargs leaves unset is the paper's model, whatever the scripts' preset
+            **self.model_kwargs,
+            "freeze_encoder": bool(self.freeze_encoder),
+            "classifier_hidden_size": int(self.classifier_hidden_size),
+            "num_train_epochs": float(self.epochs),
+            "max_steps": -1 if self.max_steps is None else int(self.max_steps),
+            "per_device_train_batch_size": int(self.batch_size),
+            "learning_rate": float(self.learning_rate),
+            "lr_scheduler_type": "constant",
+            "warmup_steps": 0,
+            "seed": int(self.seed),
+            "report_to": "none",
+            "num_evaluations": int(self.num_evaluations),
+            "num_checkpoints": int(self.num_checkpoints),
+            "logging_steps": 10**9,
+            "disable_tqdm": not self.progress,
+        }
+        if self.checkpoint_epochs:
+            arguments["checkpoint_epochs"] = [int(e) for e in self.checkpoint_epochs]
+        if self.init_from is not None:
+            arguments["model_name_or_path"] = str(self.init_from)
+        return ("finetune" if self.init_from is not None else self.task), arguments
+
+
+def run_training(spec: RunSpec) -> dict:
+    """Train ``spec`` into ``spec.output_dir``, or reuse that folder when it holds the same run (``reuse=True``).
+
+    Returns:
+        The run's summary (:func:`finished_run`): ``accuracy`` and ``bp_accuracy`` (the model's and the matched
+        BP's accuracy on ``k_tests[0]``), ``final`` (every final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``,
+        ...), ``global_step``, ``train_runtime_s``, ``identity``, ``output_dir``; ``reused`` says whether it was
+        finished before this call.
+    """
+    task, arguments = spec.arguments()
+    return train(resolve(task, arguments, spec.output_dir), reuse=True).summary
 
 
 @dataclass
 class Job:
-    """Runs trained by one worker: one run, or an ensemble of runs differing only in seed / k_train."""
+    """Runs trained by one worker: one run, or runs differing only in seed / k_train, trained together."""
 
     name: str
     runs: list
-
-    @property
-    def ensemble(self) -> bool:
-        return len(self.runs) > 1
 
 
 @dataclass
@@ -103,7 +201,8 @@ class SweepResult:
 
     Attributes:
         out: the sweep folder.
-        runs: every :class:`SweepRun`, in plan order.
+        runs: every :class:`~hf_treelang.train.run.Run`, in plan order (``tags``: its point and figures).
+        states: ``{name: FolderState}`` of each run's folder before this call.
         records: ``{name: record}`` of every finished run (as in ``results.jsonl``).
         failed: ``{name: error}`` of the runs that failed in this call.
         trained: names of the runs trained (or resumed) in this call; ``skipped``: those finished before.
@@ -111,6 +210,7 @@ class SweepResult:
 
     out: Path
     runs: list
+    states: dict
     records: dict
     failed: dict
     trained: list
@@ -122,10 +222,10 @@ class SweepResult:
 
 def spec_runs(spec: SweepSpec) -> list:
     """The runs of a SPEC's grid, in order; raises naming an unknown argument of ``base`` or an unknown axis."""
-    train_runs.check_run_arguments(spec.base, where="SPEC base")
+    check_arguments(spec.base, where="SPEC base")
     for axis, values in spec.grid.items():
         for value in values:
-            train_runs.check_run_arguments({axis: value}, where=f"SPEC grid axis `{axis}`")
+            check_arguments({axis: value}, where=f"SPEC grid axis `{axis}`")
     planned, names = [], set()
     for point in spec.points():
         name = point_name(point)
@@ -144,154 +244,112 @@ def _check_name(name: str) -> None:
                          "(parts separated by /)")
 
 
-def plan_runs(planned: list, out) -> list:
-    """Resolve and validate every run (nothing is written); an error names the run and the argument."""
+def plan_runs(planned: list, out) -> tuple:
+    """Resolve and validate every run (nothing is written); an error names the run and the argument.
+
+    Returns:
+        ``(runs, states)``: the :class:`~hf_treelang.train.run.Run` of each planned run (``tags``: its point and
+        figures) and ``{name: FolderState}`` of their folders.
+    """
     out = Path(out)
     seen = set()
-    resolved = []
-    for run in planned:
-        _check_name(run.name)
-        if run.name in seen:
-            raise ValueError(f"two runs are named {run.name!r}")
-        seen.add(run.name)
+    runs, states = [], {}
+    for entry in planned:
+        _check_name(entry.name)
+        if entry.name in seen:
+            raise ValueError(f"two runs are named {entry.name!r}")
+        seen.add(entry.name)
         try:
-            result = train_runs.resolve_arguments(run.task, run.arguments, out / RUNS_DIR / run.name)
-            state = train_runs.folder_state(result.output_dir, result.identity)
+            run = resolve(entry.task, entry.arguments, out / RUNS_DIR / entry.name, name=entry.name,
+                          tags={"point": entry.point, "figures": list(entry.figures)})
+            state = folder_state(run.output_dir, run.identity)
         except (ValueError, TypeError) as error:
-            raise type(error)(f"run {run.name!r}: {error}") from None
+            raise type(error)(f"run {entry.name!r}: {error}") from None
         if state.status == "running":
-            raise ValueError(f"run {run.name!r} is being trained by process {state.record.get('pid')} on "
+            raise ValueError(f"run {entry.name!r} is being trained by process {state.record.get('pid')} on "
                              f"{state.record.get('host')}; wait for it or stop it")
-        resolved.append(SweepRun(run, result, state))
-    return resolved
+        runs.append(run)
+        states[entry.name] = state
+    return runs, states
 
 
-def ensemble_supported() -> bool:
-    """Whether the training arguments can train several seeds / k_train as one batched model (``--ensemble_seeds``
-    and ``--ensemble_k_train``)."""
-    import dataclasses
-
-    from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
-
-    names = {f.name for cls in (DataArguments, ModelArguments, TreeLangTrainingArguments) for f in dataclasses.fields(cls)}
-    return set(ENSEMBLE_FIELDS) <= names
-
-
-def _ensemble_key(run: SweepRun) -> str:
-    config = json.loads(json.dumps(run.resolved.config))
+def _together_key(run: Run) -> str:
+    config = json.loads(json.dumps(run.config))
     config["data_args"].pop("k_train")
     config["training_args"].pop("seed")
     return json.dumps(config, sort_keys=True)
 
 
-def pack_jobs(runs: list, ensembles: bool) -> list:
+def pack_jobs(runs: list, states: dict, together: bool = True) -> list:
     """Group the runs into jobs.
 
-    With ``ensembles``, fresh root / mlm runs (state ``"new"`` / ``"stale"``) whose resolved configurations differ
-    only in ``seed`` and ``k_train`` form one job when they are the full product seeds × k_train (what an ensemble
-    trains), else one job per k_train; a run resuming from a checkpoint, and a fine-tuning run, is its own job.
-    Without, one job per run.
+    With ``together``, fresh root / mlm runs (state ``"new"`` / ``"stale"``) whose resolved configurations differ
+    only in ``seed`` and ``k_train`` form one job when they are the full product seeds × k_train, else one job per
+    k_train; a run resuming from a checkpoint, and a fine-tuning run, is its own job. Without, one job per run.
     """
-    if not ensembles:
+    if not together:
         return [Job(run.name, [run]) for run in runs]
     jobs, groups = [], {}
     for run in runs:
-        if run.state.status == "resume" or run.planned.task not in ("root", "mlm"):
-            jobs.append(Job(run.name, [run]))  # resumed runs, and fine-tuning (no ensembles), train alone
+        if states[run.name].status == "resume" or run.task not in ("root", "mlm"):
+            jobs.append(Job(run.name, [run]))  # resumed runs, and fine-tuning, train alone
         else:
-            groups.setdefault(_ensemble_key(run), []).append(run)
+            groups.setdefault(_together_key(run), []).append(run)
     for group in groups.values():
-        seeds = sorted({r.resolved.training_args.seed for r in group})
-        levels = sorted({r.resolved.data_args.k_train for r in group})
+        seeds = sorted({r.training_args.seed for r in group})
+        levels = sorted({r.data_args.k_train for r in group})
         if len(group) == len(seeds) * len(levels):
             parts = [group]
         else:
-            parts = [[r for r in group if r.resolved.data_args.k_train == k] for k in levels]
+            parts = [[r for r in group if r.data_args.k_train == k] for k in levels]
         for part in parts:
             name = part[0].name if len(part) == 1 else f"ensemble-{part[0].name}-x{len(part)}"
-            jobs.append(Job(name, part))
+            jobs.append(Job(name.replace("/", "_"), part))
     order = {run.name: i for i, run in enumerate(runs)}
     return sorted(jobs, key=lambda job: min(order[r.name] for r in job.runs))
 
 
-def job_payload(job: Job, threads: int | None, log_file: Path | None, out: Path) -> dict:
-    """What a worker needs to train ``job``: plain data (picklable), re-resolved in the worker; an ensemble trains in
-    ``OUT/ensembles/<job name>``."""
-    runs = []
-    for run in job.runs:
-        arguments = dict(run.planned.arguments)
-        if threads and "cpu_threads" not in arguments:
-            arguments["cpu_threads"] = int(threads)  # not part of the identity
-        runs.append({"name": run.name, "task": run.planned.task, "arguments": arguments,
-                     "output_dir": str(run.folder), "identity": run.identity})
-    return {"name": job.name, "runs": runs, "log_file": None if log_file is None else str(log_file),
-            "work_dir": str(Path(out) / ENSEMBLES_DIR / job.name)}
+def job_payload(job: Job, threads: int | None, log_file: Path | None) -> dict:
+    """What a worker needs to train ``job``: plain data (picklable), resolved again in the worker."""
+    runs = [run.replace_training(cpu_threads=int(threads)) if threads and not run.training_args.cpu_threads else run
+            for run in job.runs]  # threads are not part of a run's identity
+    return {"name": job.name, "runs": [run.payload() for run in runs],
+            "log_file": None if log_file is None else str(log_file)}
 
 
 # ---------------------------------------------------------------- a job, in a worker
 
 
-def _failed(run: dict, error: BaseException) -> dict:
-    return {"name": run["name"], "status": "failed", "error": f"{type(error).__name__}: {error}",
+def _failed(name: str, error: BaseException) -> dict:
+    return {"name": name, "status": "failed", "error": f"{type(error).__name__}: {error}",
             "traceback": traceback.format_exc(limit=20)}
 
 
-def _train_single(run: dict) -> dict:
-    summary = train_runs.train_run(run["task"], run["arguments"], run["output_dir"])
-    if summary["identity"] != run["identity"]:
-        raise ValueError(f"run {run['name']!r} changed between planning and training (identity "
-                         f"{run['identity'][:12]} -> {summary['identity'][:12]}): was its starting checkpoint "
-                         "rewritten meanwhile? Run the sweep again.")
-    return {"name": run["name"], "status": "done", "summary": summary}
+def _done(run: Run, result) -> dict:
+    return {"name": run.name, "status": "done", "summary": result.summary}
 
 
-def _train_ensemble(payload: dict) -> list:
-    """One ensemble (``--ensemble_seeds`` x ``--ensemble_k_train``) for the runs of ``payload``; each member folder
-    becomes its run's folder. Runs the ensemble refuses (its own checks, before any training) are trained one by
-    one instead; an interrupted ensemble starts over (its members are not resumed)."""
-    import shutil
-
-    from hf_treelang.train import loop
-    from hf_treelang.train.ensemble import MEMBERS_DIR, member_name
-
-    runs = payload["runs"]
-    members = [train_runs.resolve_arguments(r["task"], r["arguments"], r["output_dir"]) for r in runs]
-    seeds = sorted({m.training_args.seed for m in members})
-    levels = sorted({m.data_args.k_train for m in members})
-    work = Path(payload["work_dir"])
-    if work.exists():
-        shutil.rmtree(work)
-    arguments = {**runs[0]["arguments"], "seed": seeds[0], "k_train": levels[0], "ensemble_seeds": seeds,
-                 "ensemble_k_train": levels}
+def _train_alone(payload: dict) -> dict:
     try:
-        combined = train_runs.resolve_arguments(runs[0]["task"], arguments, work)
-    except (ValueError, TypeError):
-        return [_train_or_fail(run) for run in runs]
-    records = [train_runs.mark_running(m, r["arguments"], trained_in=str(work)) for m, r in zip(members, runs)]
-    try:
-        loop.train(combined.task, combined.data_args, combined.model_args, combined.training_args)
-    except ValueError:
-        if (work / MEMBERS_DIR).exists():
-            raise
-        shutil.rmtree(work, ignore_errors=True)
-        return [_train_or_fail(run) for run in runs]  # refused by the ensemble's checks: one run at a time
-    results = []
-    for run, member, record in zip(runs, members, records):
-        folder = work / MEMBERS_DIR / member_name(member.training_args.seed, member.data_args.k_train)
-        try:
-            results.append({"name": run["name"], "status": "done",
-                            "summary": train_runs.adopt_run(member, folder, record)})
-        except Exception as error:  # noqa: BLE001 - reported per run
-            results.append(_failed(run, error))
-    shutil.rmtree(work, ignore_errors=True)
-    return results
-
-
-def _train_or_fail(run: dict) -> dict:
-    try:
-        return _train_single(run)
+        run = from_payload(payload)
+        return _done(run, train(run, reuse=True))
     except Exception as error:  # noqa: BLE001 - reported per run, the other jobs go on
-        return _failed(run, error)
+        return _failed(payload["name"], error)
+
+
+def _train_job(payloads: list) -> list:
+    """Train the runs of one job: alone, or together (:func:`~hf_treelang.train.loop.train_together`, each run
+    writing into its own folder). Runs that cannot train together (its checks, before any training) train one by one;
+    runs trained together and interrupted start over."""
+    if len(payloads) == 1:
+        return [_train_alone(payloads[0])]
+    runs = [from_payload(payload) for payload in payloads]
+    try:
+        check_together(runs)
+    except ValueError:
+        return [_train_alone(payload) for payload in payloads]
+    result = train_together(runs, reuse=True)
+    return [_done(run, result.members[run.name]) for run in runs]
 
 
 def execute_job(payload: dict) -> list:
@@ -300,7 +358,7 @@ def execute_job(payload: dict) -> list:
     Returns one record per run: ``{"name", "status": "done", "summary"}`` or ``{"name", "status": "failed",
     "error", "traceback"}``.
     """
-    import hf_treelang  # noqa: F401  (registers the TreeLang Auto classes and dataset builder in a fresh process)
+    import hf_treelang  # noqa: F401  # lazy: registers the TreeLang Auto classes and dataset builder in a new worker
 
     log_file = payload.get("log_file")
     with contextlib.ExitStack() as stack:
@@ -309,41 +367,28 @@ def execute_job(payload: dict) -> list:
             handle = stack.enter_context(open(log_file, "a", buffering=1))
             stack.enter_context(contextlib.redirect_stdout(handle))
             stack.enter_context(contextlib.redirect_stderr(handle))
-        if len(payload["runs"]) > 1:
-            try:
-                return _train_ensemble(payload)
-            except Exception as error:  # noqa: BLE001 - the whole ensemble failed
-                return [_failed(run, error) for run in payload["runs"]]
-        return [_train_or_fail(run) for run in payload["runs"]]
+        try:
+            return _train_job(payload["runs"])
+        except Exception as error:  # noqa: BLE001 - the whole job failed
+            return [_failed(run["name"], error) for run in payload["runs"]]
 
 
 # ---------------------------------------------------------------- the sweep folder
 
 
-def _read_jsonl(path: Path) -> list:
-    records = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a crash
-    return records
-
-
 def read_results(out) -> list:
     """The records of ``OUT/results.jsonl`` (one per finished run)."""
-    return _read_jsonl(Path(out) / RESULTS_FILE)
+    return read_jsonl(Path(out) / RESULTS_FILE)
 
 
-def _record(run: SweepRun, summary: dict) -> dict:
+def _record(run: Run, summary: dict) -> dict:
     return {
         "name": run.name,
         "identity": run.identity,
-        "task": run.planned.task,
-        "point": run.planned.point,
-        "figures": list(run.planned.figures),
-        "arguments": run.planned.arguments,
+        "task": run.task,
+        "point": run.tags.get("point", {}),
+        "figures": list(run.tags.get("figures", [])),
+        "arguments": run.arguments,
         "folder": str(Path(RUNS_DIR) / run.name),
         "accuracy": summary.get("accuracy"),
         "bp_accuracy": summary.get("bp_accuracy"),
@@ -352,11 +397,6 @@ def _record(run: SweepRun, summary: dict) -> dict:
         "train_runtime_s": summary.get("train_runtime_s"),
         "resumed_from": summary.get("resumed_from"),
     }
-
-
-def _append(path: Path, record: dict) -> None:
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 
 def _by_name(value):
@@ -389,7 +429,7 @@ def check_out(out: Path, source: dict | None, force: bool) -> dict | None:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"OUT {str(out)!r} exists and is not a folder")
-    recorded = train_runs.read_json_file(out / SWEEP_FILE) if out.is_dir() else None
+    recorded = read_json_object(out / SWEEP_FILE) if out.is_dir() else None
     if source is not None and out.is_dir() and recorded is None and any(out.iterdir()):
         raise ValueError(f"OUT {str(out)!r} holds files but no {SWEEP_FILE}: choose a new or empty folder")
     if source is not None and recorded is not None and recorded.get("source") != source and not force:
@@ -405,20 +445,20 @@ def _write_sweep_file(out: Path, source, runs: list, recorded: dict | None, merg
     if merge and recorded:
         entries = {entry["name"]: entry for entry in recorded.get("runs", [])}
     for run in runs:
-        entries[run.name] = {"name": run.name, "task": run.planned.task, "identity": run.identity,
-                             "point": run.planned.point, "figures": list(run.planned.figures),
+        entries[run.name] = {"name": run.name, "task": run.task, "identity": run.identity,
+                             "point": run.tags.get("point", {}), "figures": list(run.tags.get("figures", [])),
                              "folder": str(Path(RUNS_DIR) / run.name)}
     data = {"source": source if not merge else (recorded or {}).get("source", source),
             "runs": list(entries.values()), "updated": time.time()}
-    train_runs.write_json_atomic(out / SWEEP_FILE, data)
+    write_json_atomic(out / SWEEP_FILE, data)
 
 
-def _refresh_results(out: Path, runs: list, merge: bool) -> dict:
+def _refresh_results(out: Path, runs: list, states: dict, merge: bool) -> dict:
     """Rewrite results.jsonl keeping only records of a planned identity; add finished runs that lack a record."""
     path = out / RESULTS_FILE
     current = {run.name: run.identity for run in runs}
     kept = {}
-    for record in _read_jsonl(path):
+    for record in read_jsonl(path):
         name = record.get("name")
         if name in current:
             if record.get("identity") == current[name]:
@@ -426,11 +466,9 @@ def _refresh_results(out: Path, runs: list, merge: bool) -> dict:
         elif merge:
             kept[name] = record
     for run in runs:
-        if run.state.status == "done" and run.name not in kept:
-            kept[run.name] = _record(run, run.state.result)
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in kept.values()))
-    os.replace(tmp, path)
+        if states[run.name].status == "done" and run.name not in kept:
+            kept[run.name] = _record(run, states[run.name].result)
+    write_jsonl_atomic(path, kept.values())
     return {name: record for name, record in kept.items() if name in current}
 
 
@@ -478,8 +516,6 @@ SLURM_LIMITS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "slurm
 
 def check_slurm_parameters(parameters: dict | None) -> dict:
     """The submitit parameters of ``--executor slurm``; each known integer one checked against its lower bound."""
-    from hf_treelang.core.params import check_int
-
     parameters = dict(parameters or {})
     for name, low in SLURM_LIMITS.items():
         if parameters.get(name) is not None:
@@ -556,29 +592,27 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"`workers` must be an integer >= 0 (0: train in this process), got {workers!r}")
     recorded = check_out(out, source, force)
-    runs = plan_runs(planned, out)
-    pending = [run for run in runs if run.state.status != "done"]
-    jobs = pack_jobs(pending, ensemble_supported())
+    runs, states = plan_runs(planned, out)
+    pending = [run for run in runs if states[run.name].status != "done"]
+    jobs = pack_jobs(pending, states)
     if threads is None and executor == "local" and workers > 0:
         threads = max((os.cpu_count() or 1) // max(min(workers, len(jobs)), 1), 1)
-    resumed = sum(run.state.status == "resume" and run.state.checkpoint is not None for run in pending)
+    resumed = sum(states[run.name].status == "resume" and states[run.name].checkpoint is not None for run in pending)
     log(f"{len(runs)} runs: {len(runs) - len(pending)} finished earlier, {len(pending)} to train "
         f"({resumed} resumed from a checkpoint) in {len(jobs)} job(s), executor {executor}")
     for run in pending:
-        if run.state.status == "stale":
+        if states[run.name].status == "stale":
             log(f"{run.name}: its folder holds a run of another identity (its arguments, starting checkpoint or the "
                 "data format changed): training it again")
     if estimate and pending:
-        from .estimate import estimate as estimate_runs, estimate_lines
-
         lanes = workers if executor == "local" else len(jobs)
-        for line in estimate_lines(estimate_runs([run.resolved for run in pending], workers=max(lanes, 1),
+        for line in estimate_lines(estimate_runs(pending, workers=max(lanes, 1),
                                                  threads=threads)):
             log(line)
     out.mkdir(parents=True, exist_ok=True)
     merge = source is None
     _write_sweep_file(out, source, runs, recorded, merge)
-    records = _refresh_results(out, runs, merge)
+    records = _refresh_results(out, runs, states, merge)
     by_name = {run.name: run for run in runs}
     failed, trained = {}, []
     bar = tqdm(total=len(pending), desc="sweep", unit="run", disable=not progress)
@@ -588,7 +622,7 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
             run = by_name[result["name"]]
             if result["status"] == "done":
                 record = _record(run, result["summary"])
-                _append(out / RESULTS_FILE, record)
+                append_jsonl(out / RESULTS_FILE, record)
                 records[run.name] = record
                 trained.append(run.name)
                 log(f"{run.name}: done, accuracy {record['accuracy']}, {record['global_step']} steps"
@@ -604,16 +638,17 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
         on_record(records, runs)
     try:
         if jobs and executor == "local":
-            payloads = [job_payload(job, threads, None if workers == 0 else out / LOGS_DIR / f"{job.name}.log", out)
+            payloads = [job_payload(job, threads, None if workers == 0 else out / LOGS_DIR / f"{job.name}.log")
                         for job in jobs]
             run_local(payloads, workers, on_result)
         elif jobs:
-            payloads = [job_payload(job, threads, None, out) for job in jobs]
+            payloads = [job_payload(job, threads, None) for job in jobs]
             run_submitit(payloads, out / ".submitit", on_result, cluster=cluster, parameters=slurm_parameters)
     finally:
         bar.close()
-    skipped = [run.name for run in runs if run.state.status == "done"]
-    return SweepResult(out=out, runs=runs, records=records, failed=failed, trained=trained, skipped=skipped)
+    skipped = [run.name for run in runs if states[run.name].status == "done"]
+    return SweepResult(out=out, runs=runs, states=states, records=records, failed=failed, trained=trained,
+                       skipped=skipped)
 
 
 def run_sweep(spec, out, *, force: bool = False, **options) -> SweepResult:
@@ -623,8 +658,6 @@ def run_sweep(spec, out, *, force: bool = False, **options) -> SweepResult:
     ``executor="slurm"``, an ``out`` of another SPEC without ``force`` — runs before any job starts. ``options`` are
     those of :func:`execute_runs`.
     """
-    from .figure import write_grid_figure
-
     spec = load_spec(spec)
     planned = spec_runs(spec)
     out = Path(out)
@@ -654,14 +687,14 @@ STATUSES = ("done", "running", "failed", "interrupted", "stale", "pending")
 def sweep_status(out) -> list:
     """The status of every run recorded in ``OUT/sweep.json``."""
     out = Path(out)
-    recorded = train_runs.read_json_file(out / SWEEP_FILE)
+    recorded = read_json_object(out / SWEEP_FILE)
     if recorded is None:
         raise ValueError(f"OUT {str(out)!r} holds no sweep ({SWEEP_FILE} missing)")
     rows = []
     for entry in recorded.get("runs", []):
         folder = out / entry["folder"]
-        done = train_runs.finished_run(folder, entry["identity"])  # the completion marker, for this identity
-        record = train_runs.read_identity(folder)
+        done = finished_run(folder, entry["identity"])  # the completion marker, for this identity
+        record = read_identity(folder)
         if done is not None:
             rows.append(RunStatus(entry["name"], "done", f"{done.get('global_step')} steps, accuracy "
                                                          f"{done.get('accuracy')}"))
@@ -672,9 +705,9 @@ def sweep_status(out) -> list:
         elif "error" in record:
             rows.append(RunStatus(entry["name"], "failed", record["error"]))
         else:  # started and not complete: its process runs, or is gone
-            alive = train_runs.process_alive(record.get("host"), record.get("pid"))
+            alive = process_alive(record.get("host"), record.get("pid"))
             where = f"process {record.get('pid')} on {record.get('host')}"
-            checkpoint = train_runs.last_checkpoint(folder)
+            checkpoint = last_checkpoint(folder)
             if alive is False:
                 rows.append(RunStatus(entry["name"], "interrupted", f"{where} is gone; last checkpoint "
                                       f"{checkpoint.name if checkpoint else 'none'}"))
@@ -732,14 +765,3 @@ def run(args) -> int:
     print(f"{len(result.trained)} trained, {len(result.skipped)} finished earlier, {len(result.failed)} failed; "
           f"results in {Path(args.out) / RESULTS_FILE}")
     return 1 if result.failed else 0
-
-
-def main(argv=None) -> int:
-    """``hf-treelang sweep`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from hf_treelang import cli
-
-    return cli.run_command("sweep", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

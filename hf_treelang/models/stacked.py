@@ -1,5 +1,8 @@
 """N TreeLang models as one batched model: stacked weights, one batched kernel per layer for all members.
 
+A declared variant of :mod:`~hf_treelang.models.modeling_treelang` (the same post-LN layer with a member axis);
+``tests/test_ensemble.py`` keeps each member equal to its single model.
+
 An ensemble of N members that share the architecture (paper Sec. 3.1: post-LN encoder, fused in-projection, SDPA,
 feed-forward, root or masked-leaf readout) is one module whose every weight has a leading member axis: the weight
 ``W`` (out, in) of a :class:`~hf_treelang.models.TreeLangForMaskedLM` becomes ``W`` (N, out, in), and a layer of all
@@ -30,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from hf_treelang.models.configuration_treelang import TreeLangConfig
-from hf_treelang.models.modeling_treelang import (
+from .configuration_treelang import TreeLangConfig
+from .modeling_treelang import (
     IGNORE_INDEX,
     TreeLangForMaskedLM,
     TreeLangForSequenceClassification,

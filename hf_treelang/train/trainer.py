@@ -1,4 +1,5 @@
-"""The fast training engine: ``transformers.Trainer`` with the data on the device and a lean step.
+"""The Trainers of hf_treelang: ``transformers.Trainer`` with the data on the device and a lean step, for one model
+(:class:`TreeLangTrainer`) or a stacked ensemble (:class:`EnsembleTrainer`).
 
 The scripts keep the Trainer as their driver (callbacks, log-spaced evaluations, checkpoints, resuming, TensorBoard,
 ``trainer_state.json``); :class:`TreeLangTrainer` changes what happens between two evaluations:
@@ -22,13 +23,16 @@ The scripts keep the Trainer as their driver (callbacks, log-spaced evaluations,
   fp32, constant learning rate). The whole step (forward, backward, per-member clipping, the capturable Adam
   update) is captured once after three eager warm-up steps (:class:`CUDAGraphStep`) and replayed; a step is then two
   input copies and one graph launch. Evaluations and the BP-KL callback run eagerly at their log-spaced steps.
-  (This path is selected only where CUDA is present; it could not be run in the session that wrote it.)
 
 :class:`RunDataCache` shares the data and the BP targets of identical data configs between the runs of one process
 (ensemble members), so they are built once per distinct config.
 
 ``train_engine="dataloader"`` keeps the stock ``Trainer`` path (a DataLoader over a ``datasets.Dataset`` and the
 masking collator), for comparison (the benchmark's "current Trainer path") and for gradient accumulation.
+
+:class:`EnsembleTrainer` drives a :class:`~hf_treelang.models.stacked.StackedTreeLang` (N members as one batched
+model) through the same step, with per-member losses and clipping; its evaluations run every member as its own
+``TreeLangFor*`` model and compute what ``Trainer.evaluate`` computes for a single run (:func:`evaluation_metrics`).
 """
 
 from __future__ import annotations
@@ -36,19 +40,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 from transformers import Trainer
+from transformers.trainer_utils import speed_metrics
 
-from hf_treelang.core.params import LIMITS, check_int
+from hf_treelang.jsonio import write_json_atomic
+from hf_treelang.models.stacked import clip_grad_norm_per_member
 
+from .arguments import STEP_MODES
+from .callbacks import write_history
+from .data import load_run_data
 from .device_data import EpochBatches, TrainingStream
-
-TRAIN_ENGINES = ("device", "dataloader")
-STEP_MODES = ("auto", "eager", "cuda_graph")
-ENSEMBLE_MODES = ("auto", "stacked", "sequential")
-ENSEMBLE_FILE = "ensemble.json"  # in an ensemble's output folder and in each of its checkpoints: the members
+from .folders import ENSEMBLE_FILE
 
 
 # ---------------------------------------------------------------- step mode
@@ -85,45 +92,6 @@ def resolve_step_mode(step_mode: str, args) -> str:
         raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
                          + " (use --step_mode auto or eager)")
     return "eager" if obstacles else "cuda_graph"
-
-
-def check_engine_arguments(training_args) -> None:
-    """Raise a ValueError naming the argument for settings the device engine does not support (before any data)."""
-    engine = getattr(training_args, "train_engine", "device")
-    if engine not in TRAIN_ENGINES:
-        raise ValueError(f"`train_engine` must be one of {TRAIN_ENGINES}, got {engine!r}")
-    step_mode = getattr(training_args, "step_mode", "auto")
-    if step_mode not in STEP_MODES:
-        raise ValueError(f"`step_mode` must be one of {STEP_MODES}, got {step_mode!r}")
-    mode = getattr(training_args, "ensemble_mode", "auto")
-    if mode not in ENSEMBLE_MODES:
-        raise ValueError(f"`ensemble_mode` must be one of {ENSEMBLE_MODES}, got {mode!r}")
-    for name in ("ensemble_seeds", "ensemble_k_train"):
-        values = list(getattr(training_args, name, None) or [])
-        for value in values:
-            check_int(name, value, 0, LIMITS["seed"].high if name == "ensemble_seeds" else None)
-        if len(set(values)) != len(values):
-            raise ValueError(f"`{name}` repeats a value (got {values}): a repeated (seed, k_train) member would train "
-                             "the same run twice")
-    ensemble = bool(getattr(training_args, "ensemble_seeds", None) or getattr(training_args, "ensemble_k_train", None))
-    if engine == "dataloader":
-        if step_mode == "cuda_graph":
-            raise ValueError("`step_mode` 'cuda_graph' needs --train_engine device, got --train_engine dataloader")
-        if ensemble:
-            raise ValueError("an ensemble (--ensemble_seeds / --ensemble_k_train) needs --train_engine device, got "
-                             "--train_engine dataloader")
-        return
-    if training_args.gradient_accumulation_steps != 1:
-        raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per step), "
-                         f"got {training_args.gradient_accumulation_steps}; use --train_engine dataloader")
-
-
-def check_single_run_checkpoint(path) -> None:
-    """A single run cannot resume from an ensemble's checkpoint (stacked weights): a ValueError saying so."""
-    if path is not None and os.path.isfile(os.path.join(path, ENSEMBLE_FILE)):
-        raise ValueError(f"`resume_from_checkpoint` {str(path)!r} is a checkpoint of an ensemble ({ENSEMBLE_FILE}); "
-                         "resume it with the ensemble's own --ensemble_seeds / --ensemble_k_train, or resume a single "
-                         "run from its own checkpoint-<step>")
 
 
 # ---------------------------------------------------------------- the Trainer's view of the data
@@ -362,8 +330,6 @@ class RunDataCache:
         self._callbacks: dict = {}
 
     def run_data(self, data_args):
-        from .data import load_run_data
-
         key = data_key(data_args)
         if key not in self._data:
             self._data[key] = load_run_data(data_args)
@@ -413,18 +379,162 @@ def no_grad_eval(model):
         model.train(was_training)
 
 
+# ---------------------------------------------------------------- a stacked ensemble
+
+
+@dataclass
+class MemberState:
+    """What a stacked ensemble keeps per member: its run, data, BP-KL callback and validation tensors."""
+
+    run: object  # hf_treelang.train.run.Run
+    data: object
+    bp_callback: object
+    validation_inputs: torch.Tensor  # (n, T)
+    validation_labels: torch.Tensor  # (n,) or (n, T)
+    eval_model: object = None
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+    @property
+    def history_path(self) -> str:
+        return os.path.join(self.run.training_args.output_dir, "eval_history.json")
+
+
+@torch.no_grad()
+def evaluation_metrics(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int, prefix: str = "eval") -> dict:
+    """``eval_loss``, ``eval_accuracy``, ``eval_num_examples`` as ``Trainer.evaluate`` computes them for a single run
+    (the loss of each batch counted once per row, the accuracy over the labelled positions)."""
+    device = next(model.parameters()).device
+    losses, correct, labelled = [], 0, 0
+    with no_grad_eval(model):
+        for start in range(0, inputs.shape[0], batch_size):
+            x = inputs[start : start + batch_size].to(device)  # (b, T)
+            y = labels[start : start + batch_size].to(device)  # (b,) or (b, T)
+            output = model(input_ids=x, labels=y)
+            losses.append(output.loss.detach().float().repeat(x.shape[0]).cpu())
+            mask = y != -100
+            correct += int((output.logits.argmax(-1)[mask] == y[mask]).sum())
+            labelled += int(mask.sum())
+    values = torch.cat(losses).numpy()
+    values = values[np.isfinite(values)]
+    return {
+        f"{prefix}_loss": values.mean().item() if values.size else float("nan"),
+        f"{prefix}_accuracy": correct / labelled if labelled else float("nan"),
+        f"{prefix}_num_examples": labelled,
+    }
+
+
+def member_log_history(log_history: list, name: str) -> list:
+    """A member's entries of the ensemble's ``log_history``: the keys ``<key>/<name>`` as ``<key>``, with the step."""
+    suffix = "/" + name
+    entries = []
+    for entry in log_history:
+        values = {key[: -len(suffix)]: value for key, value in entry.items() if key.endswith(suffix)}
+        if values:
+            values.update({key: entry[key] for key in ("epoch", "step") if key in entry})
+            entries.append(values)
+    return entries
+
+
+class EnsembleTrainer(TreeLangTrainer):
+    """:class:`TreeLangTrainer` of a :class:`~hf_treelang.models.stacked.StackedTreeLang`: per-member losses,
+    per-member clipping, and evaluations that run every member as its own ``TreeLangFor*`` model.
+
+    An evaluation logs every member's keys as ``<key>/<member name>`` (``eval_kl_bp_k0/seed0-k2``; TensorBoard shows
+    ``eval/kl_bp_k0/seed0-k2``) and their mean ``eval_loss``, and rewrites each member's ``eval_history.json``. The
+    checkpoints hold the stacked weights and ``ensemble.json`` (resumable), and each member's weights in
+    ``<member folder>/checkpoint-<step>/``.
+    """
+
+    def __init__(self, *args, members: list, ensemble_manifest: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.members = members
+        self.ensemble_manifest = ensemble_manifest
+        self.member_loss_sum = torch.zeros(len(members), device=self.args.device)
+        self.member_steps = 0
+
+    def forward_loss(self, model, inputs: dict) -> tuple:
+        output = model(**inputs)
+        member_losses = output["member_losses"].detach()  # (N,)
+        self.member_loss_sum += member_losses
+        return output["loss"], member_losses.mean()
+
+    def lean_step(self, model, inputs: dict) -> tuple:
+        self.member_steps += 1
+        return super().lean_step(model, inputs)
+
+    def clip_gradients(self, model) -> torch.Tensor:
+        if self.step_mode == "eager":
+            self.accelerator.unscale_gradients()
+        norms = clip_grad_norm_per_member(list(model.parameters()), self.args.max_grad_norm, len(self.members))
+        return torch.linalg.vector_norm(norms)  # (the norm of every member's gradient together, for the log)
+
+    def member_models(self):
+        """Each member as a ``TreeLangFor*`` model holding its current weights (reused between evaluations)."""
+        stacked = self.accelerator.unwrap_model(self.model)
+        for index, state in enumerate(self.members):
+            if state.eval_model is None:
+                state.eval_model = stacked.member_model(index)
+            else:
+                state.eval_model.load_state_dict(stacked.member_state_dict(index))
+            yield state, state.eval_model
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        logs, losses, total = {}, [], 0
+        start = time.time()
+        for state, model in self.member_models():
+            member_start = time.time()
+            metrics = evaluation_metrics(model, state.validation_inputs, state.validation_labels,
+                                         self.args.eval_batch_size, metric_key_prefix)
+            n = len(state.validation_inputs)
+            metrics.update(speed_metrics(metric_key_prefix, member_start, num_samples=n,
+                                         num_steps=-(-n // self.args.eval_batch_size)))
+            metrics.update(state.bp_callback.compute(model, prefix=f"{metric_key_prefix}_"))
+            losses.append(metrics[f"{metric_key_prefix}_loss"])
+            total += n
+            logs.update({f"{key}/{state.name}": value for key, value in metrics.items()})
+        logs[f"{metric_key_prefix}_loss"] = float(np.mean(losses))
+        logs.update(speed_metrics(metric_key_prefix, start, num_samples=total))
+        self.log(logs)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, logs)
+        if self.is_world_process_zero():
+            for state in self.members:
+                write_history(state.history_path, member_log_history(self.state.log_history, state.name))
+        return logs
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        if not self.is_world_process_zero():
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        write_json_atomic(os.path.join(output_dir, ENSEMBLE_FILE), self.ensemble_manifest)
+        if _internal_call:  # a checkpoint: every member's weights next to its run folder
+            checkpoint = os.path.basename(os.path.normpath(output_dir))
+            stacked = self.accelerator.unwrap_model(self.model)
+            for index, state in enumerate(self.members):
+                stacked.member_model(index).save_pretrained(
+                    os.path.join(state.run.training_args.output_dir, checkpoint))
+
+    def member_train_losses(self) -> list:
+        """Each member's mean training loss over the steps of this ``train`` call."""
+        steps = max(self.member_steps, 1)
+        return [float(value) / steps for value in self.member_loss_sum.cpu()]
+
+
 __all__ = [
-    "ENSEMBLE_FILE",
-    "STEP_MODES",
-    "TRAIN_ENGINES",
     "CUDAGraphStep",
     "DeviceBatches",
+    "EnsembleTrainer",
+    "MemberState",
     "RunDataCache",
     "TreeLangTrainer",
-    "check_engine_arguments",
-    "check_single_run_checkpoint",
     "cuda_graph_obstacles",
     "data_key",
+    "evaluation_metrics",
+    "member_log_history",
     "resolve_step_mode",
     "single_run_stream",
     "trainer_for",

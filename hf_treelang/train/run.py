@@ -1,0 +1,545 @@
+"""A training run as one object: :class:`Run`, resolved from the training scripts' argument names and checked once.
+
+Every entry point builds runs the same way — the scripts from their command line (:func:`runs_from_command_line`),
+``hf-treelang sweep``, ``reproduce`` and ``sample-complexity`` from a dict of the same argument names
+(:func:`resolve`) — and hands them to :func:`hf_treelang.train.loop.train` or, several at once,
+:func:`~hf_treelang.train.loop.train_together`. A run is resolved in one pass: the arguments are parsed
+(``HfArgumentParser.parse_dict``), the preset fills what they leave unset, and :func:`check_run` validates every
+value and every checkpoint the run starts or resumes from, before any data are built or anything is written.
+
+A run's **identity** (:func:`run_identity`) is the sha256 of what decides its result: the data and model arguments,
+the training arguments of :data:`IDENTITY_TRAINING_FIELDS` (an allow-list, so that a field a new transformers release
+adds changes no identity), numbers normalised (``sigma 1`` and ``1.0`` are one run), the content of the checkpoint a
+fine-tuning run starts from, and the data-format version. A runner reuses a finished folder only for an equal
+identity (:mod:`hf_treelang.train.folders`).
+
+An **ensemble** is a list of runs: the scripts' ``--ensemble_seeds`` / ``--ensemble_k_train`` expand the command
+line's run into one run per (seed, k_train) (:func:`ensemble_runs`); :func:`check_together` says whether a list of
+runs can train as one batched model.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
+from hf_treelang.models.configuration_treelang import TreeLangConfig
+
+from .arguments import (
+    RENAMED_ARGUMENTS,
+    TASKS,
+    DataArguments,
+    EnsembleArguments,
+    ModelArguments,
+    TreeLangTrainingArguments,
+    parse_command_line,
+    parse_values,
+)
+from .folders import (
+    CHECKPOINT_PREFIX,
+    ENSEMBLE_FILE,
+    TASK_ARCHITECTURES,
+    check_output_dir_free,
+    check_resume_checkpoint,
+    check_run_complete,
+    read_model_config,
+)
+
+IDENTITY_VERSION = 2  # of the recipe below: bump it when the recipe changes, and every identity changes with it
+# The training arguments that change a run's result (its weights, evaluations or checkpoints). Everything else —
+# where it writes, what it logs, its threads, how it is resumed — is left out of its identity.
+IDENTITY_TRAINING_FIELDS = (
+    "seed", "data_seed", "full_determinism", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+    "per_device_eval_batch_size", "gradient_accumulation_steps", "dataloader_drop_last", "optim", "optim_args",
+    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "label_smoothing_factor", "fp16", "bf16", "tf32",
+    "torch_compile", "gradient_checkpointing", "train_engine", "step_mode", "num_evaluations", "num_checkpoints",
+    "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
+)
+# What the runner sets itself: a run description that gives them is refused.
+RESERVED_ARGUMENTS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir")
+WEIGHT_FILE_PREFIXES = ("model", "pytorch_model")  # model.safetensors, model-00001-of-00002.safetensors, ...
+MEMBERS_DIR = "members"  # a scripts' ensemble writes member (S, K) to OUTPUT_DIR/members/seed{S}-k{K}
+MODEL_TASKS = ("root", "mlm")  # the tasks a model is trained from scratch for, alone or in an ensemble
+# arguments in which the runs of one ensemble may differ (everything else is shared: one batched model)
+MEMBER_FIELDS = {"data_args": ("k_train", "grammar_seed", "sigma"), "model_args": (),
+                 "training_args": ("seed", "output_dir", "logging_dir", "run_name", "resume_from_checkpoint",
+                                   "overwrite_output_dir", "cpu_threads")}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run, resolved and checked (:func:`resolve`).
+
+    Attributes:
+        task: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence) or ``"finetune"`` (root
+            classification from an MLM checkpoint).
+        data_args, model_args, training_args: the scripts' three argument dataclasses, the preset applied.
+        arguments: the arguments given (the scripts' names, JSON-ready); the preset decided the rest.
+        config: what the identity hashes (:func:`identity_config`); ``identity`` its sha256.
+        name: the run's name in a sweep or an ensemble (its folder's), else ``""``.
+        tags: what a sweep records beside it (grid point, paper figures); not part of the identity.
+    """
+
+    task: str
+    data_args: DataArguments
+    model_args: ModelArguments
+    training_args: TreeLangTrainingArguments
+    arguments: dict
+    config: dict
+    identity: str
+    name: str = ""
+    tags: dict = field(default_factory=dict)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.training_args.output_dir)
+
+    @property
+    def model_task(self) -> str:
+        """The head the run trains: ``"mlm"``, or ``"root"`` (root classification and fine-tuning)."""
+        return "mlm" if self.task == "mlm" else "root"
+
+    @property
+    def member_key(self) -> tuple:
+        """(seed, k_train, grammar_seed, σ): what tells the runs of one ensemble apart."""
+        return (self.training_args.seed, self.data_args.k_train, self.data_args.grammar_seed,
+                float(self.data_args.sigma))
+
+    def replace_training(self, **values) -> "Run":
+        """This run with training arguments changed that are not part of its identity (folder, resuming, threads)."""
+        unknown = set(values) - set(MEMBER_FIELDS["training_args"])
+        if unknown:
+            raise ValueError(f"only {MEMBER_FIELDS['training_args']} can change without changing the run's identity, "
+                             f"got {sorted(unknown)}")
+        training_args = copy.copy(self.training_args)
+        for key, value in values.items():
+            setattr(training_args, key, value)
+        return dataclasses.replace(self, training_args=training_args)
+
+    def payload(self) -> dict:
+        """The run as plain data for another process (:func:`from_payload` resolves it again there)."""
+        return {"task": self.task, "arguments": self.arguments, "output_dir": str(self.output_dir),
+                "identity": self.identity, "name": self.name, "tags": self.tags,
+                "cpu_threads": self.training_args.cpu_threads}
+
+
+def from_payload(payload: dict) -> Run:
+    """The run of :meth:`Run.payload`, resolved in this process; a ValueError if its identity changed meanwhile (its
+    starting checkpoint was rewritten, or the package changed)."""
+    run = resolve(payload["task"], payload["arguments"], payload["output_dir"], name=payload.get("name", ""),
+                  tags=payload.get("tags") or {})
+    if payload.get("cpu_threads"):
+        run = run.replace_training(cpu_threads=payload["cpu_threads"])
+    if run.identity != payload["identity"]:
+        raise ValueError(f"run {run.name or str(run.output_dir)!r} changed between planning and training (identity "
+                         f"{payload['identity'][:12]} -> {run.identity[:12]}): was its starting checkpoint rewritten "
+                         "meanwhile? Run the sweep again.")
+    return run
+
+
+# ---------------------------------------------------------------- resolving
+
+
+def resolve(task: str, arguments: dict | None = None, output_dir=None, *, name: str = "", tags: dict | None = None
+            ) -> Run:
+    """The run of ``task`` with ``arguments`` (the training scripts' names, e.g. ``{"k_train": 2, "num_train":
+    4096}``) writing into ``output_dir``; the preset (``"preset"``, default ``"laptop"``) fills the rest.
+
+    Every check runs here (:func:`check_run`); nothing is built or written. Errors name the argument.
+    """
+    check_task(task)
+    arguments = dict(arguments or {})
+    check_arguments(arguments)
+    values = {**arguments, "output_dir": str(output_dir)} if output_dir is not None else arguments
+    data_args, model_args, training_args, _, _ = parse_values(task, values)
+    return build(task, data_args, model_args, training_args, arguments, name=name, tags=tags)
+
+
+def build(task: str, data_args, model_args, training_args, arguments: dict, *, name: str = "",
+          tags: dict | None = None) -> Run:
+    """A :class:`Run` of parsed arguments (the preset applied): checked by :func:`check_run`, its identity computed."""
+    check_run(task, data_args, model_args, training_args)
+    config = identity_config(task, data_args, model_args, training_args)
+    arguments = json.loads(json.dumps(arguments, sort_keys=True, default=str))
+    return Run(task, data_args, model_args, training_args, arguments, config, run_identity(config), name,
+               dict(tags or {}))
+
+
+def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
+    """The scripts' command line (flags or one JSON file) as runs: ``([run], ensemble)`` for a single run, one run per
+    member for ``--ensemble_seeds`` / ``--ensemble_k_train`` (:func:`ensemble_runs`); every check runs here, the
+    output folders' included (:func:`check_output`)."""
+    check_task(task)
+    data_args, model_args, training_args, ensemble, explicit = parse_command_line(task, argv)
+    if ensemble.requested:  # the ensemble's folder and checkpoint are its own, not its member runs'
+        ensemble.output_dir = training_args.output_dir
+        ensemble.resume_from_checkpoint, training_args.resume_from_checkpoint = training_args.resume_from_checkpoint, None
+    given = {f.name: getattr(obj, f.name) for obj in (data_args, model_args, training_args)
+             for f in dataclasses.fields(obj) if f.name in explicit and f.name not in RESERVED_ARGUMENTS}
+    run = build(task, data_args, model_args, training_args, given)
+    if not ensemble.requested:
+        check_output(run)
+        return [run], ensemble
+    ensemble.validate(data_args.depth)
+    runs = ensemble_runs(run, ensemble)
+    check_together(runs, mode=ensemble.ensemble_mode, resume_from_checkpoint=ensemble.resume_from_checkpoint)
+    check_output_dir_free(ensemble.output_dir, overwrite=training_args.overwrite_output_dir,
+                          resume=ensemble.resume_from_checkpoint is not None)
+    return runs, ensemble
+
+
+def check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
+
+
+def known_arguments() -> dict:
+    """``{name: type hint}`` of every run argument (the fields of the three dataclasses, and the renamed ones)."""
+    hints = {}
+    for cls in (DataArguments, ModelArguments, TreeLangTrainingArguments):
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        hints.update({name: hint for name, hint in typing.get_type_hints(cls).items() if name in names})
+    for old, new in RENAMED_ARGUMENTS.items():
+        hints[old] = hints[new]
+    return hints
+
+
+def _allows(hint, value) -> bool:
+    """Whether ``value`` (from JSON) fits the type ``hint``; types other than bool/int/float/str/list pass."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_allows(option, value) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint) or (typing.Any,)
+        return isinstance(value, list) and all(_allows(item, v) for v in value)
+    return True  # enums, dicts, Any: left to the parser
+
+
+def check_arguments(arguments: dict, where: str = "run arguments") -> None:
+    """Raise a ValueError/TypeError naming the first unknown, reserved or mistyped argument of ``arguments``."""
+    if not isinstance(arguments, dict):
+        raise TypeError(f"{where} must be a JSON object of run arguments, got {type(arguments).__name__}")
+    hints = known_arguments()
+    for name, value in arguments.items():
+        if name in RESERVED_ARGUMENTS:
+            raise ValueError(f"{where}: `{name}` is set by the runner (one folder per run); remove it")
+        if name not in hints:
+            close = difflib.get_close_matches(name, hints, n=1)
+            hint = f"; did you mean `{close[0]}`?" if close else ""
+            raise ValueError(f"{where}: `{name}` is not a run argument (the fields of DataArguments, ModelArguments "
+                             f"and TreeLangTrainingArguments){hint}")
+        if not _allows(hints[name], value):
+            hint = hints[name]
+            shown = hint.__name__ if isinstance(hint, type) else str(hint)
+            raise TypeError(f"{where}: `{name}` must be of type {shown}, got {value!r} ({type(value).__name__})")
+
+
+# ---------------------------------------------------------------- checking
+
+
+def check_run(task: str, data_args, model_args, training_args) -> None:
+    """Every check of a run's arguments, each error naming the argument; writes nothing, builds no data.
+
+    The values and their ranges (the dataclasses' ``validate``), the architecture (``TreeLangConfig``'s own checks),
+    the task's rules, and the checkpoints it starts from (fine-tuning) or resumes from.
+    """
+    check_task(task)
+    data_args.validate()
+    training_args.validate()
+    config = model_args.config(data_args)
+    model_task = "mlm" if task == "mlm" else "root"
+    resume = training_args.resume_from_checkpoint
+    if resume is not None:
+        if training_args.overwrite_output_dir:
+            raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
+                             f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
+        if os.path.isfile(os.path.join(resume, ENSEMBLE_FILE)):
+            raise ValueError(f"`resume_from_checkpoint` {str(resume)!r} is a checkpoint of an ensemble "
+                             f"({ENSEMBLE_FILE}); resume it with the ensemble's own --ensemble_seeds / "
+                             "--ensemble_k_train, or resume a single run from its own checkpoint-<step>")
+        _, saved = check_resume_checkpoint(resume)
+        _check_saved_model("resume_from_checkpoint", resume, saved, data_args)
+        expected = TASK_ARCHITECTURES[model_task]
+        if expected not in (saved.get("architectures") or []):
+            raise ValueError(f"`resume_from_checkpoint` {resume!r} holds a {saved.get('architectures')} model; this "
+                             f"{task} run trains a {expected}")
+        if task != "finetune":
+            for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+                if saved.get(name) != getattr(config, name):
+                    raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with {name}={saved.get(name)}; "
+                                     f"this run has {name}={getattr(config, name)}: pass the checkpoint's architecture")
+        if saved.get("classifier_hidden_size", 0) != config.classifier_hidden_size:  # the root readout, every task
+            raise ValueError(f"`resume_from_checkpoint` {resume!r} was saved with classifier_hidden_size="
+                             f"{saved.get('classifier_hidden_size', 0)}; this run has classifier_hidden_size="
+                             f"{config.classifier_hidden_size}: pass the checkpoint's readout")
+    if task == "finetune":
+        path = model_args.model_name_or_path
+        try:
+            _, saved = read_model_config("model_name_or_path", path)
+            check_run_complete(path, "model_name_or_path")
+        except ValueError as error:
+            raise ValueError(f"{error}; run training/run_mlm.py first or pass --model_name_or_path <MLM output "
+                             "folder>") from None
+        _check_saved_model("model_name_or_path", path, saved, data_args)
+    elif model_args.model_name_or_path is not None:
+        raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
+    if task == "mlm":
+        if training_args.remove_unused_columns:
+            raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
+                             "by its example_index column), got True")
+        if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
+            raise ValueError("`dataloader_persistent_workers` must be False for MLM with dataloader_num_workers > 0 "
+                             "(persistent workers keep the collator of the first epoch, and the masks are keyed by "
+                             "the epoch), got True")
+    if task != "finetune" and config.classifier_hidden_size:
+        raise ValueError(f"`classifier_hidden_size` must be 0 (the paper's linear readout) for a {task} run from "
+                         f"scratch, got {config.classifier_hidden_size}: the authors' two-layer head is the new head "
+                         "of run_finetune.py on an MLM checkpoint")
+    check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
+
+
+def check_output(run: Run) -> None:
+    """The scripts' rule for the output folder: a non-empty one needs ``--overwrite_output_dir`` or
+    ``--resume_from_checkpoint`` (:func:`hf_treelang.train.folders.check_output_dir_free`)."""
+    args = run.training_args
+    check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
+                          resume=args.resume_from_checkpoint is not None)
+
+
+def check_checkpoint_epochs(epochs, num_train_epochs: float) -> None:
+    """Raise a ValueError naming ``checkpoint_epochs`` unless every epoch is an integer in [1, num_train_epochs]."""
+    for epoch in epochs or ():
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= num_train_epochs:
+            raise ValueError(f"`checkpoint_epochs` must hold integers in [1, num_train_epochs={num_train_epochs:g}], "
+                             f"got {epoch!r}")
+
+
+def _check_saved_model(name: str, path, saved: dict, data_args) -> None:
+    """A saved config.json must be a valid TreeLang config of the run's data (q and ℓ)."""
+    try:
+        TreeLangConfig.from_dict(dict(saved))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"`{name}` {str(path)!r}: config.json is not a valid TreeLang config: {error}") from None
+    q, depth = saved["vocab_size"] - 1, saved["depth"]
+    if q != data_args.num_symbols or depth != data_args.depth:
+        raise ValueError(
+            f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
+            f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
+        )
+
+
+# ---------------------------------------------------------------- ensembles: lists of runs
+
+
+def member_name(seed: int, k_train: int, grammar_seed: int | None = None, sigma: float | None = None) -> str:
+    """``seed{S}-k{K}`` (``-grammar{G}``, ``-sigma{σ}`` appended when given)."""
+    name = f"seed{seed}-k{k_train}"
+    if grammar_seed is not None:
+        name += f"-grammar{grammar_seed}"
+    if sigma is not None:
+        name += f"-sigma{float(sigma):g}"
+    return name
+
+
+def ensemble_runs(run: Run, ensemble: EnsembleArguments) -> list:
+    """The runs of the scripts' ensemble flags: every (seed S, k_train K) of ``--ensemble_seeds`` (default
+    ``[--seed]``) × ``--ensemble_k_train`` (default ``[--k_train]``), the run ``--seed S --k_train K`` with ``run``'s
+    other arguments, written to ``<output_dir>/members/seed{S}-k{K}``."""
+    seeds = list(ensemble.ensemble_seeds or [run.training_args.seed])
+    levels = list(ensemble.ensemble_k_train or [run.data_args.k_train])
+    runs = []
+    for seed in seeds:
+        for level in levels:
+            name = member_name(seed, level)
+            data_args = copy.deepcopy(run.data_args)
+            data_args.k_train = int(level)
+            training_args = copy.copy(run.training_args)
+            training_args.seed = int(seed)
+            training_args.output_dir = os.path.join(run.training_args.output_dir, MEMBERS_DIR, name)
+            training_args.resume_from_checkpoint = None
+            arguments = {**run.arguments, "seed": int(seed), "k_train": int(level)}
+            runs.append(build(run.task, data_args, copy.deepcopy(run.model_args), training_args, arguments,
+                              name=name))
+    return runs
+
+
+def _comparable(run: Run) -> dict:
+    """The arguments the runs of one ensemble must share."""
+    values = {"data_args": dataclasses.asdict(run.data_args), "model_args": dataclasses.asdict(run.model_args),
+              "training_args": run.training_args.to_dict()}
+    return {kind: {key: value for key, value in fields.items() if key not in MEMBER_FIELDS[kind]}
+            for kind, fields in values.items()}
+
+
+def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=None) -> None:
+    """Raise a ValueError naming the argument and the runs if ``runs`` cannot train together (one process, one
+    batched model or one after another); writes nothing and builds no data."""
+    from .device_data import optimizer_steps  # lazy: loads torch; the checks above it need none
+
+    if not runs:
+        raise ValueError("an ensemble needs at least one run, got none")
+    task = runs[0].task
+    if task not in MODEL_TASKS or any(run.task != task for run in runs):
+        raise ValueError(f"an ensemble trains {' or '.join(MODEL_TASKS)} models from scratch (run_root.py, "
+                         f"run_mlm.py), all of one task; got tasks {sorted({run.task for run in runs})}")
+    seen = {}
+    for run in runs:
+        if run.member_key in seen:
+            seed, k_train, grammar_seed, sigma = run.member_key
+            raise ValueError(f"ensemble member (seed={seed}, k_train={k_train}, grammar_seed={grammar_seed}, "
+                             f"sigma={sigma:g}) is repeated ({seen[run.member_key]!r} and {run.name!r})")
+        seen[run.member_key] = run.name
+    if len({run.output_dir for run in runs}) != len(runs):
+        raise ValueError(f"the runs of an ensemble need one output folder each, got {[str(r.output_dir) for r in runs]}")
+    first, reference = runs[0], _comparable(runs[0])
+    steps = optimizer_steps(first.training_args, first.data_args.num_train)
+    for run in runs[1:]:
+        values = _comparable(run)
+        for kind, what in (("data_args", "data"), ("model_args", "architecture"), ("training_args", "training")):
+            for name in sorted(set(reference[kind]) | set(values[kind])):
+                if reference[kind].get(name) != values[kind].get(name):
+                    raise ValueError(
+                        f"ensemble members must share the {what} arguments but their model seed, k_train, grammar "
+                        f"seed and σ: `{name}` is {reference[kind].get(name)!r} for member {first.name!r} and "
+                        f"{values[kind].get(name)!r} for member {run.name!r}")
+        if optimizer_steps(run.training_args, run.data_args.num_train) != steps:
+            raise ValueError(f"ensemble members must train for the same number of steps: {steps} for "
+                             f"{first.name!r}, {optimizer_steps(run.training_args, run.data_args.num_train)} for "
+                             f"{run.name!r}")
+    args = first.training_args
+    if args.train_engine != "device":
+        raise ValueError("an ensemble (--ensemble_seeds / --ensemble_k_train) needs --train_engine device, got "
+                         f"--train_engine {args.train_engine}")
+    if args.world_size > 1:
+        raise ValueError(f"an ensemble trains in one process (its members are the parallelism), got "
+                         f"{args.world_size} processes")
+    if resume_from_checkpoint is not None:
+        if mode == "sequential":
+            raise ValueError("`resume_from_checkpoint` resumes a stacked ensemble (its OUTPUT_DIR/checkpoint-<step>); "
+                             "a sequential ensemble's members are single runs: resume each with run_*.py --seed S "
+                             "--k_train K --output_dir OUTPUT_DIR/members/seed{S}-k{K} --resume_from_checkpoint ...")
+        check_ensemble_checkpoint(resume_from_checkpoint, [run.name for run in runs])
+
+
+def check_ensemble_checkpoint(path, names: list) -> dict:
+    """``path`` must be a checkpoint of this ensemble (``ensemble.json`` naming the same members); returns it."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"`resume_from_checkpoint` {str(folder)!r} is not an existing checkpoint folder")
+    manifest = folder / ENSEMBLE_FILE
+    if not manifest.is_file():
+        raise ValueError(f"`resume_from_checkpoint` {str(folder)!r} is a checkpoint of a single run (it has no "
+                         f"{ENSEMBLE_FILE}); an ensemble resumes only from its own checkpoint, "
+                         f"OUTPUT_DIR/{CHECKPOINT_PREFIX}<step> of a stacked ensemble")
+    saved = json.loads(manifest.read_text())
+    if saved.get("members") != list(names):
+        raise ValueError(f"`resume_from_checkpoint` {str(folder)!r} is a checkpoint of the ensemble "
+                         f"{saved.get('members')}; this ensemble is {list(names)}")
+    return saved
+
+
+# ---------------------------------------------------------------- identity
+
+
+def data_format_version() -> str:
+    """The version of the bytes a run's data are drawn as: the dataset builder's version, its one home."""
+    return str(TreeLangBuilderConfig.version)
+
+
+def checkpoint_hash(path) -> str:
+    """sha256 of what a fine-tuning run starts from: the checkpoint's ``config.json`` and weight files."""
+    folder = Path(path)
+    names = sorted(
+        p.name for p in folder.iterdir()
+        if p.is_file() and (p.name == "config.json"
+                            or (p.name.startswith(WEIGHT_FILE_PREFIXES) and p.suffix in (".safetensors", ".bin", ".json")))
+    )
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode() + b"\0")
+        with open(folder / name, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _normalised(cls, values: dict) -> dict:
+    """``values`` of dataclass ``cls`` with every number of a float field as a float (``1`` and ``1.0`` hash alike)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for key, value in values.items():
+        options = typing.get_args(hints.get(key)) or (hints.get(key),)
+        if float in options and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        out[key] = value
+    return out
+
+
+def identity_config(task: str, data_args, model_args, training_args) -> dict:
+    """Everything that decides a run's result, as canonical JSON-ready data (see :func:`run_identity`).
+
+    The data and model arguments (``num_hidden_layers`` and ``k_test`` given their defaults), the training arguments
+    of :data:`IDENTITY_TRAINING_FIELDS`, numbers of float fields as floats; the starting checkpoint of a fine-tuning
+    run by its content (:func:`checkpoint_hash`), not its path; the data-format version (:func:`data_format_version`).
+    """
+    data = _normalised(DataArguments, dataclasses.asdict(data_args))
+    data["k_test"] = data_args.test_levels()
+    model = _normalised(ModelArguments, dataclasses.asdict(model_args))
+    model["num_hidden_layers"] = model_args.model_kwargs(data_args.depth)["num_hidden_layers"]
+    start = model.pop("model_name_or_path")
+    everything = training_args.to_dict()
+    training = _normalised(TreeLangTrainingArguments,
+                           {key: everything.get(key) for key in IDENTITY_TRAINING_FIELDS})
+    config = {
+        "identity_version": IDENTITY_VERSION,
+        "data_format_version": data_format_version(),
+        "task": task,
+        "data_args": data,
+        "model_args": model,
+        "training_args": training,
+        "start_checkpoint": checkpoint_hash(start) if task == "finetune" and start is not None else None,
+    }
+    return json.loads(json.dumps(config, sort_keys=True, default=str))
+
+
+def run_identity(config: dict) -> str:
+    """sha256 of the canonical JSON of :func:`identity_config`: equal identities, equal runs."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+__all__ = [
+    "IDENTITY_TRAINING_FIELDS",
+    "MEMBERS_DIR",
+    "Run",
+    "build",
+    "check_arguments",
+    "check_output",
+    "check_run",
+    "check_together",
+    "ensemble_runs",
+    "from_payload",
+    "identity_config",
+    "member_name",
+    "resolve",
+    "run_identity",
+    "runs_from_command_line",
+]
