@@ -216,16 +216,16 @@ def test_dynamics_reads_the_callback_history_file_of_a_run_folder(tmp_path):
 def test_sample_complexity_runs_three_arms_per_size_from_the_mlm_checkpoint(checkpoints, tmp_path):
     specs = []
 
-    def fake_train(spec):
-        specs.append(spec)
-        return {"accuracy": min(1.0, spec.num_train / 512), "bp_accuracy": 1.0}
+    def fake_train(run):
+        specs.append(run)
+        return {"accuracy": min(1.0, run.data_args.num_train / 512), "bp_accuracy": 1.0}
 
     result = sample_complexity.sample_complexity_sweep(checkpoints["mlm"], [64, 256], tmp_path / "runs",
                                                        train=fake_train, progress=False)
-    assert [(s.num_train, s.init_from is not None, s.freeze_encoder) for s in specs] == [
-        (64, False, False), (64, True, True), (64, True, False), (256, False, False), (256, True, True),
-        (256, True, False)]
-    assert all(s.task == "root" and s.depth == DEPTH and s.k_tests == (0,) for s in specs)
+    assert [(r.data_args.num_train, r.task, r.model_args.freeze_encoder) for r in specs] == [
+        (64, "root", False), (64, "finetune", True), (64, "finetune", False), (256, "root", False),
+        (256, "finetune", True), (256, "finetune", False)]
+    assert all(r.data_args.depth == DEPTH and r.data_args.test_levels() == [0] for r in specs)
     assert result.accuracy == {"scratch": [0.125, 0.5], "frozen": [0.125, 0.5], "finetuned": [0.125, 0.5]}
     paths = sample_complexity.write_outputs(result, tmp_path)
     assert json.loads(paths["json"].read_text())["sizes"] == [64, 256]

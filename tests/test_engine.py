@@ -150,3 +150,26 @@ def test_resuming_gives_byte_identical_weights_with_dropout(tmp_path):
     first = load_file(tmp_path / "full" / "model.safetensors")
     second = load_file(resumed_dir / "model.safetensors")
     assert all(torch.equal(first[key], second[key]) for key in first)  # the data, masks and dropout all restored
+
+
+def test_the_overridden_epoch_loop_matches_this_transformers_release_or_fails_loudly():
+    import transformers
+    from transformers import Trainer
+
+    from hf_treelang.train.trainer import check_epoch_loop_contract
+
+    check_epoch_loop_contract()  # the installed release: the override's contract holds
+
+    class Renamed(Trainer):
+        def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, trial,
+                       ignore_keys_for_eval, start_time, resume_from_checkpoint, epochs_trained, steps_skipped):
+            pass
+
+    with pytest.raises(ImportError, match=rf"Trainer\._run_epoch.*transformers {transformers.__version__}"):
+        check_epoch_loop_contract(Renamed)
+
+    class Gone(Trainer):
+        _run_epoch = None
+
+    with pytest.raises(ImportError, match=r"overrides Trainer\._run_epoch, which transformers .* does not have"):
+        check_epoch_loop_contract(Gone)

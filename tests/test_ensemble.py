@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
     original, plot_curves = loop.bp_callback_for, outputs.plot_curves
 
     def counting(*args, **kwargs):
-        calls.append(args[0].data_args.k_train)
+        calls.append(args[1].k_train)
         return original(*args, **kwargs)
 
     loop.bp_callback_for = counting

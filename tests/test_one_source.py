@@ -8,7 +8,7 @@ predicted variable, and the architecture fields.
 * split streams: the k_test sets and the train/validation splits never share draws;
 * BP marginals of the predicted variable: ``core.oracle.predicted_marginals`` (checked against enumeration), which
   the callback's targets are;
-* architecture: ``TreeLangConfig``'s fields, read back by ``ModelArguments`` and ``run_training``.
+* architecture: ``TreeLangConfig``'s fields, read back by ``ModelArguments`` and ``train.run.resolve``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from hf_treelang.core.sampling import split_seed
 from hf_treelang.data import publish
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM
-from hf_treelang.sweep import runner
 from hf_treelang.train import folders, loop
+from hf_treelang.train import run as run_module
 from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, DataArguments, ModelArguments, TreeLangTrainingArguments
 from hf_treelang.train.callbacks import BPKLCallback
 from hf_treelang.train.data import load_run_data, to_datasets
@@ -232,13 +232,13 @@ def test_model_arguments_have_a_field_for_each_architecture_field_with_the_confi
     assert ModelArguments(**{k: v for k, v in kwargs.items()}).model_kwargs(depth=5) == kwargs  # round trip
 
 
-def _spec(tmp_path, **model_kwargs) -> runner.RunSpec:
-    return runner.RunSpec(task="mlm", output_dir=tmp_path / "run", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
-                        filter_level=0, num_train=8, num_test=8, k_tests=(0,), model_kwargs=model_kwargs,
-                        use_dataset_builder=False, progress=False)
+def _resolved(tmp_path, **model_kwargs):
+    arguments = {"depth": 2, "num_symbols": 3, "num_train": 8, "num_eval": 8, "num_test": 8, "k_test": [0],
+                 "use_dataset_builder": False, "disable_tqdm": True, **model_kwargs}
+    return run_module.resolve("mlm", arguments, tmp_path / "run")
 
 
-def test_run_training_passes_every_architecture_field_to_the_model(tmp_path, monkeypatch):
+def test_a_resolved_run_passes_every_architecture_field_to_the_model(tmp_path, monkeypatch):
     captured = {}
 
     def fake_train(run, cache=None):
@@ -249,8 +249,8 @@ def test_run_training_passes_every_architecture_field_to_the_model(tmp_path, mon
 
     monkeypatch.setattr(loop, "_train", fake_train)
     (tmp_path / "run").mkdir()
-    runner.run_training(_spec(tmp_path, hidden_act="gelu", layer_norm_eps=1e-6, classifier_pooling="mean",
-                            initializer="xavier", **TINY_MODEL))
+    loop.train(_resolved(tmp_path, hidden_act="gelu", layer_norm_eps=1e-6, classifier_pooling="mean",
+                         initializer="xavier", **TINY_MODEL), reuse=True)
     model_args = captured["model_args"]
     assert (model_args.hidden_act, model_args.layer_norm_eps) == ("gelu", 1e-6)
     config = loop.build_model(captured["run"]).config
@@ -259,10 +259,10 @@ def test_run_training_passes_every_architecture_field_to_the_model(tmp_path, mon
     assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (8, 1, 8)
 
 
-def test_run_training_rejects_an_unknown_model_kwargs_key_naming_it(tmp_path, monkeypatch):
+def test_an_unknown_run_argument_is_refused_naming_it(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
-        raise AssertionError("an invalid spec must be refused before training")
+        raise AssertionError("an invalid run must be refused before training")
 
     monkeypatch.setattr(loop, "_train", fail)
-    with pytest.raises(ValueError, match=r"`model_kwargs` has unknown architecture fields \['hidden_activation'\]"):
-        runner.run_training(_spec(tmp_path, hidden_activation="gelu"))
+    with pytest.raises(ValueError, match=r"`hidden_activation` is not a run argument .*did you mean `hidden_act`"):
+        _resolved(tmp_path, hidden_activation="gelu")

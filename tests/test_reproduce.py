@@ -17,11 +17,10 @@ from hf_treelang.reproduce.presets import FIGURE_STEPS
 from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.arguments import PRESETS as TRAINING_PRESETS
 from hf_treelang import cli
-from hf_treelang.sweep.runner import RunSpec, run_training
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, parse_command_line
 from hf_treelang.train.folders import finished_run
-from hf_treelang.train.loop import build_model
-from hf_treelang.train.run import build, check_checkpoint_epochs, check_run
+from hf_treelang.train.loop import build_model, train
+from hf_treelang.train.run import build, check_checkpoint_epochs, check_run, resolve
 
 TINY = PRESETS["tiny"]
 
@@ -207,11 +206,12 @@ def test_no_gradient_clipping_by_default(tmp_path):
 
 def test_checkpoint_epochs_evaluate_and_save_at_the_end_of_those_epochs(tmp_path):
     # 64 sequences in batches of 32: 2 steps per epoch, so epochs 1 and 3 end at steps 2 and 6
-    spec = RunSpec(task="root", output_dir=tmp_path / "run", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
-                   filter_level=0, num_train=64, num_test=16, k_tests=(0,),
-                   model_kwargs={"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 16}, epochs=3,
-                   num_evaluations=0, checkpoint_epochs=(1, 3), use_dataset_builder=False, progress=False)
-    run_training(spec)
+    run = resolve("root", {"depth": 2, "num_symbols": 3, "num_train": 64, "num_eval": 16, "num_test": 16,
+                           "k_test": [0], "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 16,
+                           "num_train_epochs": 3.0, "num_evaluations": 0, "num_checkpoints": 0,
+                           "checkpoint_epochs": [1, 3], "use_dataset_builder": False, "disable_tqdm": True,
+                           "report_to": "none"}, tmp_path / "run")
+    train(run)
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
     history = json.loads((tmp_path / "run" / "eval_history.json").read_text())["history"]
     assert {2, 6} <= {entry["step"] for entry in history}

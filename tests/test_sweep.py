@@ -69,11 +69,11 @@ def _quiet(**options):
 # ---------------------------------------------------------------- the SPEC
 
 
-def test_grid_points_are_the_product_in_axis_order_with_readable_folder_names():
+def test_grid_points_are_the_product_in_axis_order_with_readable_folder_names(tmp_path):
     sweep = spec.load_spec(_spec({"k_train": [0, 2], "seed": [0, 1]}))
     assert sweep.points() == [{"k_train": 0, "seed": 0}, {"k_train": 0, "seed": 1}, {"k_train": 2, "seed": 0},
                               {"k_train": 2, "seed": 1}]
-    assert [p.name for p in engine.spec_runs(sweep)] == ["k_train=0,seed=0", "k_train=0,seed=1", "k_train=2,seed=0",
+    assert [p.name for p in engine.spec_runs(sweep, tmp_path)] == ["k_train=0,seed=0", "k_train=0,seed=1", "k_train=2,seed=0",
                                                          "k_train=2,seed=1"]
     assert spec.point_name({"k_test": [0, 2], "hidden_act": "gelu"}) == "k_test=_0,2_,hidden_act=gelu"
 
@@ -231,7 +231,7 @@ def test_a_folder_with_files_of_no_run_is_refused(tmp_path, fake_train):
     (tmp_path / "runs" / "seed=0").mkdir(parents=True)
     (tmp_path / "runs" / "seed=0" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="holds files that no training run wrote"):
-        engine.execute_runs(engine.spec_runs(spec.load_spec(_spec())), tmp_path, **_quiet())
+        engine.execute_runs(engine.spec_runs(spec.load_spec(_spec()), tmp_path), tmp_path, **_quiet())
     assert (tmp_path / "runs" / "seed=0" / "notes.txt").read_text() == "mine" and fake_train == []
 
 
@@ -261,9 +261,9 @@ def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_tr
 
 
 def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_job(tmp_path):
-    planned = engine.spec_runs(spec.load_spec(_spec({"learning_rate": [1e-4, 3e-4], "k_train": [0, 2],
-                                                     "seed": [0, 1]})))
-    resolved, states = engine.plan_runs(planned, tmp_path)
+    resolved = engine.spec_runs(spec.load_spec(_spec({"learning_rate": [1e-4, 3e-4], "k_train": [0, 2],
+                                                      "seed": [0, 1]})), tmp_path)
+    states = engine.plan_runs(resolved, tmp_path)
     assert [len(job.runs) for job in engine.pack_jobs(resolved, states, together=False)] == [1] * 8
     jobs = engine.pack_jobs(resolved, states)
     assert [sorted(r.name for r in job.runs) for job in jobs] == [
@@ -343,10 +343,11 @@ def test_the_slurm_path_runs_a_job_array_through_submitits_local_executor(tmp_pa
 
 
 def test_sample_complexity_caps_steps_without_forcing_them_on_small_p():
-    specs = sample_complexity.sample_complexity_specs("ckpt", depth=2, num_symbols=3, sigma=1.0, grammar_seed=0,
-                                                      filter_level=0, model_kwargs={}, sizes=[64, 4096],
-                                                      arms=("scratch",), epochs=2.0, max_steps=10)
-    assert [(size, s.max_steps) for _, size, s in specs] == [(64, None), (4096, 10)]  # 64: 4 steps, its epochs
+    entries = sample_complexity.sample_complexity_arguments("ckpt", depth=2, num_symbols=3, sigma=1.0,
+                                                            grammar_seed=0, filter_level=0, model_kwargs={},
+                                                            sizes=[64, 4096], arms=("scratch",), epochs=2.0,
+                                                            max_steps=10)
+    assert [(size, a["max_steps"]) for _, size, _, a in entries] == [(64, -1), (4096, 10)]  # 64: 4 steps, its epochs
 
 
 def test_sample_complexity_is_a_sweep_estimated_first_and_never_stale(tmp_path):

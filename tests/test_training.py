@@ -267,3 +267,48 @@ def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_
     assert [e["step"] for e in evaluations] == [0, 1, 2, 6]
     assert all(e["eval_num_examples"] == 23 for e in evaluations)
     assert state["log_history"][-1]["train_loss"] > 0
+
+
+def test_a_runs_arguments_go_resolve_check_train_write_without_coming_back(tmp_path):
+    """Followed from train(run): every hf_treelang function that receives the run or its training arguments, in
+    call order (the Trainer's own loop counted as one stay): each file is entered once."""
+    from transformers import Trainer
+
+    from hf_treelang.train import loop
+    from hf_treelang.train.run import Run
+    from tiny_run import tiny_run
+
+    run = tiny_run("root", tmp_path / "run", "--num_evaluations", "1", "--num_checkpoints", "0")
+    watched = {id(run), id(run.training_args)}
+    stays = []
+
+    def holds(value):
+        if id(value) in watched:
+            return True
+        if isinstance(value, Run):
+            return id(value.training_args) in watched
+        return isinstance(value, Trainer) and id(value.__dict__.get("args")) in watched
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event != "call" or "/hf_treelang/" not in path:
+            return
+        back = frame.f_back
+        while back is not None:
+            if back.f_code.co_name == "train" and back.f_code.co_filename.endswith("transformers/trainer.py"):
+                path = "(Trainer.train)"
+                break
+            back = back.f_back
+        if (path == "(Trainer.train)" or any(holds(v) for v in frame.f_locals.values())) and (
+                not stays or stays[-1] != path):
+            stays.append(path)
+
+    sys.setprofile(profile)
+    try:
+        loop.train(run)
+    finally:
+        sys.setprofile(None)
+    names = [path.split("/hf_treelang/")[-1] for path in stays]
+    assert names == ["train/loop.py", "train/folders.py", "train/trainer.py", "train/callbacks.py",
+                     "(Trainer.train)", "train/outputs.py"], names
+    assert len(set(names)) == len(names)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
+
+from hf_treelang.jsonio import write_json_atomic
 
 import numpy as np
 
@@ -88,9 +89,7 @@ def _jsonable(value):
 
 def write_json(path, data) -> Path:
     """Write JSON deterministically (sorted keys; NaN/inf as null)."""
-    path = Path(path)
-    path.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
-    return path
+    return write_json_atomic(path, _jsonable(data), indent=2)
 
 
 def cli_error(command: str, error: Exception) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.sweep.runner import PlannedRun, RunSpec, execute_runs
+from hf_treelang.sweep.runner import RUNS_DIR, execute_runs, sweep_run
 from hf_treelang.sweep.estimate import epoch_steps
 
 from .checkpoint import as_checkpoint
@@ -96,59 +96,39 @@ def run_name(arm: str, size: int) -> str:
     return f"{arm}-P{size}"
 
 
-def sample_complexity_specs(checkpoint_path, *, depth: int, num_symbols: int, sigma: float, grammar_seed: int,
-                            filter_level: int, model_kwargs: dict, sizes, arms=ARMS, work_dir=".",
-                            epochs: float = 20.0, max_steps: int | None = 600, num_test: int = 2048,
-                            num_eval: int = 512, batch_size: int = 32, learning_rate: float = 1e-4, seed: int = 0,
-                            num_evaluations: int = 1, use_dataset_builder: bool = True,
-                            progress: bool = False) -> list:
-    """The runs of Fig. 1f as ``(arm, P, RunSpec)``, sizes outer and arms inner.
+def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int, sigma: float, grammar_seed: int,
+                                filter_level: int, model_kwargs: dict, sizes, arms=ARMS, epochs: float = 20.0,
+                                max_steps: int | None = 600, num_test: int = 2048, num_eval: int = 512,
+                                batch_size: int = 32, learning_rate: float = 1e-4, seed: int = 0,
+                                num_evaluations: int = 1, use_dataset_builder: bool = True,
+                                classifier_hidden_size: int = 0, progress: bool = False) -> list:
+    """The runs of Fig. 1f as ``(arm, P, task, arguments)`` in the training scripts' names, sizes outer, arms inner.
 
-    ``checkpoint_path`` is the MLM checkpoint the ``frozen`` and ``finetuned`` arms start from (it need not exist yet:
-    ``hf-treelang reproduce --plan`` lists these runs before the MLM model is trained); the data and the
-    ``scratch`` arm's architecture are given explicitly.
+    Every run is the ``paper`` preset (the paper's model and optimiser) with the sizes, schedule and data given here;
+    ``scratch`` trains the checkpoint's architecture from scratch (task ``root``), ``frozen`` and ``finetuned`` start
+    from ``checkpoint_path`` (task ``finetune``, a new root readout of ``classifier_hidden_size`` hidden units). The
+    checkpoint need not exist yet: ``hf-treelang reproduce --plan`` lists these runs before the MLM model is trained.
     """
-    specs = []
+    entries = []
     for size in sizes:
         for arm in arms:
-            spec = RunSpec(
-                task="root",
-                output_dir=Path(work_dir) / "runs" / run_name(arm, size),
-                depth=depth,
-                num_symbols=num_symbols,
-                sigma=float(sigma),
-                grammar_seed=int(grammar_seed),
-                filter_level=filter_level,
-                num_train=size,
-                num_test=num_test,
-                num_eval=num_eval,
-                k_tests=(filter_level,),
-                model_kwargs=dict(model_kwargs),
-                init_from=None if arm == "scratch" else Path(checkpoint_path),
-                freeze_encoder=arm == "frozen",
-                epochs=epochs,
-                # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
-                max_steps=max_steps if max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
-                else None,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                seed=seed,
-                num_evaluations=num_evaluations,
-                use_dataset_builder=use_dataset_builder,
-                progress=progress,
-            )
-            specs.append((arm, size, spec))
-    return specs
-
-
-def planned_runs(specs: list) -> list:
-    """The specs of :func:`sample_complexity_specs` as sweep runs (``OUT/runs/<arm>-P<P>``, feeding Fig. 1f)."""
-    planned = []
-    for arm, size, spec in specs:
-        task, arguments = spec.arguments()
-        planned.append(PlannedRun(name=run_name(arm, size), task=task, arguments=arguments,
-                                  point={"arm": arm, "num_train": size}, figures=(FIGURE_ID,)))
-    return planned
+            # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
+            capped = max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
+            arguments = {
+                "preset": "paper", "grammar_seed": int(grammar_seed), "sigma": float(sigma),
+                "num_symbols": int(num_symbols), "depth": int(depth), "k_train": int(filter_level),
+                "num_train": int(size), "num_eval": int(num_eval), "num_test": int(num_test),
+                "k_test": [int(filter_level)], "use_dataset_builder": bool(use_dataset_builder), **model_kwargs,
+                "num_train_epochs": float(epochs), "max_steps": int(max_steps) if capped else -1,
+                "per_device_train_batch_size": int(batch_size), "learning_rate": float(learning_rate),
+                "seed": int(seed), "num_evaluations": int(num_evaluations), "num_checkpoints": 0,
+                "checkpoint_epochs": None, "report_to": "none", "logging_steps": 10**9, "disable_tqdm": not progress,
+            }
+            if arm != "scratch":
+                arguments.update(model_name_or_path=str(checkpoint_path), freeze_encoder=arm == "frozen",
+                                 classifier_hidden_size=int(classifier_hidden_size))
+            entries.append((arm, size, "root" if arm == "scratch" else "finetune", arguments))
+    return entries
 
 
 def sample_complexity_sweep(
@@ -166,6 +146,7 @@ def sample_complexity_sweep(
     seed: int = 0,
     num_evaluations: int = 1,
     use_dataset_builder: bool = True,
+    classifier_hidden_size: int = 0,
     workers: int | None = None,
     force: bool = False,
     out_dir=None,
@@ -188,12 +169,13 @@ def sample_complexity_sweep(
         seed: seed of the runs.
         num_evaluations: evaluations (with the BP-KL callback) per run, besides the one before training.
         use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
+        classifier_hidden_size: hidden units of the pre-trained arms' new root readout (0: linear).
         workers: runs trained at the same time (default: one per CPU core; 0: in this process).
         force: run in a ``work_dir`` written with other settings (runs of unchanged identity are kept).
         out_dir: where the figure is redrawn as runs finish (default: none until :func:`write_outputs`).
         log: called with lines of text (the estimated time, each finished run).
-        train: a stand-in for tests, ``train(RunSpec) -> {"accuracy", "bp_accuracy"}``, called in this process for
-            each run instead of the sweep engine.
+        train: ``train(run) -> {"accuracy", "bp_accuracy", ...}`` called in this process for each
+            :class:`~hf_treelang.train.run.Run` instead of the sweep runner (``reproduce``'s own runner, tests).
     """
     ckpt = as_checkpoint(checkpoint, task="mlm")
     sizes = check_sizes(sizes)
@@ -203,22 +185,26 @@ def sample_complexity_sweep(
     if max_steps is not None:
         check_positive("max_steps", max_steps)
     config = ckpt.config
-    specs = sample_complexity_specs(
+    entries = sample_complexity_arguments(
         ckpt.path, depth=ckpt.depth, num_symbols=ckpt.num_symbols, sigma=float(config.sigma),
         grammar_seed=int(config.grammar_seed), filter_level=ckpt.filter_level,
         model_kwargs={name: getattr(config, name) for name in ARCHITECTURE}, sizes=sizes, arms=arms,
-        work_dir=work_dir, epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval,
-        batch_size=batch_size, learning_rate=learning_rate, seed=seed, num_evaluations=num_evaluations,
-        use_dataset_builder=use_dataset_builder, progress=progress and workers == 0,
+        epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval, batch_size=batch_size,
+        learning_rate=learning_rate, seed=seed, num_evaluations=num_evaluations,
+        use_dataset_builder=use_dataset_builder, classifier_hidden_size=classifier_hidden_size,
+        progress=progress and workers == 0,
     )
+    runs = [sweep_run(task, arguments, work_dir, run_name(arm, size), point={"arm": arm, "num_train": size},
+                      figures=(FIGURE_ID,)) for arm, size, task, arguments in entries]
 
     def collect(records: dict) -> SampleComplexityResult:
         accuracy = {arm: [None] * len(sizes) for arm in arms}
         runs = {arm: [] for arm in arms}
         bp_accuracy = None
-        for arm, size, spec in specs:
-            runs[arm].append(spec.output_dir)
+        for arm, size, _, _ in entries:
             record = records.get(run_name(arm, size))
+            # where the run was trained: its summary says so when a caller's `train` put it elsewhere
+            runs[arm].append(Path((record or {}).get("output_dir") or Path(work_dir) / RUNS_DIR / run_name(arm, size)))
             if record is None:
                 continue
             accuracy[arm][sizes.index(size)] = None if record.get("accuracy") is None else float(record["accuracy"])
@@ -229,16 +215,15 @@ def sample_complexity_sweep(
                                       runs=runs)
 
     if train is not None:
-        return collect({run_name(arm, size): train(spec) for arm, size, spec in specs})
-    planned = planned_runs(specs)
-    source = {"command": "sample-complexity", "runs": [{"name": p.name, "task": p.task, "arguments": p.arguments}
-                                                       for p in planned]}
+        return collect({run.name: train(run) for run in runs})
+    source = {"command": "sample-complexity", "runs": [{"name": r.name, "task": r.task, "arguments": r.arguments}
+                                                       for r in runs]}
 
     def redraw(records: dict, runs: list) -> None:
         if out_dir is not None:
             write_outputs(collect(records), out_dir)
 
-    sweep = execute_runs(planned, work_dir, source=source, force=force, workers=workers, progress=progress,
+    sweep = execute_runs(runs, work_dir, source=source, force=force, workers=workers, progress=progress,
                          log=log, on_record=redraw)
     result = collect(sweep.records)
     result.failed = dict(sweep.failed)

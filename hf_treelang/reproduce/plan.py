@@ -1,4 +1,4 @@
-"""The trainings of a reproduction as data, and their execution through the sweep engine.
+"""The trainings of a reproduction as data, and their execution through the sweep runner.
 
 * :func:`planned_runs` — every training run of a preset, with the paper figures it feeds, built with the same
   :class:`~hf_treelang.reproduce.steps.Context` methods the steps train with (``runs/<name>`` folders);
@@ -6,7 +6,7 @@
   task, k_train, P, epochs, n_L, grammar seed, seed, clipping, figures, optimizer steps) and the total steps with the
   estimated time on this machine and on one GPU, from steps/s measured on the runs' own models;
 * :class:`EngineRunner` — ``Context.run`` of a reproduction: every run goes through
-  :func:`hf_treelang.sweep.runner.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
+  the sweep runner's :func:`~hf_treelang.sweep.runner.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
   identity are reused, changed ones trained again, interrupted ones resumed), and is recorded for the step markers;
 * :func:`marker_valid` — whether a step's ``.done`` marker still describes ``OUT``: the same preset, every run it
   trained still of the identity it had, no finished run trained again since.
@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang.analysis import sample_complexity
-from hf_treelang.jsonio import read_json_object
+from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.sweep.estimate import estimate, estimate_lines, optimizer_steps
-from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, PlannedRun, execute_runs
+from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs
 from hf_treelang.train.folders import finished_run
 from hf_treelang.train.run import resolve
 
 from .presets import PRESETS, PUBLIC_PRESETS
-from .steps import Context, root_sweep_specs
+from .steps import SAMPLE_COMPLEXITY_DIR, Context, root_sweep_specs
 
 PLAN_FILE = "plan.json"
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
@@ -40,79 +40,65 @@ def _json(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def planned_specs(ctx) -> list:
-    """``[(RunSpec, figures)]`` of every training of ``ctx.preset``, each folder once (in the steps' order)."""
+def planned_runs(ctx) -> list:
+    """Every training of ``ctx.preset``, each folder once, in the steps' order: ``{"name", "task", "arguments",
+    "figures"}`` (``name``: the folder under ``OUT/runs``; ``arguments``: the training scripts' names)."""
     p = ctx.preset
     entries: dict = {}
 
-    def add(spec, figures) -> None:
-        entry = entries.setdefault(str(spec.output_dir), (spec, []))
-        entry[1].extend(f for f in figures if f not in entry[1])
+    def add(name: str, task: str, arguments: dict, figures) -> None:
+        entry = entries.setdefault(name, {"name": name, "task": task, "arguments": arguments, "figures": []})
+        entry["figures"].extend(f for f in figures if f not in entry["figures"])
 
-    add(ctx.spec("root", "root"), ROOT_FIGURES)
-    add(ctx.spec("mlm", "mlm"), MLM_FIGURES)
+    def add_run(run, figures) -> None:
+        add(run.name, run.task, run.arguments, figures)
+
+    add_run(ctx.spec("root", "root"), ROOT_FIGURES)
+    add_run(ctx.spec("mlm", "mlm"), MLM_FIGURES)
     for k in p.attention_filter_levels:
-        add(ctx.spec("mlm", f"mlm_k{k}", k), MLM_K_FIGURES)
-    for _, _, spec in sample_complexity.sample_complexity_specs(
+        add_run(ctx.spec("mlm", f"mlm_k{k}", k), MLM_K_FIGURES)
+    for arm, size, task, arguments in sample_complexity.sample_complexity_arguments(
             ctx.run_dir("mlm"), depth=p.depth, num_symbols=p.num_symbols, sigma=p.sigma, grammar_seed=p.grammar_seed,
-            filter_level=p.filter_level, model_kwargs=p.model, sizes=p.sample_sizes,
-            work_dir=ctx.out / RUNS_DIR / "sample_complexity", epochs=p.sample_epochs, max_steps=p.sample_max_steps,
-            num_test=p.num_test, batch_size=p.batch_size, learning_rate=p.learning_rate, num_evaluations=1,
-            use_dataset_builder=p.use_dataset_builder):
-        if spec.init_from is not None:
-            spec = dataclasses.replace(spec, classifier_hidden_size=p.finetune_classifier_hidden_size)
-        add(spec, (sample_complexity.FIGURE_ID,))
+            filter_level=p.filter_level, model_kwargs=p.model, sizes=p.sample_sizes, epochs=p.sample_epochs,
+            max_steps=p.sample_max_steps, num_test=p.num_test, batch_size=p.batch_size,
+            learning_rate=p.learning_rate, num_evaluations=1, use_dataset_builder=p.use_dataset_builder,
+            classifier_hidden_size=p.finetune_classifier_hidden_size):
+        add(f"{SAMPLE_COMPLEXITY_DIR}/{sample_complexity.run_name(arm, size)}", task, arguments,
+            (sample_complexity.FIGURE_ID,))
     steps = set(p.figure_steps())
     if "root_sweep" in steps:
-        for spec in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
-            largest = spec.num_train == max(p.sweep_sizes_of(spec.filter_level))
-            add(spec, ("2a", "E.3", "E.5") if largest and "classifier_attention" in steps else ("2a", "E.3"))
+        for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
+            largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
+            add_run(run, ("2a", "E.3", "E.5") if largest and "classifier_attention" in steps else ("2a", "E.3"))
     if "layers_sweep" in steps:
-        for spec in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
-            add(spec, ("E.1",))
+        for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
+            add_run(run, ("E.1",))
     if "seed_sweep" in steps:
         for seed in p.grammar_seeds:
-            for spec in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
-                add(spec, ("E.2",))
+            for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
+                add_run(run, ("E.2",))
     return list(entries.values())
 
 
-def run_name(out: Path, spec) -> str:
-    """The name of a run in the reproduction's sweep: its folder relative to ``OUT/runs``."""
-    try:
-        return Path(spec.output_dir).relative_to(Path(out) / RUNS_DIR).as_posix()
-    except ValueError:
-        raise ValueError(f"run folder {str(spec.output_dir)!r} is not under {str(Path(out) / RUNS_DIR)!r}") from None
-
-
-def planned_runs(ctx) -> list:
-    """Every training of ``ctx.preset`` as a :class:`~hf_treelang.sweep.runner.PlannedRun` (name: ``runs/<name>``)."""
-    planned = []
-    for spec, figures in planned_specs(ctx):
-        task, arguments = spec.arguments()
-        planned.append(PlannedRun(name=run_name(ctx.out, spec), task=task, arguments=arguments,
-                                  figures=tuple(figures)))
-    return planned
-
-
-def resolve_for_plan(run: PlannedRun, out: Path):
+def resolve_for_plan(entry: dict, out: Path):
     """:func:`~hf_treelang.train.run.resolve` of a planned run, also when the MLM checkpoint a fine-tuning
     run starts from is not trained yet (then its sizes are read as a root run's, with the frozen encoder kept)."""
-    folder = Path(out) / RUNS_DIR / run.name
-    start = run.arguments.get("model_name_or_path")
-    if run.task != "finetune" or (start is not None and (Path(start) / "config.json").is_file()):
-        return resolve(run.task, run.arguments, folder)
-    arguments = {k: v for k, v in run.arguments.items() if k not in ("model_name_or_path", "classifier_hidden_size")}
+    folder = Path(out) / RUNS_DIR / entry["name"]
+    arguments = entry["arguments"]
+    start = arguments.get("model_name_or_path")
+    if entry["task"] != "finetune" or (start is not None and (Path(start) / "config.json").is_file()):
+        return resolve(entry["task"], arguments, folder)
+    arguments = {k: v for k, v in arguments.items() if k not in ("model_name_or_path", "classifier_hidden_size")}
     return dataclasses.replace(resolve("root", arguments, folder), task="finetune")
 
 
-def plan_row(run: PlannedRun, resolved) -> dict:
+def plan_row(entry: dict, resolved) -> dict:
     """One run of ``plan.json``."""
     d, m, t = resolved.data_args, resolved.model_args, resolved.training_args
     return {
-        "name": run.name,
-        "task": run.task,
-        "figures": list(run.figures),
+        "name": entry["name"],
+        "task": entry["task"],
+        "figures": list(entry["figures"]),
         "k_train": d.k_train,
         "num_train": d.num_train,
         "num_train_epochs": t.num_train_epochs,
@@ -127,9 +113,9 @@ def plan_row(run: PlannedRun, resolved) -> dict:
         "max_grad_norm": t.max_grad_norm,
         "learning_rate": t.learning_rate,
         "batch_size": t.per_device_train_batch_size,
-        "freeze_encoder": bool(m.freeze_encoder) if run.task == "finetune" else None,
+        "freeze_encoder": bool(m.freeze_encoder) if entry["task"] == "finetune" else None,
         "optimizer_steps": optimizer_steps(t, d.num_train),
-        "arguments": run.arguments,
+        "arguments": entry["arguments"],
     }
 
 
@@ -157,7 +143,7 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
                 "one after the other",
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / PLAN_FILE).write_text(json.dumps(_json(plan), indent=1, sort_keys=True) + "\n")
+    write_json_atomic(out / PLAN_FILE, _json(plan))
     log(f"preset {preset}: {len(rows)} training runs for figures {', '.join(figures)}")
     for line in estimate_lines(result):
         log(line)
@@ -169,7 +155,7 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
 
 
 class EngineRunner:
-    """``Context.run`` of a reproduction: trains a :class:`~hf_treelang.sweep.runner.RunSpec` through the sweep engine.
+    """``Context.run`` of a reproduction: trains a :class:`~hf_treelang.train.run.Run` through the sweep runner.
 
     The run's folder must lie under ``OUT/runs``; it is trained in this process (``workers=0``) and recorded in
     ``OUT/sweep.json`` and ``OUT/results.jsonl``. :meth:`begin` / :meth:`end` bracket a step: ``end`` returns the
@@ -188,16 +174,13 @@ class EngineRunner:
     def end(self) -> tuple:
         return list(self.used), self.trained
 
-    def __call__(self, spec) -> dict:
-        name = run_name(self.out, spec)
-        task, arguments = spec.arguments()
-        result = execute_runs([PlannedRun(name=name, task=task, arguments=arguments)], self.out, workers=0,
-                              progress=False, estimate=False, log=self.log)
+    def __call__(self, run) -> dict:
+        result = execute_runs([run], self.out, workers=0, progress=False, estimate=False, log=self.log)
         if result.failed:
-            raise RuntimeError(f"training run {name!r} failed: {result.failed[name]}")
-        self.used.append({"name": name, "task": task, "arguments": arguments, "identity": result.runs[0].identity})
+            raise RuntimeError(f"training run {run.name!r} failed: {result.failed[run.name]}")
+        self.used.append({"name": run.name, "task": run.task, "arguments": run.arguments, "identity": run.identity})
         self.trained += len(result.trained)
-        return finished_run(self.out / RUNS_DIR / name)
+        return finished_run(run.output_dir)
 
 
 def finished_runs(out) -> dict:
@@ -237,5 +220,5 @@ def marker_valid(marker: dict | None, preset, out) -> bool:
     return True
 
 
-__all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs", "planned_specs",
+__all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs",
            "write_plan"]

@@ -5,14 +5,14 @@ Steps: ``data``, ``bp``, ``train_root``, ``train_mlm`` (and ``train_mlm_k<k>``),
 E.3), ``layers_sweep`` (App. E.1), ``seed_sweep`` (App. E.2), ``classifier_attention`` (App. E.5) and
 ``probe_filtered`` (App. E.7, right); :func:`steps_of` lists those of a preset in order.
 
-The sweeps are lists of :class:`~hf_treelang.sweep.runner.RunSpec` (:func:`root_sweep_specs`) run one by one through
-``Context.run`` (``run_training`` by default, which reuses a finished folder) and gathered by
-:mod:`hf_treelang.analysis.accuracy_curves`; a sweep engine can run the same lists.
+Every training is a :class:`~hf_treelang.train.run.Run` named after its folder under ``OUT/runs``
+(:meth:`Context.spec`, :meth:`Context.sweep_spec`: the ``paper`` preset with the reproduction preset's sizes), trained
+or reused through ``Context.run`` (by default :func:`~hf_treelang.train.loop.train` with ``reuse=True``); the sweeps
+are lists of them (:func:`root_sweep_specs`), gathered by :mod:`hf_treelang.analysis.accuracy_curves`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -30,18 +30,23 @@ from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.arguments import DataArguments
 from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
 from hf_treelang.train.data import load_run_data
-from hf_treelang.sweep.runner import RunSpec, run_training
+from hf_treelang.sweep.runner import sweep_run
+from hf_treelang.train.loop import train
+from hf_treelang.train.run import Run
 
 from .presets import Preset, step_names
 
 SWEEP_DIR = "sweep"  # OUT/runs/sweep/seed<s>_k<k>_L<n_L>_P<P>: one root-classification run of a sweep
+SAMPLE_COMPLEXITY_DIR = "sample_complexity"  # OUT/runs/sample_complexity/<arm>-P<P>: the runs of Fig. 1f
 
 
 class Context:
-    """Paths and shared helpers of one reproduction; ``run`` trains one :class:`RunSpec` (or reuses its folder)."""
+    """Paths and shared helpers of one reproduction; ``run`` trains one :class:`~hf_treelang.train.run.Run` (or
+    reuses its folder) and returns its summary."""
 
-    def __init__(self, out: Path, preset: Preset, progress: bool, run: Callable = run_training):
-        self.out, self.preset, self.progress, self.run = out, preset, progress, run
+    def __init__(self, out: Path, preset: Preset, progress: bool, run: Callable | None = None):
+        self.out, self.preset, self.progress = out, preset, progress
+        self.run = run or (lambda run: train(run, reuse=True).summary)
 
     @property
     def k_tests(self) -> tuple:
@@ -55,35 +60,31 @@ class Context:
     def run_dir(self, name: str) -> Path:
         return self.out / "runs" / name
 
-    def spec(self, task: str, name: str, filter_level: int | None = None) -> RunSpec:
+    def arguments(self, **values) -> dict:
+        """A run of this reproduction in the training scripts' names: the ``paper`` preset (the paper's model and
+        optimiser) with the preset's data, sizes, model and optimiser settings, then ``values``."""
+        p = self.preset
+        return {"preset": "paper", "grammar_seed": int(p.grammar_seed), "sigma": float(p.sigma),
+                "num_symbols": int(p.num_symbols), "depth": int(p.depth), "num_test": int(p.num_test),
+                "num_eval": int(p.num_test), "use_dataset_builder": bool(p.use_dataset_builder), **p.model,
+                "per_device_train_batch_size": int(p.batch_size), "learning_rate": float(p.learning_rate),
+                "max_steps": -1, "seed": 0, "num_checkpoints": 0, "checkpoint_epochs": None, "report_to": "none",
+                "logging_steps": 10**9, "disable_tqdm": not self.progress, **values}
+
+    def spec(self, task: str, name: str, filter_level: int | None = None) -> Run:
         """The main run ``name`` of ``task`` (``root`` or ``mlm``) at k_train ``filter_level`` (default: preset's)."""
         p = self.preset
         k = p.filter_level if filter_level is None else filter_level
         epochs = p.root_epochs if task == "root" else p.mlm_epochs
         checkpoint_epochs = p.root_checkpoint_epochs if task == "root" else p.mlm_checkpoint_epochs
-        return RunSpec(
-            task=task,
-            output_dir=self.run_dir(name),
-            depth=p.depth,
-            num_symbols=p.num_symbols,
-            sigma=p.sigma,
-            grammar_seed=p.grammar_seed,
-            filter_level=k,
-            num_train=p.root_train if task == "root" else p.mlm_train,
-            num_test=p.num_test,
-            k_tests=(k, *[j for j in self.k_tests if j != k]),
-            model_kwargs=dict(p.model),
-            epochs=epochs,
-            batch_size=p.batch_size,
-            learning_rate=p.learning_rate,
-            num_evaluations=p.num_evaluations,
-            checkpoint_epochs=tuple(e for e in checkpoint_epochs if e <= epochs),
-            use_dataset_builder=p.use_dataset_builder,
-            progress=self.progress,
-        )
+        return sweep_run(task, self.arguments(
+            k_train=int(k), num_train=int(p.root_train if task == "root" else p.mlm_train),
+            k_test=[int(k), *[j for j in self.k_tests if j != k]], num_train_epochs=float(epochs),
+            num_evaluations=int(p.num_evaluations),
+            checkpoint_epochs=[int(e) for e in checkpoint_epochs if e <= epochs] or None), self.out, name)
 
     def sweep_spec(self, filter_level: int, num_train: int, *, num_layers: int | None = None,
-                   grammar_seed: int | None = None) -> RunSpec:
+                   grammar_seed: int | None = None) -> Run:
         """One root-classification run of a sweep: k_train, P, n_L and grammar seed; tested on k_train and k = 0.
 
         The run with the main root run's settings is the main root run itself (``runs/root``), reused.
@@ -94,25 +95,12 @@ class Context:
         if (filter_level, num_train, num_layers, seed, p.sweep_epochs) == (
                 p.filter_level, p.root_train, self.num_layers, p.grammar_seed, p.root_epochs):
             return self.spec("root", "root")
-        return RunSpec(
-            task="root",
-            output_dir=self.run_dir(f"{SWEEP_DIR}/seed{seed}_k{filter_level}_L{num_layers}_P{num_train}"),
-            depth=p.depth,
-            num_symbols=p.num_symbols,
-            sigma=p.sigma,
-            grammar_seed=seed,
-            filter_level=filter_level,
-            num_train=num_train,
-            num_test=p.num_test,
-            k_tests=(filter_level, 0) if filter_level else (0,),
-            model_kwargs={**p.model, "num_hidden_layers": num_layers},
-            epochs=p.sweep_epochs,
-            batch_size=p.batch_size,
-            learning_rate=p.learning_rate,
+        return sweep_run("root", self.arguments(
+            grammar_seed=seed, k_train=int(filter_level), num_train=int(num_train),
+            k_test=[int(filter_level), 0] if filter_level else [0], num_hidden_layers=num_layers,
+            num_train_epochs=float(p.sweep_epochs),
             num_evaluations=1,  # step 0, step 1 and the last step: the sweeps read the final accuracy only
-            use_dataset_builder=p.use_dataset_builder,
-            progress=self.progress,
-        )
+        ), self.out, f"{SWEEP_DIR}/seed{seed}_k{filter_level}_L{num_layers}_P{num_train}")
 
 
 def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = None, layer_counts=None) -> list:
@@ -123,15 +111,16 @@ def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = 
             for k in filter_levels for n in layer_counts for size in ctx.preset.sweep_sizes_of(k)]
 
 
-def run_sweep(ctx: Context, specs: list) -> list:
-    """Train (or reuse) every run of ``specs`` with ``ctx.run``; returns their :class:`SweepPoint`."""
+def sweep_points(ctx: Context, runs: list) -> list:
+    """Train (or reuse) every run of ``runs`` with ``ctx.run``; returns their :class:`SweepPoint`."""
     points = []
-    for spec in specs:
-        summary = ctx.run(spec)
+    for run in runs:
+        summary = ctx.run(run)
+        d = run.data_args
         points.append(accuracy_curves.SweepPoint(
-            filter_level=int(spec.filter_level), num_train=int(spec.num_train),
-            num_layers=int(spec.model_kwargs.get("num_hidden_layers", spec.depth)),
-            grammar_seed=int(spec.grammar_seed), final=summary["final"], output_dir=str(spec.output_dir)))
+            filter_level=int(d.k_train), num_train=int(d.num_train),
+            num_layers=int(run.model_args.model_kwargs(d.depth)["num_hidden_layers"]),
+            grammar_seed=int(d.grammar_seed), final=summary["final"], output_dir=str(run.output_dir)))
     return points
 
 
@@ -276,16 +265,14 @@ def _step_sample_complexity(ctx: Context) -> dict:
     and a frozen encoder in eval mode."""
     p = ctx.preset
 
-    def train(spec: RunSpec) -> dict:
-        if spec.init_from is not None:
-            spec = replace(spec, classifier_hidden_size=p.finetune_classifier_hidden_size)
-        return ctx.run(spec)
+    def train_in_this_sweep(run: Run) -> dict:  # the run named after its folder in the reproduction's OUT/runs
+        return ctx.run(sweep_run(run.task, run.arguments, ctx.out, f"{SAMPLE_COMPLEXITY_DIR}/{run.name}"))
 
     result = sample_complexity_analysis.sample_complexity_sweep(
-        ctx.run_dir("mlm"), list(p.sample_sizes), ctx.out / "runs" / "sample_complexity", epochs=p.sample_epochs,
+        ctx.run_dir("mlm"), list(p.sample_sizes), ctx.run_dir(SAMPLE_COMPLEXITY_DIR), epochs=p.sample_epochs,
         max_steps=p.sample_max_steps, num_test=p.num_test, batch_size=p.batch_size,
         learning_rate=p.learning_rate, progress=ctx.progress, use_dataset_builder=p.use_dataset_builder,
-        num_evaluations=1, train=train,
+        num_evaluations=1, classifier_hidden_size=p.finetune_classifier_hidden_size, train=train_in_this_sweep,
     )
     sample_complexity_analysis.write_outputs(result, ctx.out / "sample_complexity")
     return result.to_dict()
@@ -299,7 +286,7 @@ def _curves_summary(figure: accuracy_curves.AccuracyFigure) -> dict:
 def _step_root_sweep(ctx: Context) -> dict:
     """Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train): root accuracy vs P for every k_train."""
     p = ctx.preset
-    points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels))
+    points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels))
     figure = accuracy_curves.AccuracyFigure(
         title=f"Root classification accuracy vs P (ℓ={p.depth}, q={p.num_symbols}, grammar seed {p.grammar_seed}, "
         f"{p.sweep_epochs:g} epochs; dashed: BP_k_train on the same inputs)",
@@ -318,7 +305,7 @@ def _step_root_sweep(ctx: Context) -> dict:
 def _step_layers_sweep(ctx: Context) -> dict:
     """App. E.1: root accuracy vs P on the full hierarchy (k = 0) for every number of encoder blocks n_L."""
     p = ctx.preset
-    points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts))
+    points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts))
     figure = accuracy_curves.AccuracyFigure(
         title=f"App. E.1: root accuracy vs P for n_L encoder blocks (k=0, ℓ={p.depth}, {p.sweep_epochs:g} epochs)",
         depth=p.depth,
@@ -334,7 +321,7 @@ def _step_seed_sweep(ctx: Context) -> dict:
     p = ctx.preset
     panels = []
     for seed in p.grammar_seeds:
-        points = run_sweep(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed))
+        points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed))
         panels.append(accuracy_curves.accuracy_panel(points, k_test="full", vary="filter_level",
                                                      title=f"grammar seed {seed}"))
     figure = accuracy_curves.AccuracyFigure(
@@ -347,23 +334,22 @@ def _step_seed_sweep(ctx: Context) -> dict:
 def _step_classifier_attention(ctx: Context) -> dict:
     """App. E.5: attention maps of the root classifiers of the sweep at their largest P, one row per k_train."""
     p = ctx.preset
-    specs = [ctx.sweep_spec(k, max(p.sweep_sizes_of(k))) for k in sorted(p.sweep_filter_levels)]
-    for spec in specs:
-        ctx.run(spec)  # reused when the root_sweep step trained it
-    runs = [spec.output_dir for spec in specs]
-    results = attention_analysis.attention_grid(runs, num_samples=p.analysis_samples)
+    runs = [ctx.sweep_spec(k, max(p.sweep_sizes_of(k))) for k in sorted(p.sweep_filter_levels)]
+    for run in runs:
+        ctx.run(run)  # reused when the root_sweep step trained it
+    results = attention_analysis.attention_grid([run.output_dir for run in runs], num_samples=p.analysis_samples)
     attention_analysis.write_outputs(results, ctx.out / "attention" / "classifier")
-    return {"models": [str(r) for r in runs], "sizes": [int(s.num_train) for s in specs]}
+    return {"models": [str(run.output_dir) for run in runs], "sizes": [int(run.data_args.num_train) for run in runs]}
 
 
 def _step_probe_filtered(ctx: Context) -> dict:
     """App. E.7 (right): probes of the complete encoding of the MLM models of every k_train, on k = 0 data."""
     p = ctx.preset
-    specs = {p.filter_level: ctx.spec("mlm", "mlm")}
-    specs.update({k: ctx.spec("mlm", f"mlm_k{k}", k) for k in p.attention_filter_levels})
-    for spec in specs.values():
-        ctx.run(spec)  # reused when the train_mlm steps trained it
-    result = probing_analysis.probe_filtered_models([specs[k].output_dir for k in sorted(specs)],
+    runs = {p.filter_level: ctx.spec("mlm", "mlm")}
+    runs.update({k: ctx.spec("mlm", f"mlm_k{k}", k) for k in p.attention_filter_levels})
+    for run in runs.values():
+        ctx.run(run)  # reused when the train_mlm steps trained it
+    result = probing_analysis.probe_filtered_models([runs[k].output_dir for k in sorted(runs)],
                                                     probe_hidden=p.filtered_probe_hidden, progress=ctx.progress,
                                                     **_probe_settings(p))
     probing_analysis.write_filtered_outputs(result, ctx.out / "probe")

@@ -24,7 +24,7 @@ from hf_treelang.lazy import lazy_attributes
 _LAZY = {
     "SweepSpec": "hf_treelang.sweep.spec",
     "load_spec": "hf_treelang.sweep.spec",
-    "PlannedRun": "hf_treelang.sweep.runner",
+    "sweep_run": "hf_treelang.sweep.runner",
     "SweepResult": "hf_treelang.sweep.runner",
     "execute_runs": "hf_treelang.sweep.runner",
     "run_sweep": "hf_treelang.sweep.runner",

@@ -11,6 +11,8 @@ import json
 import math
 from pathlib import Path
 
+from hf_treelang.jsonio import write_json_atomic
+
 FIGURE_FILE = "sweep.png"
 SUMMARY_FILE = "sweep_summary.json"
 
@@ -66,7 +68,7 @@ def write_grid_figure(out, spec, runs, records: dict) -> Path:
 
     out = Path(out)
     summary = grid_summary(spec, runs, records)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    write_json_atomic(out / SUMMARY_FILE, summary)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     positions = {json.dumps(v): (v if summary["numeric_x"] else i) for i, v in enumerate(summary["x_values"])}

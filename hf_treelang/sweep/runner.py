@@ -1,8 +1,8 @@
 """The sweep runner: many training runs, one folder each, on worker processes or SLURM job arrays, never stale.
 
-A sweep is a list of :class:`PlannedRun` (a name, a task and run arguments in the training scripts' names: what a
-SPEC's grid point, a reproduction's preset or a sample-complexity arm says) resolved into
-:class:`~hf_treelang.train.run.Run` objects (:func:`plan_runs`) and trained into ``OUT``:
+A sweep is a list of :class:`~hf_treelang.train.run.Run` objects, each named after its folder (:func:`sweep_run`: a
+task and arguments in the training scripts' names — what a SPEC's grid point, a reproduction's preset or a
+sample-complexity arm says — resolved into ``OUT/runs/<name>``), trained into ``OUT``:
 
 * ``OUT/runs/<name>/`` — the run's folder (:func:`hf_treelang.train.loop.train` with ``reuse=True``:
   ``run_identity.json``, then the run folder — the model, its metrics and, written last, ``run_complete.json``);
@@ -40,7 +40,6 @@ from hf_treelang.train.folders import (
     process_alive,
     read_identity,
 )
-from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, PAPER_MODEL
 from hf_treelang.train.loop import train, train_together
 from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve
 
@@ -55,136 +54,6 @@ LOGS_DIR = "logs"
 EXECUTORS = ("local", "slurm")
 ENSEMBLE_AXES = ("seed", "k_train")  # the run arguments a job of runs trained together varies
 CLUSTER_EXTRA = "pip install 'hf-treelang[cluster]'"
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One training run of a sweep.
-
-    Attributes:
-        name: its folder under ``OUT/runs`` (letters, digits and ``._=,+-``; ``/`` for a nested folder).
-        task: ``"root"``, ``"mlm"`` or ``"finetune"``.
-        arguments: run arguments as in the training scripts' JSON file (no ``output_dir``).
-        point: the grid values that distinguish it (for the figure and the records).
-        figures: the paper figures it feeds (``"1f"``, ``"2b"``, ...).
-    """
-
-    name: str
-    task: str
-    arguments: dict
-    point: dict = field(default_factory=dict)
-    figures: tuple = ()
-
-
-@dataclass
-class RunSpec:
-    """A training run.
-
-    Attributes:
-        task: ``"root"`` (root classification) or ``"mlm"`` (one masked leaf per sequence).
-        output_dir: the run's folder.
-        depth, num_symbols, sigma, grammar_seed, filter_level: the data (ℓ, q, σ, grammar seed, k_train).
-        num_train: P, the training sequences; ``num_eval`` validation sequences (the in-sample KL inputs);
-            ``num_test`` sequences per k_test set in ``k_tests``.
-        model_kwargs: the architecture (``hidden_size``, ``num_hidden_layers``, ...).
-        init_from: an MLM checkpoint to start a root classifier from (fine-tuning), or None.
-        freeze_encoder: with ``init_from``: train the readout only (the frozen encoder in eval mode).
-        classifier_hidden_size: with ``init_from``: hidden units of the new root readout, 0 for the linear one or
-            H >= 1 for the authors' two-layer head (``TreeLangConfig.classifier_hidden_size``).
-        checkpoint_epochs: also evaluate and save a checkpoint at the end of these epochs.
-        epochs, max_steps, batch_size, learning_rate, seed: the optimisation (paper: Adam 1e-4, batch 32).
-        num_evaluations: log-spaced evaluations with the BP-KL callback (plus step 0).
-        use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
-        progress: show the Trainer's progress bar.
-        num_checkpoints: log-spaced checkpoints (0: none besides ``checkpoint_epochs``): what an interrupted run
-            resumes from.
-    """
-
-    task: str
-    output_dir: Path
-    depth: int
-    num_symbols: int
-    sigma: float
-    grammar_seed: int
-    filter_level: int
-    num_train: int
-    num_test: int
-    k_tests: tuple
-    model_kwargs: dict = field(default_factory=dict)
-    num_eval: int | None = None
-    init_from: Path | None = None
-    freeze_encoder: bool = False
-    classifier_hidden_size: int = 0
-    checkpoint_epochs: tuple = ()
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    seed: int = 0
-    num_evaluations: int = 3
-    use_dataset_builder: bool = True
-    progress: bool = True
-    num_checkpoints: int = 0
-
-    def arguments(self) -> tuple:
-        """``(task, arguments)``: this run in the words of the training scripts' JSON file (no ``output_dir``).
-
-        The task is ``"finetune"`` when ``init_from`` is set. :func:`run_training` trains it.
-        """
-        unknown = sorted(set(self.model_kwargs) - set(ARCHITECTURE_FIELDS))
-        if unknown:
-            raise ValueError(f"`model_kwargs` has unknown architecture fields {unknown}; allowed: "
-                             f"{list(ARCHITECTURE_FIELDS)}")
-        in_kwargs = self.model_kwargs.get("classifier_hidden_size", self.classifier_hidden_size)
-        if in_kwargs != self.classifier_hidden_size:
-            raise ValueError(f"`model_kwargs` sets classifier_hidden_size={in_kwargs!r} and the run "
-                             f"classifier_hidden_size={self.classifier_hidden_size!r}: give it once")
-        arguments = {
-            "grammar_seed": int(self.grammar_seed),
-            "sigma": float(self.sigma),
-            "num_symbols": int(self.num_symbols),
-            "depth": int(self.depth),
-            "k_train": int(self.filter_level),
-            "num_train": int(self.num_train),
-            "num_eval": int(self.num_eval or self.num_test),
-            "num_test": int(self.num_test),
-            "k_test": [int(k) for k in self.k_tests],
-            "use_dataset_builder": bool(self.use_dataset_builder),
-            **PAPER_MODEL,  # what model_kwargs leaves unset is the paper's model, whatever the scripts' preset
-            **self.model_kwargs,
-            "freeze_encoder": bool(self.freeze_encoder),
-            "classifier_hidden_size": int(self.classifier_hidden_size),
-            "num_train_epochs": float(self.epochs),
-            "max_steps": -1 if self.max_steps is None else int(self.max_steps),
-            "per_device_train_batch_size": int(self.batch_size),
-            "learning_rate": float(self.learning_rate),
-            "lr_scheduler_type": "constant",
-            "warmup_steps": 0,
-            "seed": int(self.seed),
-            "report_to": "none",
-            "num_evaluations": int(self.num_evaluations),
-            "num_checkpoints": int(self.num_checkpoints),
-            "logging_steps": 10**9,
-            "disable_tqdm": not self.progress,
-        }
-        if self.checkpoint_epochs:
-            arguments["checkpoint_epochs"] = [int(e) for e in self.checkpoint_epochs]
-        if self.init_from is not None:
-            arguments["model_name_or_path"] = str(self.init_from)
-        return ("finetune" if self.init_from is not None else self.task), arguments
-
-
-def run_training(spec: RunSpec) -> dict:
-    """Train ``spec`` into ``spec.output_dir``, or reuse that folder when it holds the same run (``reuse=True``).
-
-    Returns:
-        The run's summary (:func:`finished_run`): ``accuracy`` and ``bp_accuracy`` (the model's and the matched
-        BP's accuracy on ``k_tests[0]``), ``final`` (every final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``,
-        ...), ``global_step``, ``train_runtime_s``, ``identity``, ``output_dir``; ``reused`` says whether it was
-        finished before this call.
-    """
-    task, arguments = spec.arguments()
-    return train(resolve(task, arguments, spec.output_dir), reuse=True).summary
 
 
 @dataclass
@@ -220,23 +89,25 @@ class SweepResult:
 # ---------------------------------------------------------------- planning
 
 
-def spec_runs(spec: SweepSpec) -> list:
-    """The runs of a SPEC's grid, in order; raises naming an unknown argument of ``base`` or an unknown axis."""
+def spec_runs(spec: SweepSpec, out) -> list:
+    """The runs of a SPEC's grid, in order, resolved into ``OUT/runs/<grid point>``; raises naming an unknown argument
+    of ``base``, an unknown axis, or the run and argument of a value out of range."""
     check_arguments(spec.base, where="SPEC base")
     for axis, values in spec.grid.items():
         for value in values:
             check_arguments({axis: value}, where=f"SPEC grid axis `{axis}`")
-    planned, names = [], set()
+    runs, names = [], set()
     for point in spec.points():
         name = point_name(point)
         if name in names:
             raise ValueError(f"SPEC grid points {point} and another share the folder name {name!r}")
         names.add(name)
-        planned.append(PlannedRun(name=name, task=spec.task, arguments={**spec.base, **point}, point=point))
-    return planned
+        runs.append(sweep_run(spec.task, {**spec.base, **point}, out, name, point=point))
+    return runs
 
 
-def _check_name(name: str) -> None:
+def check_name(name: str) -> None:
+    """A run's name is its folder under ``OUT/runs``: a relative path of letters, digits and ``._=,+-``."""
     parts = name.split("/") if isinstance(name, str) else [""]
     if any(not part or part in (".", "..") or any(not (c.isalnum() or c in "._=,+-") for c in part)
            for part in parts):
@@ -244,33 +115,38 @@ def _check_name(name: str) -> None:
                          "(parts separated by /)")
 
 
-def plan_runs(planned: list, out) -> tuple:
-    """Resolve and validate every run (nothing is written); an error names the run and the argument.
+def sweep_run(task: str, arguments: dict, out, name: str, *, point: dict | None = None, figures=()) -> Run:
+    """The run ``name`` of a sweep in ``OUT``: :func:`~hf_treelang.train.run.resolve` into ``OUT/runs/<name>``,
+    tagged with its grid point and the paper figures it feeds; errors name the run."""
+    check_name(name)
+    try:
+        return resolve(task, arguments, Path(out) / RUNS_DIR / name, name=name,
+                       tags={"point": dict(point or {}), "figures": list(figures)})
+    except (ValueError, TypeError) as error:
+        raise type(error)(f"run {name!r}: {error}") from None
 
-    Returns:
-        ``(runs, states)``: the :class:`~hf_treelang.train.run.Run` of each planned run (``tags``: its point and
-        figures) and ``{name: FolderState}`` of their folders.
-    """
+
+def plan_runs(runs: list, out) -> dict:
+    """Check that ``runs`` are runs of the sweep in ``out`` (one folder each, ``OUT/runs/<name>``) and read their
+    folders (nothing is written); returns ``{name: FolderState}``."""
     out = Path(out)
-    seen = set()
-    runs, states = [], {}
-    for entry in planned:
-        _check_name(entry.name)
-        if entry.name in seen:
-            raise ValueError(f"two runs are named {entry.name!r}")
-        seen.add(entry.name)
+    states = {}
+    for run in runs:
+        check_name(run.name)
+        if run.name in states:
+            raise ValueError(f"two runs are named {run.name!r}")
+        if run.output_dir != out / RUNS_DIR / run.name:
+            raise ValueError(f"run {run.name!r} writes to {str(run.output_dir)!r}, not to the sweep's "
+                             f"{str(out / RUNS_DIR / run.name)!r}")
         try:
-            run = resolve(entry.task, entry.arguments, out / RUNS_DIR / entry.name, name=entry.name,
-                          tags={"point": entry.point, "figures": list(entry.figures)})
             state = folder_state(run.output_dir, run.identity)
-        except (ValueError, TypeError) as error:
-            raise type(error)(f"run {entry.name!r}: {error}") from None
+        except ValueError as error:
+            raise ValueError(f"run {run.name!r}: {error}") from None
         if state.status == "running":
-            raise ValueError(f"run {entry.name!r} is being trained by process {state.record.get('pid')} on "
+            raise ValueError(f"run {run.name!r} is being trained by process {state.record.get('pid')} on "
                              f"{state.record.get('host')}; wait for it or stop it")
-        runs.append(run)
-        states[entry.name] = state
-    return runs, states
+        states[run.name] = state
+    return states
 
 
 def _together_key(run: Run) -> str:
@@ -559,14 +435,14 @@ def default_workers() -> int:
 # ---------------------------------------------------------------- a sweep
 
 
-def execute_runs(planned: list, out, *, source: dict | None = None, force: bool = False, executor: str = "local",
+def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = False, executor: str = "local",
                  workers: int | None = None, threads: int | None = None, cluster: str = "slurm",
                  slurm_parameters: dict | None = None, progress: bool = True, log: Callable | None = None,
                  on_record: Callable | None = None, estimate: bool = True) -> SweepResult:
-    """Train ``planned`` runs into ``out``: validate all, skip finished ones, run the rest, record the results.
+    """Train ``runs`` into ``out``: check all, skip finished ones, run the rest, record the results.
 
     Args:
-        planned: the :class:`PlannedRun` list.
+        runs: the :class:`~hf_treelang.train.run.Run` list (:func:`sweep_run`: ``OUT/runs/<name>`` each).
         out: the sweep folder (``OUT/runs/<name>`` per run).
         source: what defines the sweep (a SPEC as a dict): an ``out`` written by another source is refused unless
             ``force``. None (a reproduction's steps): the runs of several calls accumulate in ``out``.
@@ -592,7 +468,7 @@ def execute_runs(planned: list, out, *, source: dict | None = None, force: bool 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"`workers` must be an integer >= 0 (0: train in this process), got {workers!r}")
     recorded = check_out(out, source, force)
-    runs, states = plan_runs(planned, out)
+    states = plan_runs(runs, out)
     pending = [run for run in runs if states[run.name].status != "done"]
     jobs = pack_jobs(pending, states)
     if threads is None and executor == "local" and workers > 0:
@@ -659,13 +535,13 @@ def run_sweep(spec, out, *, force: bool = False, **options) -> SweepResult:
     those of :func:`execute_runs`.
     """
     spec = load_spec(spec)
-    planned = spec_runs(spec)
     out = Path(out)
+    runs = spec_runs(spec, out)
 
     def redraw(records: dict, runs: list) -> None:
         write_grid_figure(out, spec, runs, records)
 
-    return execute_runs(planned, out, source=spec.to_dict(), force=force, on_record=redraw, **options)
+    return execute_runs(runs, out, source=spec.to_dict(), force=force, on_record=redraw, **options)
 
 
 # ---------------------------------------------------------------- status

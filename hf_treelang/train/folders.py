@@ -28,6 +28,7 @@ and creates nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -211,6 +212,21 @@ def write_run_complete(output_dir, **summary) -> Path:
     """Write ``run_complete.json`` last, atomically: ``summary`` and every file the run folder holds, with sizes."""
     folder = Path(output_dir)
     return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder)})
+
+
+def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
+    """Make ``training_args.output_dir`` the folder of a starting run: the previous run's files removed with
+    ``--overwrite_output_dir`` (:func:`clear_previous_run`), its completion marker gone, then ``run_config.json`` (the
+    task and every argument) written first: the folder is now a run folder, complete once ``run_complete.json`` is."""
+    folder = Path(training_args.output_dir)
+    if training_args.overwrite_output_dir:
+        clear_previous_run(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark_run_started(folder)
+    run_config = {"task": task, "data_args": dataclasses.asdict(data_args), "model_args": dataclasses.asdict(model_args),
+                  "training_args": json.loads(training_args.to_json_string())}
+    write_json_atomic(folder / RUN_CONFIG, run_config)
+    return folder
 
 
 def mark_run_started(output_dir) -> None:
@@ -423,6 +439,7 @@ __all__ = [
     "record_failure",
     "write_identity",
     "mark_run_started",
+    "start_run_folder",
     "read_model_config",
     "write_run_complete",
 ]

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from transformers import TrainerCallback, set_seed
-from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import TrainOutput
 
@@ -66,16 +65,17 @@ from .data import to_datasets
 from .device_data import TrainingStream
 from .folders import (
     ENSEMBLE_FILE,
+    check_output_dir_free,
     clear_previous_run,
     finished_run,
     folder_state,
-    mark_run_started,
     record_failure,
+    start_run_folder,
     write_identity,
     write_run_complete,
 )
 from .launch import relaunch_data_parallel_cpu
-from .outputs import write_outputs, write_run_config
+from .outputs import write_outputs
 from .readout import keep_frozen_in_eval_mode
 from .run import MEMBERS_DIR, Run, check_output, check_together, runs_from_command_line
 from .trainer import EnsembleTrainer, MemberState, RunDataCache, member_log_history, trainer_for
@@ -185,18 +185,10 @@ def schedule_callbacks(training_args) -> list:
     return callbacks
 
 
-def bp_callback_for(run: Run, data) -> BPKLCallback:
-    """The BP-KL callback of a run (its BP targets are computed in its first ``prepare``)."""
-    return BPKLCallback(
-        data.grammar, run.data_args.depth, run.data_args.k_train, run.model_task, data.validation, data.tests,
-        batch_size=run.training_args.per_device_eval_batch_size, reference_size=REFERENCE_SIZE,
-    )
-
-
-def _tensorboard_dir(trainer, output_dir: str) -> None:
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
-            callback.logging_dir = os.path.join(output_dir, "tensorboard")
+def bp_callback_for(data, data_args, model_task: str, batch_size: int) -> BPKLCallback:
+    """The BP-KL callback of a run's data (its BP targets are computed in its first ``prepare``)."""
+    return BPKLCallback(data.grammar, data_args.depth, data_args.k_train, model_task, data.validation, data.tests,
+                        batch_size=batch_size, reference_size=REFERENCE_SIZE)
 
 
 # ---------------------------------------------------------------- one run
@@ -212,7 +204,9 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None) -
         cache: shares the data and BP targets with the other runs of this process that have the same data.
     """
     if not reuse:
-        check_output(run)
+        args = run.training_args  # the scripts' rule: a non-empty folder needs overwriting or resuming
+        check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
+                              resume=args.resume_from_checkpoint is not None)
         return _train(run, cache)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":
@@ -248,49 +242,38 @@ def _result_of(run: Run, reused: bool) -> TrainingResult:
 
 
 def _train(run: Run, cache: RunDataCache | None) -> TrainingResult:
-    """Stages 3 and 4 of a single run whose folder is checked."""
-    args = run.training_args
+    """Train and write a single run whose folder is checked: the data, the model and the Trainer, then the folder
+    becomes a run folder (``run_config.json``), the Trainer trains, and the outputs are written, the marker last."""
+    args, data_args, task = run.training_args, run.data_args, run.model_task
     if args.cpu_threads:
         torch.set_num_threads(int(args.cpu_threads))
     cache = cache or RunDataCache()
     output_dir = args.output_dir
     with args.main_process_first(desc="building the data"):
-        data = cache.run_data(run.data_args)
-        train_set, validation_set = to_datasets(run.model_task, data, run.data_args.num_symbols)
-    if args.should_save:
-        # the folder becomes a run folder: run_config.json first, run_complete.json (the marker) last
-        if args.overwrite_output_dir:
-            clear_previous_run(output_dir)
-        os.makedirs(output_dir, exist_ok=True)
-        mark_run_started(output_dir)
-        write_run_config(run.task, run.data_args, run.model_args, args)
+        data = cache.run_data(data_args)
+        train_set, validation_set = to_datasets(task, data, data_args.num_symbols)
     set_seed(args.seed)
     model = build_model(run)
     if args.num_evaluations > 0 and args.resume_from_checkpoint is None:
         args.eval_on_start = True
-    if run.task == "mlm":
+    if task == "mlm":
         # each example's training masks are keyed by its row (MaskedLeafCollator): a resumed run draws the same ones
         train_set = train_set.add_column(EXAMPLE_INDEX, np.arange(len(train_set), dtype=np.int64))
-        collator = MaskedLeafCollator(run.data_args.num_symbols, run.data_args.mask_rate, seed=args.seed)
+        collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate, seed=args.seed)
         mask_epochs = [MaskEpochCallback(collator)]
     else:
         collator, mask_epochs = RootClassificationCollator(), []
-    trainer = trainer_for(
-        run.model_task, data, run.data_args, args,
-        model=model,
-        args=args,
-        train_dataset=train_set,
-        eval_dataset=validation_set,
-        data_collator=collator,
-        compute_metrics=accuracy_metrics,
-        preprocess_logits_for_metrics=argmax_logits,
-        callbacks=[*schedule_callbacks(args), *mask_epochs,
-                   MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))],
-    )
-    _tensorboard_dir(trainer, output_dir)
-    bp_callback = cache.bp_callback(run.data_args, lambda: bp_callback_for(run, data))
+    callbacks = [*schedule_callbacks(args), *mask_epochs,
+                 MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))]
+    bp_callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task,
+                                                                       args.per_device_eval_batch_size))
+    if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
+        start_run_folder(run.task, data_args, run.model_args, args)
+    trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
+                          eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
+                          preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks)
     bp_callback.attach(trainer)
-    ConsoleCallback(run.data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
+    ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     train_runtime = time.perf_counter() - start
@@ -302,7 +285,7 @@ def _train(run: Run, cache: RunDataCache | None) -> TrainingResult:
         trainer.save_model(output_dir)
         trainer.save_state()
         data.grammar.save(os.path.join(output_dir, "grammar.json"))
-        write_outputs(run.task, run.data_args, run.model_args, args, bp_callback, final, history,
+        write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
                       train_runtime, train_output, trainer.state.global_step)
         write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
@@ -414,7 +397,8 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -
     states = []
     for run in runs:
         data = cache.run_data(run.data_args)
-        callback = cache.bp_callback(run.data_args, lambda run=run, data=data: bp_callback_for(run, data))
+        callback = cache.bp_callback(run.data_args, lambda run=run, data=data: bp_callback_for(
+            data, run.data_args, task, run.training_args.per_device_eval_batch_size))
         callback.prepare()  # the BP targets, once per distinct data config
         _, validation = to_datasets(task, data, run.data_args.num_symbols)
         columns = validation.with_format("numpy")
@@ -422,11 +406,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -
                                   torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
                                   torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)))
     for run in runs:  # each member folder becomes a run folder now, complete when run_complete.json is written
-        if run.training_args.overwrite_output_dir:
-            clear_previous_run(run.output_dir)
-        os.makedirs(run.output_dir, exist_ok=True)
-        mark_run_started(run.output_dir)
-        write_run_config(run.task, run.data_args, run.model_args, run.training_args)
+        start_run_folder(run.task, run.data_args, run.model_args, run.training_args)
     models = []
     for run in runs:
         set_seed(run.training_args.seed)  # exactly the single run's initialisation
@@ -445,7 +425,6 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -
     trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set, callbacks=schedule_callbacks(args),
                               train_stream=stream, step_mode=args.step_mode, members=states,
                               ensemble_manifest=manifest)
-    _tensorboard_dir(trainer, ensemble_dir)
     ConsoleCallback().attach(trainer)  # one line per evaluation (the mean loss), not the members' raw dicts
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import string
-from dataclasses import asdict
 
 from hf_treelang.citation import BIBTEX
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -200,25 +199,11 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         return string.Template(handle.read()).substitute(values)
 
 
-def write_run_config(task, data_args, model_args, training_args) -> None:
-    """``run_config.json``: the task and every argument. Training writes it first (the folder is then a run folder,
-    :mod:`hf_treelang.train.folders`) and again with the other outputs."""
-    run_config = {
-        "task": task,
-        "data_args": asdict(data_args),
-        "model_args": asdict(model_args),
-        "training_args": json.loads(training_args.to_json_string()),
-    }
-    with open(os.path.join(training_args.output_dir, "run_config.json"), "w") as handle:
-        json.dump(run_config, handle, indent=1, sort_keys=True)
-
-
 def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,
                    train_output, global_step) -> None:
-    """Write ``run_config.json``, ``metrics.json``, ``curves.png``, ``kl_curves.png`` and the model card into
+    """Write ``metrics.json``, ``curves.png``, ``kl_curves.png`` and the model card into
     ``training_args.output_dir``."""
     output_dir = training_args.output_dir
-    write_run_config(task, data_args, model_args, training_args)
     targets = bp_callback.prepare()
     summary = {
         "task": task,

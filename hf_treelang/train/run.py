@@ -99,15 +99,14 @@ class Run:
     identity: str
     name: str = ""
     tags: dict = field(default_factory=dict)
+    model_task: str = field(init=False)  # the head: "mlm", or "root" (root classification and fine-tuning)
+
+    def __post_init__(self):
+        object.__setattr__(self, "model_task", model_task_of(self.task))
 
     @property
     def output_dir(self) -> Path:
         return Path(self.training_args.output_dir)
-
-    @property
-    def model_task(self) -> str:
-        """The head the run trains: ``"mlm"``, or ``"root"`` (root classification and fine-tuning)."""
-        return "mlm" if self.task == "mlm" else "root"
 
     @property
     def member_key(self) -> tuple:
@@ -198,6 +197,11 @@ def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
     return runs, ensemble
 
 
+def model_task_of(task: str) -> str:
+    """The head a task trains: ``"mlm"``, or ``"root"`` (root classification and fine-tuning)."""
+    return "mlm" if task == "mlm" else "root"
+
+
 def check_task(task: str) -> None:
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
@@ -266,7 +270,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     data_args.validate()
     training_args.validate()
     config = model_args.config(data_args)
-    model_task = "mlm" if task == "mlm" else "root"
+    model_task = model_task_of(task)
     resume = training_args.resume_from_checkpoint
     if resume is not None:
         if training_args.overwrite_output_dir:

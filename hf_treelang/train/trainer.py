@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from transformers import Trainer
+from transformers.integrations import TensorBoardCallback
 from transformers.trainer_utils import speed_metrics
 
 from hf_treelang.jsonio import write_json_atomic
@@ -171,6 +172,38 @@ class CUDAGraphStep:
 # ---------------------------------------------------------------- the Trainer
 
 
+# The Trainer's per-epoch loop that TreeLangTrainer overrides, with the parameters it is called with, and the private
+# Trainer methods the override calls: a transformers release that changes any of them must fail loudly, not train
+# differently (tests/test_engine.py pins this).
+EPOCH_LOOP = "_run_epoch"
+EPOCH_LOOP_PARAMETERS = ("self", "model", "epoch", "train_dataloader", "steps_in_epoch", "num_update_steps_per_epoch",
+                         "trial", "ignore_keys_for_eval", "start_time", "resume_from_checkpoint", "epochs_trained",
+                         "steps_trained_in_current_epoch")
+EPOCH_LOOP_CALLS = ("_maybe_log_save_evaluate", "_load_rng_state", "_get_learning_rate")
+
+
+def check_epoch_loop_contract(trainer_class=Trainer) -> None:
+    """Raise an ImportError naming the method and the transformers version unless ``trainer_class`` has the per-epoch
+    loop :class:`TreeLangTrainer` overrides, with the same parameters, and the private methods the override calls."""
+    import inspect
+
+    import transformers
+
+    where = f"transformers {transformers.__version__}"
+    loop = getattr(trainer_class, EPOCH_LOOP, None)
+    if loop is None:
+        raise ImportError(f"the device engine overrides Trainer.{EPOCH_LOOP}, which {where} does not have; use "
+                          "--train_engine dataloader")
+    parameters = tuple(inspect.signature(loop).parameters)
+    if parameters != EPOCH_LOOP_PARAMETERS:
+        raise ImportError(f"the device engine overrides Trainer.{EPOCH_LOOP}{EPOCH_LOOP_PARAMETERS}, which {where} "
+                          f"defines as {parameters}; use --train_engine dataloader until hf_treelang supports it")
+    missing = [name for name in EPOCH_LOOP_CALLS if not callable(getattr(trainer_class, name, None))]
+    if missing:
+        raise ImportError(f"the device engine's Trainer.{EPOCH_LOOP} calls Trainer.{', Trainer.'.join(missing)}, "
+                          f"which {where} does not have; use --train_engine dataloader")
+
+
 class TreeLangTrainer(Trainer):
     """``transformers.Trainer`` fed from a :class:`~hf_treelang.train.device_data.TrainingStream`, with a lean step.
 
@@ -184,9 +217,7 @@ class TreeLangTrainer(Trainer):
     """
 
     def __init__(self, *args, train_stream, step_mode: str = "auto", **kwargs):
-        if not hasattr(Trainer, "_run_epoch"):
-            raise ImportError("the device engine overrides transformers' Trainer._run_epoch, which this transformers "
-                              "version does not have; use --train_engine dataloader")
+        check_epoch_loop_contract()
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != 1:
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with the device engine, got "
@@ -362,9 +393,19 @@ def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
     the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
     (``model``, ``args``, datasets, callbacks, ...)."""
     if getattr(training_args, "train_engine", "device") == "dataloader":
-        return Trainer(**trainer_kwargs)
-    return TreeLangTrainer(train_stream=single_run_stream(task, data, data_args, training_args),
-                           step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs)
+        return tensorboard_in_output_dir(Trainer(**trainer_kwargs))
+    return tensorboard_in_output_dir(TreeLangTrainer(
+        train_stream=single_run_stream(task, data, data_args, training_args),
+        step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs))
+
+
+def tensorboard_in_output_dir(trainer):
+    """Point the Trainer's TensorBoard logger (when ``report_to`` has it) at ``OUTPUT_DIR/tensorboard``, the run
+    folder's, unless ``--logging_dir`` says otherwise; returns the trainer."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = os.path.join(trainer.args.output_dir, "tensorboard")
+    return trainer
 
 
 @contextlib.contextmanager
@@ -454,6 +495,7 @@ class EnsembleTrainer(TreeLangTrainer):
         self.ensemble_manifest = ensemble_manifest
         self.member_loss_sum = torch.zeros(len(members), device=self.args.device)
         self.member_steps = 0
+        tensorboard_in_output_dir(self)
 
     def forward_loss(self, model, inputs: dict) -> tuple:
         output = model(**inputs)
@@ -531,11 +573,13 @@ __all__ = [
     "MemberState",
     "RunDataCache",
     "TreeLangTrainer",
+    "check_epoch_loop_contract",
     "cuda_graph_obstacles",
     "data_key",
     "evaluation_metrics",
     "member_log_history",
     "resolve_step_mode",
     "single_run_stream",
+    "tensorboard_in_output_dir",
     "trainer_for",
 ]
