@@ -279,3 +279,33 @@ def test_progress_label_names_the_config_of_each_test_split(cache, monkeypatch):
     assert labels == ["Generating test split of treelang seed0-sigma1.0-k1",
                       "Generating test split of treelang seed0-sigma1.0-k3"]
     assert datasets.builder.hf_tqdm is recording_tqdm  # put back after each split
+
+
+def test_a_run_reads_its_splits_column_wise_never_row_by_row(monkeypatch):
+    """A run's splits come out of the Arrow table as whole columns: datasets' per-row formatter (a Python loop over
+    2**17 rows, seconds) must not run, and the bytes equal the sampler's."""
+    from datasets import formatting
+
+    from hf_treelang.train.arguments import DataArguments
+    from hf_treelang.train.data import load_run_data, read_columns
+
+    def row_by_row(*args, **kwargs):
+        raise AssertionError("a split was read row by row")
+
+    for formatter in (formatting.NumpyFormatter, formatting.PythonFormatter):
+        monkeypatch.setattr(formatter, "format_row", row_by_row)
+        monkeypatch.setattr(formatter, "format_column", row_by_row)
+    arguments = dict(depth=3, num_symbols=3, k_train=1, num_train=200, num_eval=16, num_test=8, k_test=[0, 3])
+    built = load_run_data(DataArguments(**arguments, use_dataset_builder=True))
+    sampled = load_run_data(DataArguments(**arguments, use_dataset_builder=False))
+    for ours, reference in [(built.train, sampled.train), (built.validation, sampled.validation),
+                            *[(built.tests[k], sampled.tests[k]) for k in (0, 3)]]:
+        assert ours.leaves.dtype == np.int64 and ours.leaves.shape == reference.leaves.shape
+        assert np.array_equal(ours.leaves, reference.leaves) and np.array_equal(ours.roots, reference.roots)
+    monkeypatch.undo()
+    split = datasets.load_dataset("treelang", "seed0-sigma1.0-q3-depth3-k1", num_train=200, num_validation=16,
+                                  num_test=8)["train"]
+    view = split.select([5, 3, 1])  # an indices mapping: the rows of the view, not of the table
+    leaves, roots = read_columns(view, 8)
+    assert np.array_equal(leaves, np.asarray(view.with_format("numpy")["input_ids"], dtype=np.int64))
+    assert np.array_equal(roots, np.asarray(view.with_format("numpy")["root"], dtype=np.int64))

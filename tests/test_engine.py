@@ -173,3 +173,56 @@ def test_the_overridden_epoch_loop_matches_this_transformers_release_or_fails_lo
 
     with pytest.raises(ImportError, match=r"overrides Trainer\._run_epoch, which transformers .* does not have"):
         check_epoch_loop_contract(Gone)
+
+
+def test_every_cuda_graph_obstacle_is_named_and_schedules_are_not_obstacles(monkeypatch):
+    def obstacles(**values):
+        return TreeLangTrainingArguments(output_dir="unused", use_cpu=True, **values).cuda_graph_obstacles()
+
+    assert obstacles() == ["the model runs on 'cpu', not on a CUDA GPU"]
+    for schedule in ("cosine", "linear", "constant_with_warmup"):
+        assert obstacles(lr_scheduler_type=schedule, warmup_steps=3) == obstacles()  # the rate is a device tensor
+    assert any("optim 'adafactor'" in o for o in obstacles(optim="adafactor"))
+    assert any("gradient checkpointing" in o for o in obstacles(gradient_checkpointing=True))
+    assert any("gradient_accumulation_steps 2" in o for o in obstacles(gradient_accumulation_steps=2))
+    assert any("torch_compile" in o for o in obstacles(torch_compile=True))
+    monkeypatch.setattr(TreeLangTrainingArguments, "n_gpu", property(lambda self: 2))
+    assert any("2 GPUs in one process" in o for o in obstacles())
+
+
+def test_step_mode_cuda_graph_with_an_obstacle_is_refused_before_any_data(tmp_path, monkeypatch):
+    import hf_treelang.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_run_data", lambda *a, **k: pytest.fail("the data were built"))
+    with pytest.raises(ValueError, match="step_mode.*cuda_graph.*not possible here.*not on a CUDA GPU"):
+        run_tiny("mlm", tmp_path / "never", "--step_mode", "cuda_graph")
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_optimizer_follows_the_step_mode_both_ways_as_on_a_resume_across_modes():
+    """A checkpoint of either mode resumes in the other: eager Adam keeps its step counter on the CPU and a float
+    rate, capturable Adam both as tensors on the parameters' device (a graph reads them, the scheduler fills the
+    rate); the values are kept."""
+    from hf_treelang.train.trainer import align_optimizer
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    eager_state = optimizer.state_dict()
+    align_optimizer(optimizer, capturable=True)
+    group = optimizer.param_groups[0]
+    assert group["capturable"] and torch.is_tensor(group["lr"]) and group["lr"].dtype == torch.float32
+    for param in group["params"]:
+        step = optimizer.state[param]["step"]
+        assert step.device == param.device and step.dtype == torch.float32 and float(step) == 1.0
+    lr = group["lr"]
+    scheduler.step()  # writes into the tensor, not a new float
+    assert group["lr"] is lr and float(lr) == pytest.approx(0.5e-3)
+    align_optimizer(optimizer, capturable=False)
+    assert not group["capturable"] and isinstance(group["lr"], float) and group["lr"] == pytest.approx(0.5e-3)
+    assert all(optimizer.state[p]["step"].device.type == "cpu" for p in group["params"])
+    optimizer.load_state_dict(eager_state)  # an eager checkpoint, loaded, then made capturable: as above
+    align_optimizer(optimizer, capturable=True)
+    assert optimizer.param_groups[0]["capturable"] and torch.is_tensor(optimizer.param_groups[0]["lr"])

@@ -320,11 +320,13 @@ def clip_grad_norm_per_member(parameters, max_norm: float, members: int) -> torc
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.zeros(members)
-    per_tensor = torch.stack([torch.linalg.vector_norm(g.reshape(members, -1), dim=1) for g in grads], dim=1)  # (N, n)
-    norms = torch.linalg.vector_norm(per_tensor, dim=1)  # (N,)
+    # one slice per (member, tensor), member-major: the foreach kernels take the whole list in a few launches
+    slices = [g[i] for i in range(members) for g in grads]
+    per_slice = torch.stack(torch._foreach_norm(slices)).view(members, len(grads))  # (N, n)
+    norms = torch.linalg.vector_norm(per_slice, dim=1)  # (N,)
     scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)  # (N,)
-    for g in grads:
-        g.mul_(scale.view((members,) + (1,) * (g.dim() - 1)))
+    for i in range(members):
+        torch._foreach_mul_(slices[i * len(grads):(i + 1) * len(grads)], scale[i])
     return norms
 
 

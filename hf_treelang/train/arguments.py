@@ -39,6 +39,7 @@ TASKS = ("root", "mlm", "finetune")
 TRAIN_ENGINES = ("device", "dataloader")
 STEP_MODES = ("auto", "eager", "cuda_graph")
 ENSEMBLE_MODES = ("auto", "stacked", "sequential")
+CAPTURABLE_OPTIMIZERS = ("adamw_torch",)  # torch's Adam(W) with capturable=True: its update can be captured
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes, found by the search in training/README.md ("The laptop
@@ -297,8 +298,8 @@ class TreeLangTrainingArguments(TrainingArguments):
     )
     step_mode: str = field(
         default="auto",
-        metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one fp32 "
-                  "process with a constant learning rate, else eager), 'eager' or 'cuda_graph'."},
+        metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one "
+                  "process with fp32 or TF32 and Adam, else eager, logging why), 'eager' or 'cuda_graph'."},
     )
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
@@ -346,6 +347,37 @@ class TreeLangTrainingArguments(TrainingArguments):
         if self.gradient_accumulation_steps != 1:
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per "
                              f"step), got {self.gradient_accumulation_steps}; use --train_engine dataloader")
+        if self.step_mode == "cuda_graph":
+            obstacles = self.cuda_graph_obstacles()
+            if obstacles:
+                raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
+                                 + " (use --step_mode auto or eager)")
+
+    def cuda_graph_obstacles(self) -> list:
+        """What keeps this run from capturing its step as one CUDA graph (empty when nothing does); ``--step_mode
+        auto`` trains eagerly then, ``cuda_graph`` is refused before any work. Every built-in learning-rate schedule
+        runs inside the graph (the rate is a device tensor the scheduler writes)."""
+        obstacles = []
+        if self.device.type != "cuda":
+            obstacles.append(f"the model runs on {self.device.type!r}, not on a CUDA GPU")
+        if self.world_size > 1:
+            obstacles.append(f"{self.world_size} processes (CUDA graphs here are for one process)")
+        if self.n_gpu > 1:
+            obstacles.append(f"{self.n_gpu} GPUs in one process (DataParallel is not captured)")
+        if self.fp16:
+            obstacles.append("fp16 (its gradient scaler syncs with the host)")
+        if self.bf16:
+            obstacles.append("bf16 (autocast is not captured here yet)")
+        optim = str(getattr(self.optim, "value", self.optim))
+        if optim not in CAPTURABLE_OPTIMIZERS:
+            obstacles.append(f"optim {optim!r} (only {', '.join(CAPTURABLE_OPTIMIZERS)} steps inside a graph)")
+        if self.gradient_accumulation_steps != 1:
+            obstacles.append(f"gradient_accumulation_steps {self.gradient_accumulation_steps}")
+        if getattr(self, "gradient_checkpointing", False) or getattr(self, "activation_checkpointing", False):
+            obstacles.append("gradient checkpointing (its recomputation is not captured)")
+        if self.torch_compile:
+            obstacles.append("torch_compile (the compiled model is not captured a second time)")
+        return obstacles
 
 
 def check_choice(name: str, value, choices: tuple) -> None:

@@ -38,6 +38,15 @@ EPOCH_STREAM_TAG = 0x7E90  # the training order and masks: never shared with the
 TASKS = ("mlm", "root")
 
 
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` (drawn on the CPU) on ``device``; to a GPU through pinned memory without blocking the host, so that
+    an epoch's plan is copied while the previous steps still run."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     """The CPU generator of epoch ``epoch`` of a run with model seed ``seed`` (order, then masks).
 
@@ -183,13 +192,14 @@ class TrainingStream:
         for member in range(self.num_members):
             order, positions, extra = self.epoch_plan(member, epoch)
             order, positions, extra = self._local_rows(order, positions, extra)
-            rows = self.leaves[member, order.to(self.device)]  # (n, T)
+            order = to_device(order, self.device)  # (n,)
+            rows = self.leaves[member, order]  # (n, T)
             if self.task == "root":
                 inputs.append(rows)
-                labels.append(self.roots[member, order.to(self.device)])  # (n,)
+                labels.append(self.roots[member, order])  # (n,)
                 continue
-            draws = None if extra is None else extra.to(self.device)  # (n, T)
-            masked, target = mask_training_batch(rows, self.num_symbols, positions.to(self.device), draws)  # (n, T)
+            draws = None if extra is None else to_device(extra, self.device)  # (n, T)
+            masked, target = mask_training_batch(rows, self.num_symbols, to_device(positions, self.device), draws)
             inputs.append(masked)
             labels.append(target)
         return EpochBatches(torch.stack(inputs), torch.stack(labels), self.batch_size, self.steps_per_epoch)

@@ -46,53 +46,69 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from transformers import Trainer
+from transformers.utils import logging as transformers_logging
 from transformers.integrations import TensorBoardCallback
 from transformers.trainer_utils import speed_metrics
 
 from hf_treelang.jsonio import write_json_atomic
 from hf_treelang.models.stacked import clip_grad_norm_per_member
 
-from .arguments import STEP_MODES
+from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
 from .data import load_run_data
 from .device_data import EpochBatches, TrainingStream
 from .folders import ENSEMBLE_FILE
 
+logger = transformers_logging.get_logger(__name__)
 
 # ---------------------------------------------------------------- step mode
 
 
-def cuda_graph_obstacles(args, model=None) -> list:
-    """What keeps a run from capturing its step as a CUDA graph (empty when nothing does)."""
-    obstacles = []
-    if args.device.type != "cuda":
-        obstacles.append(f"the model runs on {args.device.type!r}, not on a CUDA GPU")
-    if args.world_size > 1:
-        obstacles.append(f"{args.world_size} processes (CUDA graphs here are for one process)")
-    if args.fp16:
-        obstacles.append("fp16 (its gradient scaler syncs with the host)")
-    if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) != "constant":
-        obstacles.append(f"lr_scheduler_type {args.lr_scheduler_type!r} (a graph bakes in a constant learning rate)")
-    if args.gradient_accumulation_steps != 1:
-        obstacles.append(f"gradient_accumulation_steps {args.gradient_accumulation_steps}")
-    if args.torch_compile:
-        obstacles.append("torch_compile (the compiled model is not captured a second time)")
-    if args.max_grad_norm and args.max_grad_norm > 0 and args.world_size > 1:
-        obstacles.append("clipping across processes")
-    return obstacles
-
-
 def resolve_step_mode(step_mode: str, args) -> str:
-    """``"eager"`` or ``"cuda_graph"`` for ``step_mode`` in :data:`STEP_MODES` (``"auto"``: graphs where possible)."""
-    if step_mode not in STEP_MODES:
-        raise ValueError(f"`step_mode` must be one of {STEP_MODES}, got {step_mode!r}")
+    """``"eager"`` or ``"cuda_graph"`` for ``step_mode`` (``"auto"``: graphs where
+    :meth:`~hf_treelang.train.arguments.TreeLangTrainingArguments.cuda_graph_obstacles` finds none; the fallback is
+    logged once, naming what stands in the way)."""
+    check_choice("step_mode", step_mode, STEP_MODES)
     if step_mode == "eager":
         return "eager"
-    obstacles = cuda_graph_obstacles(args)
+    obstacles = args.cuda_graph_obstacles()
     if step_mode == "cuda_graph" and obstacles:
         raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
                          + " (use --step_mode auto or eager)")
+    if obstacles and args.device.type == "cuda":
+        logger.info("step_mode auto: eager steps, not CUDA graphs, because of " + "; ".join(obstacles))
     return "eager" if obstacles else "cuda_graph"
+
+
+def use_tf32_by_default(args) -> bool:
+    """Training on a CUDA GPU multiplies float32 matrices in TF32 (10-bit mantissa inputs, float32 accumulation)
+    unless ``--tf32 false`` says otherwise: the norm for training on NVIDIA GPUs since Ampere. Returns whether TF32 is
+    on. On the CPU nothing changes (``--tf32 true`` there is transformers' own error)."""
+    if args.device.type != "cuda" or args.tf32 is False:
+        return bool(args.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
+def align_optimizer(optimizer, capturable: bool) -> None:
+    """Make a (possibly just loaded) Adam follow the step mode: ``capturable`` groups keep their step counters and
+    learning rate as device tensors (a CUDA graph reads them; the scheduler writes the rate with ``fill_``, no host
+    sync), eager groups as a CPU counter and a float rate. A checkpoint saved in either mode thus resumes in either.
+    """
+    for group in optimizer.param_groups:
+        if "capturable" not in group:
+            continue
+        group["capturable"] = capturable
+        device = group["params"][0].device if group["params"] else torch.device("cpu")
+        if capturable and not torch.is_tensor(group["lr"]):
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+        elif not capturable and torch.is_tensor(group["lr"]):
+            group["lr"] = float(group["lr"])
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if state and "step" in state:
+                state["step"] = state["step"].to(device=param.device if capturable else "cpu", dtype=torch.float32)
 
 
 # ---------------------------------------------------------------- the Trainer's view of the data
@@ -219,6 +235,7 @@ class TreeLangTrainer(Trainer):
     def __init__(self, *args, train_stream, step_mode: str = "auto", **kwargs):
         check_epoch_loop_contract()
         super().__init__(*args, **kwargs)
+        use_tf32_by_default(self.args)
         if self.args.gradient_accumulation_steps != 1:
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with the device engine, got "
                              f"{self.args.gradient_accumulation_steps}")
@@ -245,11 +262,20 @@ class TreeLangTrainer(Trainer):
 
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
-        if self.step_mode == "cuda_graph":
-            for group in optimizer.param_groups:
-                if "capturable" in group:
-                    group["capturable"] = True  # its step counters stay on the device: the update can be captured
+        if self.step_mode == "cuda_graph":  # the counters on the device: the update can be captured
+            align_optimizer(self.torch_optimizer(), capturable=True)
         return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self.step_mode == "cuda_graph":  # after the scheduler took the float rates as its base rates
+            align_optimizer(self.torch_optimizer(), capturable=True)
+        return scheduler
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:  # the checkpoint may come from the other step mode
+            align_optimizer(self.torch_optimizer(), capturable=self.step_mode == "cuda_graph")
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         """The torch optimizer under accelerate's wrapper."""
@@ -290,7 +316,10 @@ class TreeLangTrainer(Trainer):
         if self.step_mode == "cuda_graph":
             if self._graph_step is None:
                 self._graph_step = CUDAGraphStep(lambda batch: self._graph_body(model, batch), self.torch_optimizer())
-            return self._graph_step(inputs)
+            outputs = self._graph_step(inputs)
+            # the replayed graph steps the optimizer where the scheduler's step counter cannot see it: say it did
+            self.optimizer._opt_called = self.torch_optimizer()._opt_called = True
+            return outputs
         # the previous step's gradients were kept until now for the log (see _run_epoch)
         self.optimizer.zero_grad(set_to_none=True)
         with self.compute_loss_context_manager():
@@ -322,7 +351,7 @@ class TreeLangTrainer(Trainer):
             logged, grad_norm = self.lean_step(model, inputs)
             self._tr_loss += logged
             self.current_flos += float(self.floating_point_ops(inputs))
-            learning_rate = self._get_learning_rate()
+            learning_rate = self.learning_rate_now()
             self.lr_scheduler.step()
             state.global_step += 1
             state.epoch = epoch + (step + 1) / steps_in_epoch
@@ -330,14 +359,27 @@ class TreeLangTrainer(Trainer):
             if self.control.should_log and grad_norm is None:
                 grad_norm = self.gradient_norm(model)
             self._maybe_log_save_evaluate(self._tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
-                                          start_time, learning_rate=learning_rate)
+                                          start_time, learning_rate=self.logged(learning_rate))
             if not model.training:  # an evaluation ran
                 model.train()
             if self.control.should_epoch_stop or self.control.should_training_stop:
                 break
         self.control = self.callback_handler.on_epoch_end(args, state, self.control)
         self._maybe_log_save_evaluate(self._tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
-                                      start_time, learning_rate=learning_rate)
+                                      start_time, learning_rate=self.logged(learning_rate))
+
+    def learning_rate_now(self):
+        """The rate of the coming step without a host sync: a float, or in graph mode a copy of the device tensor
+        the scheduler writes (read as a number only when it is logged, :meth:`logged`)."""
+        if self.step_mode == "cuda_graph":
+            return self.torch_optimizer().param_groups[0]["lr"].clone()
+        return self._get_learning_rate()
+
+    def logged(self, learning_rate):
+        """``learning_rate`` as a float when this step logs, else None (then nothing reads it)."""
+        if learning_rate is None or not self.control.should_log:
+            return None
+        return float(learning_rate)
 
 
 # ---------------------------------------------------------------- shared data
@@ -574,7 +616,8 @@ __all__ = [
     "RunDataCache",
     "TreeLangTrainer",
     "check_epoch_loop_contract",
-    "cuda_graph_obstacles",
+    "align_optimizer",
+    "use_tf32_by_default",
     "data_key",
     "evaluation_metrics",
     "member_log_history",
