@@ -299,7 +299,7 @@ class TreeLangTrainingArguments(TrainingArguments):
     step_mode: str = field(
         default="auto",
         metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one "
-                  "process with fp32 or TF32 and Adam, else eager, logging why), 'eager' or 'cuda_graph'."},
+                  "process with Adam and without fp16, else eager, logging why), 'eager' or 'cuda_graph'."},
     )
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
@@ -366,8 +366,6 @@ class TreeLangTrainingArguments(TrainingArguments):
             obstacles.append(f"{self.n_gpu} GPUs in one process (DataParallel is not captured)")
         if self.fp16:
             obstacles.append("fp16 (its gradient scaler syncs with the host)")
-        if self.bf16:
-            obstacles.append("bf16 (autocast is not captured here yet)")
         optim = str(getattr(self.optim, "value", self.optim))
         if optim not in CAPTURABLE_OPTIMIZERS:
             obstacles.append(f"optim {optim!r} (only {', '.join(CAPTURABLE_OPTIMIZERS)} steps inside a graph)")

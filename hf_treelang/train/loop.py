@@ -194,7 +194,7 @@ def bp_callback_for(data, data_args, model_task: str, batch_size: int) -> BPKLCa
 # ---------------------------------------------------------------- one run
 
 
-def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None) -> TrainingResult:
+def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, callbacks=()) -> TrainingResult:
     """Train ``run`` into its output folder (see the module docstring); returns a :class:`TrainingResult`.
 
     Args:
@@ -202,12 +202,13 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None) -
         reuse: decide by the run's identity what its folder's content is worth (finished: returned as it is;
             interrupted: resumed; another run: replaced) instead of the scripts' rule for a non-empty folder.
         cache: shares the data and BP targets with the other runs of this process that have the same data.
+        callbacks: more ``TrainerCallback`` objects for the run's Trainer (after the package's own).
     """
     if not reuse:
         args = run.training_args  # the scripts' rule: a non-empty folder needs overwriting or resuming
         check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
                               resume=args.resume_from_checkpoint is not None)
-        return _train(run, cache)
+        return _train(run, cache, callbacks)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":
         return _result_of(run, reused=True)
@@ -224,7 +225,7 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None) -
     record = write_identity(run.output_dir, run.identity, run.task, run.arguments, run.config,
                             resumed_from=None if resume is None else resume.name)
     try:
-        _train(run, cache)
+        _train(run, cache, callbacks)
     except BaseException as error:
         record_failure(run.output_dir, record, error)
         raise
@@ -241,7 +242,7 @@ def _result_of(run: Run, reused: bool) -> TrainingResult:
                           summary["train_runtime_s"], summary["global_step"], reused, {**summary, "reused": reused})
 
 
-def _train(run: Run, cache: RunDataCache | None) -> TrainingResult:
+def _train(run: Run, cache: RunDataCache | None, extra_callbacks=()) -> TrainingResult:
     """Train and write a single run whose folder is checked: the data, the model and the Trainer, then the folder
     becomes a run folder (``run_config.json``), the Trainer trains, and the outputs are written, the marker last."""
     args, data_args, task = run.training_args, run.data_args, run.model_task
@@ -264,7 +265,7 @@ def _train(run: Run, cache: RunDataCache | None) -> TrainingResult:
     else:
         collator, mask_epochs = RootClassificationCollator(), []
     callbacks = [*schedule_callbacks(args), *mask_epochs,
-                 MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json"))]
+                 MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json")), *extra_callbacks]
     bp_callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task,
                                                                        args.per_device_eval_batch_size))
     if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
@@ -307,7 +308,7 @@ def choose_ensemble_mode(config, batch_size: int, device) -> str:
 
 
 def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_from_checkpoint=None,
-                   reuse: bool = False) -> EnsembleResult:
+                   reuse: bool = False, callbacks=()) -> EnsembleResult:
     """Train ``runs`` (differing only in seed, k_train, grammar seed or σ) in this process; see the module docstring.
 
     Args:
@@ -318,6 +319,7 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
         resume_from_checkpoint: a stacked ensemble's ``ensemble_dir/checkpoint-<step>``.
         reuse: as :func:`train`: runs finished with the same identity are returned as they are, the others are
             trained again from the start.
+        callbacks: more ``TrainerCallback`` objects for the Trainer (each member's, in sequence; the ensemble's).
     """
     check_together(runs, mode=mode, resume_from_checkpoint=resume_from_checkpoint)
     if mode == "auto":
@@ -342,10 +344,10 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
     try:
         if runs and mode == "sequential":
             for run in runs:
-                results[run.name] = _train(run, cache)
+                results[run.name] = _train(run, cache, callbacks)
         elif runs:
             with _ensemble_folder(ensemble_dir) as folder:
-                trained, global_step = _train_stacked(runs, folder, cache, resume_from_checkpoint)
+                trained, global_step = _train_stacked(runs, folder, cache, resume_from_checkpoint, callbacks)
             results.update(trained)
     except BaseException as error:
         for run in runs:
@@ -381,7 +383,7 @@ class _ensemble_folder:
             self.temporary.cleanup()
 
 
-def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -> tuple:
+def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, extra_callbacks=()) -> tuple:
     """Train ``runs`` as one :class:`~hf_treelang.models.stacked.StackedTreeLang`; returns ``({name: result},
     global_step)``."""
     first = runs[0]
@@ -422,7 +424,8 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume) -
     if args.num_evaluations > 0 and resume is None:
         args.eval_on_start = True
     train_set, _ = to_datasets(task, states[0].data, first.data_args.num_symbols)
-    trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set, callbacks=schedule_callbacks(args),
+    trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set,
+                              callbacks=[*schedule_callbacks(args), *extra_callbacks],
                               train_stream=stream, step_mode=args.step_mode, members=states,
                               ensemble_manifest=manifest)
     ConsoleCallback().attach(trainer)  # one line per evaluation (the mean loss), not the members' raw dicts

@@ -20,7 +20,7 @@ The scripts keep the Trainer as their driver (callbacks, log-spaced evaluations,
   and ``trainer_state.json`` and keep them in step with the Trainer's; overriding one method keeps all of that.
   The gradient norm is only computed at logging steps (or when clipping), the loss is accumulated on the device.
 * **CUDA graphs** (``step_mode="cuda_graph"``, what ``"auto"`` picks when the model is on a GPU in one process,
-  fp32, constant learning rate). The whole step (forward, backward, per-member clipping, the capturable Adam
+  with Adam, fp32, TF32 or bf16 autocast, any learning-rate schedule: the rate is a device tensor the scheduler fills). The whole step (forward, backward, per-member clipping, the capturable Adam
   update) is captured once after three eager warm-up steps (:class:`CUDAGraphStep`) and replayed; a step is then two
   input copies and one graph launch. Evaluations and the BP-KL callback run eagerly at their log-spaced steps.
 
@@ -291,7 +291,7 @@ class TreeLangTrainer(Trainer):
     def clip_gradients(self, model) -> torch.Tensor:
         """Clip to ``max_grad_norm`` as the Trainer does (accelerate unscales fp16 gradients first); returns the norm
         before clipping."""
-        if self.step_mode == "cuda_graph":  # fp32 only: nothing to unscale
+        if self.step_mode == "cuda_graph":  # no fp16 in graphs: no gradient scaler, nothing to unscale
             return torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
         return self.accelerator.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
 

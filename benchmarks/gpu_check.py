@@ -1,0 +1,385 @@
+"""The GPU path, proved in one command: equivalence, resume across step modes, throughput, the authors' baseline.
+
+    python benchmarks/gpu_check.py --out DIR            # on a GPU: about 6 minutes on one H100
+    python benchmarks/gpu_check.py --out DIR --tiny     # anywhere (the test suite runs it on the CPU)
+
+Writes ``DIR/gpu_check.json`` (every number) and ``DIR/gpu_check.md`` (the tables), case by case, so that a run cut
+short keeps what it measured:
+
+* **environment** — torch, CUDA, the GPU, TF32 / bf16 support, and the measured matmul ceilings (fp32, TF32, bf16)
+  that the fractions of peak below divide by;
+* **equivalence** — 50 steps eager vs CUDA graph from the same seed, TF32 off, dropout 0: root (constant rate), MLM
+  (cosine schedule with warm-up: the schedule runs inside the graph) and a stacked ensemble of 4; the per-step losses
+  must agree within :data:`LOSS_TOLERANCE`;
+* **resume** — a run checkpointed at step 20 and resumed in each direction (eager/graph → eager/graph) must continue
+  as the uninterrupted run (losses of steps 21-40 within :data:`LOSS_TOLERANCE`);
+* **sync** — 100 graph steps under ``torch.cuda.set_sync_debug_mode("error")``: no step syncs the host;
+* **throughput** — steps/s of the laptop and paper models, single and stacked N = 1, 4, 16, eager vs graph, fp32 /
+  TF32 / bf16, each with its TFLOP/s (6 × tokens × parameters) and fraction of the measured ceiling; the authors'
+  loop (``authors_loop.py``) in the same run;
+* **paper run** (``--paper-steps N``) — ``run_root.py --preset paper``'s first N steps and its closest-BP_k path.
+
+Without CUDA the graph cases are recorded as skipped, with the reason; nothing is estimated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import authors_loop  # noqa: E402  (the baseline beside this script)
+
+from hf_treelang.jsonio import write_json_atomic  # noqa: E402, I001
+from hf_treelang.jsonio import read_json_object  # noqa: E402
+from hf_treelang.train.loop import train, train_together  # noqa: E402
+from hf_treelang.train.run import resolve  # noqa: E402
+
+LOSS_TOLERANCE = 5e-3  # max |loss difference| per step between eager and graph steps, fp32 with TF32 off
+SIZES = {  # the models of the laptop and paper presets; the data trimmed to what a throughput case needs
+    "laptop": {"preset": "laptop"},
+    "paper": {"preset": "paper", "checkpoint_epochs": None},
+}
+TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class StepTimer(TrainerCallback):
+    """Synchronise at step ``warm``, time ``seconds`` of steps, synchronise again and stop the run; optionally run
+    the timed steps under ``torch.cuda.set_sync_debug_mode(sync_mode)``."""
+
+    def __init__(self, warm: int, seconds: float, max_timed: int | None = None, sync_mode: str | None = None):
+        self.warm, self.seconds, self.max_timed, self.sync_mode = warm, seconds, max_timed, sync_mode
+        self.start = self.stop = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if self.start is None and step >= self.warm:
+            sync()
+            self.start = (step, time.perf_counter())
+            if self.sync_mode:
+                torch.cuda.set_sync_debug_mode(self.sync_mode)
+        elif self.start is not None and self.stop is None:
+            timed = step - self.start[0]
+            if time.perf_counter() - self.start[1] >= self.seconds or (self.max_timed and timed >= self.max_timed):
+                if self.sync_mode:
+                    torch.cuda.set_sync_debug_mode(0)
+                sync()
+                self.stop = (step, time.perf_counter())
+                control.should_training_stop = True
+        return control
+
+    @property
+    def steps_per_second(self) -> float | None:
+        if self.stop is None:
+            return None
+        return (self.stop[0] - self.start[0]) / (self.stop[1] - self.start[1])
+
+
+class Check:
+    """The check's state: where it writes, its budget, and the JSON it grows case by case."""
+
+    def __init__(self, out: Path, tiny: bool, budget: float):
+        self.out, self.tiny, self.deadline = out, tiny, time.perf_counter() + budget
+        self.cuda = torch.cuda.is_available()
+        self.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+        self.results = {"tiny": tiny, "environment": {}, "equivalence": [], "resume": [], "sync": {},
+                        "throughput": [], "authors_loop": {}, "paper_run": {}, "skipped": []}
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def save(self) -> None:
+        write_json_atomic(self.out / "gpu_check.json", self.results)
+        (self.out / "gpu_check.md").write_text(markdown(self.results))
+
+    def arguments(self, size: str, **values) -> dict:
+        base = dict(TINY) if self.tiny else dict(SIZES[size])
+        data = {"num_train": 256 if self.tiny else 2**14, "num_eval": 32 if self.tiny else 256,
+                "num_test": 16 if self.tiny else 256, "k_test": [0], "use_dataset_builder": False}
+        return {**base, **data, "num_evaluations": 0, "num_checkpoints": 0, "report_to": "none",
+                "disable_tqdm": True, "logging_steps": 10**6, **values}
+
+    def folder(self, name: str) -> Path:
+        return self.work / name
+
+
+def losses_of(folder: Path) -> dict:
+    state = read_json_object(folder / "trainer_state.json") or {}
+    return {entry["step"]: entry["loss"] for entry in state.get("log_history", []) if "loss" in entry}
+
+
+def run_case(check: Check, name: str, task: str, arguments: dict, *, members: int = 1, callbacks=()) -> Path:
+    """Train one case (``members`` > 1: a stacked ensemble of that many model seeds) and return its folder."""
+    folder = check.folder(name)
+    if members == 1:
+        train(resolve(task, arguments, folder), callbacks=callbacks)
+        return folder
+    runs = [resolve(task, {**arguments, "seed": seed}, folder / "members" / f"seed{seed}", name=f"seed{seed}")
+            for seed in range(members)]
+    train_together(runs, mode="stacked", ensemble_dir=folder, callbacks=callbacks)
+    return folder / "members" / "seed0"
+
+
+def compare(first: dict, second: dict, steps) -> dict:
+    differences = [abs(first[s] - second[s]) for s in steps if s in first and s in second]
+    worst = max(differences) if differences else None
+    return {"steps_compared": len(differences), "max_abs_loss_difference": worst,
+            "passed": worst is not None and worst <= LOSS_TOLERANCE and len(differences) == len(list(steps))}
+
+
+def guarded(check: Check, section: str, name: str, work) -> None:
+    """Run ``work()`` (a case), record its error instead of stopping, and save the JSON."""
+    if check.left() <= 0:
+        check.results["skipped"].append(f"{section}/{name}: out of --budget")
+        return
+    try:
+        work()
+    except Exception as error:  # noqa: BLE001 - a case's failure is a finding, the others go on
+        entry = {"name": name, "error": f"{type(error).__name__}: {error}",
+                 "traceback": traceback.format_exc(limit=-8)}
+        target = check.results[section]
+        target.append(entry) if isinstance(target, list) else target.update(entry)
+    check.save()
+
+
+# ---------------------------------------------------------------- sections
+
+
+def environment(check: Check) -> None:
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": "cpu"}
+    if check.cuda:
+        props = torch.cuda.get_device_properties(0)
+        env.update(device=torch.cuda.get_device_name(0), multiprocessors=props.multi_processor_count,
+                   capability=f"{props.major}.{props.minor}", bf16=torch.cuda.is_bf16_supported(),
+                   tf32=props.major >= 8)
+        n = 2048 if check.tiny else 8192
+        for label, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                                   ("bf16", torch.bfloat16, False)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a, b = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
+            for _ in range(3):
+                a @ b
+            sync()
+            start = time.perf_counter()
+            for _ in range(10):
+                a @ b
+            sync()
+            env[f"matmul_tflops_{label}"] = 10 * 2 * n**3 / (time.perf_counter() - start) / 1e12
+        torch.backends.cuda.matmul.allow_tf32 = False
+    check.results["environment"] = env
+
+
+def equivalence(check: Check) -> None:
+    cases = [("root", "root", {}, 1), ("mlm_cosine", "mlm", {"lr_scheduler_type": "cosine", "warmup_steps": 5}, 1),
+             ("stacked4", "root", {}, 4)]
+    for name, task, extra, members in cases:
+        def work(name=name, task=task, extra=extra, members=members):
+            arguments = check.arguments("laptop", max_steps=50, logging_steps=1, tf32=False, **extra)
+            if not check.cuda:
+                check.results["skipped"].append(f"equivalence/{name}: no CUDA device (graph steps need one)")
+                return
+            eager = run_case(check, f"eq-{name}-eager", task, {**arguments, "step_mode": "eager"}, members=members)
+            graph = run_case(check, f"eq-{name}-graph", task, {**arguments, "step_mode": "cuda_graph"},
+                             members=members)
+            check.results["equivalence"].append({"name": name, **compare(losses_of(eager), losses_of(graph),
+                                                                          range(1, 51))})
+        guarded(check, "equivalence", name, work)
+
+
+def resume(check: Check) -> None:
+    modes = ("eager", "cuda_graph") if check.cuda else ("eager",)
+    if not check.cuda:
+        check.results["skipped"].append("resume: graph directions need a CUDA device; eager -> eager only")
+    arguments = check.arguments("laptop", max_steps=40, logging_steps=1, save_strategy="steps", save_steps=20,
+                                tf32=False)
+    full = {}
+    for first in modes:
+        def whole(first=first):
+            full[first] = run_case(check, f"resume-full-{first}", "root", {**arguments, "step_mode": first})
+        guarded(check, "resume", f"uninterrupted {first}", whole)
+    for first in modes:
+        for second in modes:
+            def work(first=first, second=second):
+                import shutil
+
+                target = check.folder(f"resume-{first}-to-{second}")
+                target.mkdir(parents=True)
+                shutil.copytree(full[first] / "checkpoint-20", target / "checkpoint-20")
+                values = {k: v for k, v in arguments.items()}
+                run = resolve("root", {**values, "step_mode": second}, target)
+                run = run.replace_training(resume_from_checkpoint=str(target / "checkpoint-20"))
+                train(run)
+                check.results["resume"].append({"name": f"{first} -> {second}", **compare(
+                    losses_of(full[first]), losses_of(target), range(21, 41))})
+            guarded(check, "resume", f"{first} -> {second}", work)
+
+
+def sync_check(check: Check) -> None:
+    def work():
+        if not check.cuda:
+            check.results["skipped"].append("sync: needs a CUDA device")
+            return
+        timer = StepTimer(warm=60, seconds=1e9, max_timed=100, sync_mode="error")
+        run_case(check, "sync", "root", check.arguments("paper", max_steps=10**6, step_mode="cuda_graph"),
+                 callbacks=[timer])
+        check.results["sync"] = {"graph_steps_under_error_mode": timer.stop[0] - timer.start[0] if timer.stop else 0,
+                                 "passed": timer.stop is not None}
+    guarded(check, "sync", "graph", work)
+
+
+def parameters_of(size: str, tiny: bool) -> int:
+    from hf_treelang.models import TreeLangConfig
+
+    arguments = TINY if tiny else {"laptop": {"hidden_size": 64, "intermediate_size": 256},
+                                   "paper": {"hidden_size": 128, "intermediate_size": 2048}}[size]
+    depth = arguments.get("depth", 4)
+    config = TreeLangConfig.from_data(num_symbols=arguments.get("num_symbols", 4), depth=depth,
+                                      **{k: v for k, v in arguments.items() if k not in ("depth", "num_symbols")})
+    from hf_treelang.models.modeling_treelang import TreeLangForSequenceClassification
+
+    return sum(p.numel() for p in TreeLangForSequenceClassification(config).parameters())
+
+
+def throughput(check: Check) -> None:
+    graph = "cuda_graph"
+    cases = [("laptop", "eager", "fp32", 1), ("laptop", graph, "tf32", 1), ("paper", "eager", "fp32", 1),
+             ("paper", graph, "fp32", 1), ("paper", graph, "tf32", 1), ("paper", graph, "bf16", 1),
+             ("paper", graph, "tf32", 4), ("paper", graph, "tf32", 16), ("paper", "eager", "tf32", 16)]
+    seconds = 0.5 if check.tiny else 3.0
+    for size, mode, precision, members in cases:
+        name = f"{size} {mode} {precision} x{members}"
+        if not check.cuda and (precision != "fp32" or mode == graph):
+            check.results["skipped"].append(f"throughput/{name}: needs a CUDA device")
+            continue
+
+        def work(size=size, mode=mode, precision=precision, members=members, name=name):
+            precision_args = {"fp32": {"tf32": False}, "tf32": {}, "bf16": {"bf16": True, "tf32": False}}[precision]
+            arguments = check.arguments(size, max_steps=10**6, step_mode=mode, **precision_args)
+            timer = StepTimer(warm=10 if check.tiny else 50, seconds=seconds)
+            run_case(check, f"tput-{size}-{mode}-{precision}-{members}".replace(" ", ""), "root", arguments,
+                     members=members, callbacks=[timer])
+            rate = timer.steps_per_second
+            params = parameters_of(size, check.tiny)
+            tokens = 32 * (2 ** (2 if check.tiny else 4))
+            tflops = None if rate is None else 6 * tokens * params * members * rate / 1e12
+            ceiling = check.results["environment"].get(f"matmul_tflops_{precision}")
+            check.results["throughput"].append({
+                "name": name, "size": size, "mode": mode, "precision": precision, "members": members,
+                "steps_per_s": rate, "member_steps_per_s": None if rate is None else rate * members,
+                "parameters_per_member": params, "tflops": tflops,
+                "fraction_of_measured_peak": None if tflops is None or not ceiling else tflops / ceiling})
+        guarded(check, "throughput", name, work)
+
+    def baseline():
+        size = dict(hidden_size=16, intermediate_size=32, num_layers=2, depth=2, num_symbols=3) if check.tiny else {}
+        device = "cuda" if check.cuda else "cpu"
+        check.results["authors_loop"] = authors_loop.measure(device, num_train=4096 if check.tiny else 2**17,
+                                                             seconds=seconds, warmup=5 if check.tiny else 30, **size)
+    guarded(check, "authors_loop", "baseline", baseline)
+
+
+def paper_run(check: Check, steps: int) -> None:
+    def work():
+        arguments = {"preset": "paper", "max_steps": steps, "report_to": "none", "disable_tqdm": True}
+        if check.tiny:
+            arguments.update(TINY, num_train=256, num_eval=32, num_test=16, checkpoint_epochs=None, num_evaluations=4)
+        start = time.perf_counter()
+        result = train(resolve("root", arguments, check.folder("paper-run")))
+        seconds = time.perf_counter() - start
+        closest = []
+        for entry in result.history:
+            kls = {k: v for k, v in entry.items() if k.startswith("eval_kl_bp_k")}
+            if kls:
+                closest.append([entry["step"], int(min(kls, key=kls.get)[len("eval_kl_bp_k"):])])
+        check.results["paper_run"] = {"steps": result.global_step, "seconds_with_evaluations": seconds,
+                                      "closest_bp": closest, "final": {k: v for k, v in result.final_metrics.items()
+                                                                       if isinstance(v, (int, float))}}
+    guarded(check, "paper_run", "paper", work)
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _number(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown(results: dict) -> str:
+    env = results["environment"]
+    lines = [f"# GPU check ({'tiny' if results['tiny'] else 'full'})", "",
+             f"{env.get('device')} · torch {env.get('torch')} · CUDA {env.get('cuda')} · measured matmul TFLOP/s: "
+             f"fp32 {_number(env.get('matmul_tflops_fp32'))}, TF32 {_number(env.get('matmul_tflops_tf32'))}, "
+             f"bf16 {_number(env.get('matmul_tflops_bf16'))}", "",
+             f"## Equivalence and resume (max |Δloss| ≤ {LOSS_TOLERANCE}, fp32, TF32 off)", "",
+             "| case | steps | max abs Δloss | passed |", "|---|---|---|---|"]
+    for entry in results["equivalence"] + results["resume"]:
+        lines.append(f"| {entry['name']} | {entry.get('steps_compared', '–')} | "
+                     f"{_number(entry.get('max_abs_loss_difference'), 6)} | {entry.get('passed', entry.get('error'))} |")
+    sync_result = results["sync"]
+    lines += ["", f"Sync check: {sync_result.get('graph_steps_under_error_mode', '–')} graph steps under "
+                  f"set_sync_debug_mode('error'), passed: {sync_result.get('passed', sync_result.get('error', '–'))}",
+              "", "## Throughput (root, batch 32)", "",
+              "| case | steps/s | member-steps/s | TFLOP/s | of measured peak |", "|---|---|---|---|---|"]
+    for entry in results["throughput"]:
+        if "error" in entry:
+            lines.append(f"| {entry['name']} | error: {entry['error'][:80]} | | | |")
+            continue
+        fraction = entry.get("fraction_of_measured_peak")
+        lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | {_number(entry['member_steps_per_s'])} "
+                     f"| {_number(entry['tflops'], 3)} | {'–' if fraction is None else f'{100 * fraction:.2f} %'} |")
+    base = results["authors_loop"]
+    if base:
+        lines += ["", f"Authors' loop (same size and batch): {_number(base.get('steps_per_s'))} steps/s "
+                      f"({_number(base.get('training_step_only_steps_per_s'))} without its per-batch accuracy "
+                      "forward)"]
+    if results["paper_run"]:
+        run = results["paper_run"]
+        lines += ["", f"Paper run: {run.get('steps')} steps in {_number(run.get('seconds_with_evaluations'))} s; "
+                      f"closest BP_k path {run.get('closest_bp', run.get('error'))}"]
+    if results["skipped"]:
+        lines += ["", "Skipped: " + "; ".join(results["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")
+    parser.add_argument("--tiny", action="store_true", help="a tiny model and a few steps (the CPU test)")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds; cases past it are skipped, named")
+    parser.add_argument("--paper-steps", type=int, default=0, help="also train the paper's root run this far (0: no)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    check = Check(out, args.tiny or not torch.cuda.is_available(), args.budget)
+    for section in (environment, equivalence, resume, sync_check, throughput):
+        section(check)
+        check.save()
+        print(f"{section.__name__}: done ({check.left():.0f} s of budget left)", flush=True)
+    if args.paper_steps:
+        paper_run(check, args.paper_steps)
+    check.save()
+    print(markdown(check.results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

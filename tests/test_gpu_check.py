@@ -1,0 +1,31 @@
+"""benchmarks/gpu_check.py runs everywhere: on the CPU its tiny mode measures what a CPU can (eager resume, eager
+throughput, the authors' loop) and names every graph case it skips, so that the GPU's command cannot rot."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_gpu_check_runs_at_a_tiny_size_and_writes_its_json_and_tables(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--tiny", "--budget", "120",
+                                      "--paper-steps", "12"])
+    check = runpy.run_path(str(ROOT / "benchmarks" / "gpu_check.py"), run_name="gpu_check")
+    assert check["main"]() == 0
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert results["environment"]["torch"] == torch.__version__
+    resumed = {entry["name"]: entry for entry in results["resume"]}
+    assert resumed["eager -> eager"]["passed"] and resumed["eager -> eager"]["steps_compared"] == 20
+    measured = [entry for entry in results["throughput"] if "error" not in entry]
+    assert measured and all(entry["steps_per_s"] > 0 and entry["tflops"] > 0 for entry in measured)
+    assert results["authors_loop"]["steps_per_s"] > 0
+    assert results["paper_run"]["steps"] == 12 and results["paper_run"]["closest_bp"]
+    if not torch.cuda.is_available():
+        assert any("equivalence/root: no CUDA device" in line for line in results["skipped"])
+        assert any("cuda_graph" in line and "needs a CUDA device" in line for line in results["skipped"])
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "| eager -> eager | 20 |" in table and "Authors' loop" in table
