@@ -126,7 +126,8 @@ def losses_of(folder: Path) -> dict:
 
 
 def run_case(check: Check, name: str, task: str, arguments: dict, *, members: int = 1, callbacks=()) -> Path:
-    """Train one case (``members`` > 1: a stacked ensemble of that many model seeds) and return its folder."""
+    """Train one case (``members`` > 1: a stacked ensemble of that many model seeds) and return the folder of its
+    Trainer (``trainer_state.json``)."""
     folder = check.folder(name)
     if members == 1:
         train(resolve(task, arguments, folder), callbacks=callbacks)
@@ -134,7 +135,7 @@ def run_case(check: Check, name: str, task: str, arguments: dict, *, members: in
     runs = [resolve(task, {**arguments, "seed": seed}, folder / "members" / f"seed{seed}", name=f"seed{seed}")
             for seed in range(members)]
     train_together(runs, mode="stacked", ensemble_dir=folder, callbacks=callbacks)
-    return folder / "members" / "seed0"
+    return folder  # its trainer_state.json logs the members' mean loss
 
 
 def compare(first: dict, second: dict, steps) -> dict:
