@@ -389,7 +389,8 @@ def test_the_plan_lists_every_training_of_the_preset_with_its_figures_and_steps(
     assert plan["total_optimizer_steps"] == sum(row["optimizer_steps"] for row in plan["runs"]) > 0
     assert plan["estimated_seconds"]["cpu"] > 0
     if not torch.cuda.is_available():
-        assert plan["estimated_seconds"]["cuda"] is None and "one GPU: not measured" in printed
+        assert plan["estimated_seconds"]["cuda"] > plan["estimated_seconds"]["cuda_stacked"] > 0
+        assert "measured by benchmarks/gpu_check.py" in printed and plan["gpu_source"].startswith("NVIDIA")
     assert f"{plan['total_optimizer_steps']} optimizer steps in all" in printed
     assert not (tmp_path / "runs").exists()  # nothing trained
 
@@ -411,3 +412,16 @@ def test_optimizer_steps_count_as_the_trainer_does(tmp_path):
     run = run_module.resolve("root", {**TINY, "max_steps": 5}, tmp_path)
     assert estimate.optimizer_steps(run.training_args, run.data_args.num_train) == 5  # max_steps replaces epochs
     assert estimate.format_duration(30) == "30 s" and estimate.format_duration(7200) == "2.0 h"
+
+
+def test_the_gpu_estimate_uses_the_measured_rates_of_the_gpu_check():
+    table = estimate.measured_gpu()
+    single = sorted((row["parameters"], row["steps_per_s"]) for row in table["single"])
+    for parameters, rate in single:  # the measured sizes give the measured rates
+        assert estimate.measured_gpu_rate(parameters, table) == pytest.approx(rate)
+    (small, fast), (large, slow) = single[0], single[-1]
+    middle = estimate.measured_gpu_rate(int((small * large) ** 0.5), table)
+    assert slow < middle < fast  # between them: interpolated in log(parameters)
+    assert estimate.measured_gpu_rate(10 * large, table) == pytest.approx(slow)  # beyond: the nearest measured
+    stacked = {row["members"]: row["member_steps_per_s"] for row in table["stacked"]}
+    assert estimate.measured_gpu_rate(large, table, members=16) == pytest.approx(stacked[16])

@@ -12,11 +12,13 @@ Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
 from hf_treelang.train.loop import build_model
@@ -105,6 +107,34 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
         torch.set_num_threads(previous)
 
 
+MEASURED_GPU_FILE = Path(__file__).with_name("gpu_measured.json")  # benchmarks/gpu_check.py's figures on one GPU
+
+
+def measured_gpu() -> dict:
+    """The steps/s ``benchmarks/gpu_check.py`` measured on one GPU (:data:`MEASURED_GPU_FILE`: the device, the
+    date, single runs by parameter count, stacked members)."""
+    return json.loads(MEASURED_GPU_FILE.read_text())
+
+
+def measured_gpu_rate(parameters: int, table: dict, members: int = 1) -> float:
+    """Steps/s of one run of ``parameters`` on the measured GPU (``members`` > 1: member-steps/s of that many stacked
+    runs), interpolated in log(parameters) between the measured sizes and held at the nearest one outside them."""
+    if members > 1:
+        stacked = {row["members"]: row["member_steps_per_s"] for row in table["stacked"]}
+        single = {row["parameters"]: row["steps_per_s"] for row in table["single"]}
+        largest = max(single)
+        ratio = stacked[max(m for m in stacked if m <= members)] / single[largest]  # measured at the largest size
+        return measured_gpu_rate(parameters, table) * ratio
+    points = sorted((row["parameters"], row["steps_per_s"]) for row in table["single"])
+    if parameters <= points[0][0]:
+        return points[0][1]
+    for (low, low_rate), (high, high_rate) in zip(points, points[1:]):
+        if parameters <= high:
+            t = (math.log(parameters) - math.log(low)) / (math.log(high) - math.log(low))
+            return math.exp(math.log(low_rate) + t * (math.log(high_rate) - math.log(low_rate)))
+    return points[-1][1]
+
+
 @dataclass
 class Estimate:
     """Optimizer steps and time of a list of runs.
@@ -112,7 +142,9 @@ class Estimate:
     Attributes:
         steps: optimizer steps per run (same order as the runs).
         rates: ``{device: {architecture: steps/s}}`` measured (``describe_key`` of each architecture).
-        seconds: ``{device: estimated seconds}`` with ``workers`` runs at a time (None: not measured there).
+        seconds: ``{device: estimated seconds}`` with ``workers`` runs at a time on the CPU, one at a time on the GPU
+            (None: not measured there); ``"cuda_stacked"``: the GPU with 16 runs stacked at a time.
+        gpu_source: where the GPU figures come from (this machine's GPU, or the measured table).
         workers: runs trained at the same time.
         threads: torch threads per run on the CPU.
     """
@@ -122,6 +154,7 @@ class Estimate:
     seconds: dict
     workers: int
     threads: int | None
+    gpu_source: str | None = None
 
     @property
     def total_steps(self) -> int:
@@ -129,7 +162,8 @@ class Estimate:
 
     def to_dict(self) -> dict:
         return {"total_optimizer_steps": self.total_steps, "steps_per_second": self.rates,
-                "estimated_seconds": self.seconds, "workers": self.workers, "cpu_threads": self.threads}
+                "estimated_seconds": self.seconds, "workers": self.workers, "cpu_threads": self.threads,
+                "gpu_source": self.gpu_source}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -148,18 +182,23 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
              measure_steps: int = 4) -> Estimate:
     """Steps of every run and the time to train them, from steps/s measured once per architecture and device.
 
-    ``runs`` are :class:`~hf_treelang.train.run.Run`; ``"cuda"`` is measured only when a GPU is visible
-    (otherwise its time is None). The time assumes ``workers`` runs at a time on the CPU and one at a time on the
-    GPU.
+    ``runs`` are :class:`~hf_treelang.train.run.Run`. ``"cuda"`` is measured when a GPU is visible; otherwise the
+    GPU time comes from the steps/s ``benchmarks/gpu_check.py`` measured (:func:`measured_gpu`), one run at a time
+    and with 16 runs stacked, and says so. The CPU time assumes ``workers`` runs at a time.
     """
     import torch
 
     threads = threads or torch.get_num_threads()
     steps = [optimizer_steps(run.training_args, run.data_args.num_train) for run in runs]
-    rates, seconds = {}, {}
+    rates, seconds, source = {}, {}, None
     for device in devices:
         if device == "cuda" and not torch.cuda.is_available():
-            seconds[device] = None
+            table = measured_gpu()
+            source = f"{table['device']}, {table['mode']}, measured by benchmarks/gpu_check.py on {table['date']}"
+            sizes = [sum(p.numel() for p in _model(run).parameters()) for run in runs]
+            seconds[device] = sum(count / measured_gpu_rate(n, table) for count, n in zip(steps, sizes))
+            seconds["cuda_stacked"] = sum(count / measured_gpu_rate(n, table, members=16)
+                                          for count, n in zip(steps, sizes))
             continue
         measured, total = {}, 0.0
         for run, count in zip(runs, steps):
@@ -170,7 +209,9 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
             total += count / measured[key]
         rates[device] = {describe_key(key): rate for key, rate in measured.items()}
         seconds[device] = total / max(min(workers, len(runs)), 1) if device == "cpu" else total
-    return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers, threads=threads)
+        if device == "cuda":
+            source = f"{torch.cuda.get_device_name()}, measured here"
+    return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers, threads=threads, gpu_source=source)
 
 
 def estimate_lines(result: Estimate) -> list:
@@ -182,11 +223,14 @@ def estimate_lines(result: Estimate) -> list:
     lines.append(f"  estimated time on this machine ({result.workers} run(s) at a time): "
                  f"{format_duration(result.seconds.get('cpu'))} of optimizer steps (evaluations not counted)")
     if result.seconds.get("cuda") is None:
-        lines.append("  one GPU: not measured (no CUDA device visible here); run the same command on a GPU machine")
+        lines.append("  one GPU: not estimated")
+    elif "cuda" not in result.rates:
+        lines.append(f"  estimated time on one GPU ({result.gpu_source}): {format_duration(result.seconds['cuda'])} "
+                     f"one run at a time, {format_duration(result.seconds.get('cuda_stacked'))} with 16 runs stacked")
     else:
         for name, rate in result.rates["cuda"].items():
             lines.append(f"  one GPU: {rate:.1f} steps/s for {name}")
-        lines.append(f"  estimated time on one GPU: {format_duration(result.seconds['cuda'])}")
+        lines.append(f"  estimated time on one GPU ({result.gpu_source}): {format_duration(result.seconds['cuda'])}")
     return lines
 
 
