@@ -279,7 +279,8 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     if name not in COMMANDS:
         raise ValueError(f"name must be one of {list(COMMANDS)}, got {name!r}")
     _, _, description, add_arguments = COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=description, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=description, formatter_class=HelpFormatter,
+                                     allow_abbrev=False)  # an abbreviated option is an error, never a guess
     add_arguments(parser)
     return parser
 
@@ -291,12 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Filtered hierarchical tree languages, their exact BP oracle, and transformers that learn them.",
         epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
         formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for name, (_, summary, description, add_arguments) in COMMANDS.items():
         add_arguments(commands.add_parser(name, prog=f"{PROG} {name}", help=summary, description=description,
-                                          formatter_class=HelpFormatter))
+                                          formatter_class=HelpFormatter, allow_abbrev=False))
     return parser
 
 

@@ -150,3 +150,24 @@ def test_metric_rejects_bad_predictions():
         TreeLangBPMetric().compute(predictions=[[0.7, 0.7]], references=[[0.5, 0.5]], from_logits=False)
     with pytest.raises(TypeError, match="from_logits must be True or False"):
         TreeLangBPMetric().compute(predictions=[[0.7, 0.3]], references=[[0.5, 0.5]], from_logits="no")
+
+
+@pytest.mark.parametrize("labels, message", [
+    (np.array([0.0, 1.5]), "labels.*integers.*dtype"),
+    (np.array([True, False]), "labels.*integers.*dtype"),
+    (np.array([0, 3]), r"labels.*\[0, q=3\), got 3 in row 1"),
+    (np.array([-1, 0]), r"got -1 in row 0"),
+])
+def test_accuracy_refuses_labels_that_are_not_symbols(labels, message):
+    from hf_treelang.core.metrics import accuracy
+
+    with pytest.raises((TypeError, ValueError), match=message):
+        accuracy(np.zeros((2, 3)), labels)
+
+
+def test_accuracy_refuses_nan_scores_and_takes_log_probabilities_of_zero():
+    from hf_treelang.core.metrics import accuracy
+
+    with pytest.raises(ValueError, match="scores.*NaN.*row 1"):
+        accuracy(np.array([[0.0, 1.0, 0.0], [np.nan, 0.0, 0.0]]), np.array([1, 0]))
+    assert accuracy(np.array([[-np.inf, 0.0, -np.inf], [0.0, -np.inf, -1.0]]), np.array([1, 2])) == 0.5

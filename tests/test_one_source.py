@@ -241,7 +241,7 @@ def _resolved(tmp_path, **model_kwargs):
 def test_a_resolved_run_passes_every_architecture_field_to_the_model(tmp_path, monkeypatch):
     captured = {}
 
-    def fake_train(run, cache=None):
+    def fake_train(run, cache=None, callbacks=()):
         captured.update(run=run, model_args=run.model_args)
         (run.output_dir / folders.RUN_CONFIG).write_text("{}")  # the loop's complete run folder
         folders.write_run_complete(run.output_dir, task=run.task, global_step=0)

@@ -39,7 +39,7 @@ def fake_train(monkeypatch):
     """The training loop replaced by a stand-in: records (task, seed, k_train) per call, fails for seed 13."""
     calls = []
 
-    def train(run, cache=None):
+    def train(run, cache=None, callbacks=()):
         task, data_args, training_args = run.task, run.data_args, run.training_args
         calls.append((task, training_args.seed, data_args.k_train))
         if training_args.seed == 13:
@@ -425,3 +425,18 @@ def test_the_gpu_estimate_uses_the_measured_rates_of_the_gpu_check():
     assert estimate.measured_gpu_rate(10 * large, table) == pytest.approx(slow)  # beyond: the nearest measured
     stacked = {row["members"]: row["member_steps_per_s"] for row in table["stacked"]}
     assert estimate.measured_gpu_rate(large, table, members=16) == pytest.approx(stacked[16])
+
+
+@pytest.mark.parametrize("axis, values", [("cpu_threads", [1, 2]), ("logging_steps", [10, 20])])
+def test_a_grid_over_a_field_that_changes_no_result_is_refused_before_any_work(tmp_path, axis, values):
+    sweep = _spec({axis: values})
+    sweep["base"].pop(axis, None)
+    with pytest.raises(ValueError, match=rf"grid axis `{axis}` does not change a run's result"):
+        engine.run_sweep(sweep, tmp_path / "out", **_quiet())
+    assert not (tmp_path / "out").exists()
+
+
+def test_ensemble_flags_are_not_run_arguments_of_a_spec(tmp_path):
+    with pytest.raises(ValueError, match="`ensemble_seeds` is not a run argument"):
+        engine.run_sweep(_spec(ensemble_seeds=[0, 1]), tmp_path / "out", **_quiet())
+    assert not (tmp_path / "out").exists()

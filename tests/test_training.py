@@ -313,3 +313,14 @@ def test_a_runs_arguments_go_resolve_check_train_write_without_coming_back(tmp_p
     returns = len(names) - len(set(names))
     assert names[0] == "train/loop.py" and names[-1] == "train/outputs.py", names  # check ... write
     assert names.count("(Trainer.train)") == 1 and returns <= 1, names
+
+
+def test_an_abbreviated_flag_is_refused_not_guessed(tmp_path):
+    from hf_treelang import cli
+    from hf_treelang.train.run import runs_from_command_line
+
+    with pytest.raises(ValueError, match=r"not used by the HfArgumentParser: \['--learning_r', '0.1'\]"):
+        runs_from_command_line("root", TINY + ["--learning_r", "0.1", "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(SystemExit):
+        cli.command_parser("sweep").parse_args(["--stat", str(tmp_path)])  # --status, abbreviated
+    assert not (tmp_path / "x").exists()

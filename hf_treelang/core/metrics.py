@@ -96,9 +96,27 @@ def compare_with_bp(log_model: torch.Tensor, bp_marginals) -> dict:
 
 
 def accuracy(scores, labels) -> float:
-    """Fraction of rows where argmax(scores) equals the label; scores (n, q), labels (n,)."""
+    """Fraction of rows where argmax(scores) equals the label; scores (n, q), labels (n,).
+
+    Raises a ValueError/TypeError, naming the row where one is to blame, for labels that are not integers in [0, q)
+    (booleans and fractions included) or NaN scores (a NaN would count as an argmax of 0; -inf, a log-probability of
+    0, is a score).
+    """
     labels = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
-    return float((_as_float64(scores).argmax(-1) == labels.to(torch.int64)).to(torch.float64).mean())
+    scores = _as_float64(scores)  # (n, q)
+    if labels.dtype == torch.bool or labels.dtype.is_floating_point or labels.dtype.is_complex:
+        raise TypeError(f"`labels` must be integers in [0, q), got dtype {labels.dtype}")
+    if scores.dim() != 2 or labels.shape != scores.shape[:1]:
+        raise ValueError(f"`scores` must be (n, q) and `labels` (n,), got {tuple(scores.shape)} and "
+                         f"{tuple(labels.shape)}")
+    outside = ((labels < 0) | (labels >= scores.shape[1])).nonzero()
+    if len(outside):
+        row = int(outside[0])
+        raise ValueError(f"`labels` must be integers in [0, q={scores.shape[1]}), got {int(labels[row])} in row {row}")
+    broken = torch.isnan(scores).any(-1).nonzero()
+    if len(broken):
+        raise ValueError(f"`scores` must not be NaN, got {scores[int(broken[0])].tolist()} in row {int(broken[0])}")
+    return float((scores.argmax(-1) == labels.to(torch.int64)).to(torch.float64).mean())
 
 
 @dataclass

@@ -41,7 +41,7 @@ from hf_treelang.train.folders import (
     read_identity,
 )
 from hf_treelang.train.loop import train, train_together
-from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve
+from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
 
 from .estimate import estimate as estimate_runs, estimate_lines
 from .figure import write_grid_figure
@@ -96,6 +96,9 @@ def spec_runs(spec: SweepSpec, out) -> list:
     for axis, values in spec.grid.items():
         for value in values:
             check_arguments({axis: value}, where=f"SPEC grid axis `{axis}`")
+        if axis not in result_arguments():
+            raise ValueError(f"SPEC grid axis `{axis}` does not change a run's result (where it writes, what it logs, "
+                             f"its threads): its grid points would be one run; set `{axis}` in base instead")
     runs, names = [], set()
     for point in spec.points():
         name = point_name(point)

@@ -468,7 +468,7 @@ def apply_preset(task: str, data_args: DataArguments, model_args: ModelArguments
 def parser() -> HfArgumentParser:
     """The scripts' parser: the three run dataclasses and :class:`EnsembleArguments`."""
     return HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
-                            formatter_class=HelpFormatter)
+                            formatter_class=HelpFormatter, allow_abbrev=False)  # no prefix of a flag is a flag
 
 
 def _renamed(values: dict, where: str) -> dict:

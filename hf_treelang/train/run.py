@@ -238,6 +238,13 @@ def _allows(hint, value) -> bool:
     return True  # enums, dicts, Any: left to the parser
 
 
+def result_arguments() -> set:
+    """The argument names that can change a run's result: every data and model field, the training fields of
+    :data:`IDENTITY_TRAINING_FIELDS`, ``preset`` (it sets such fields) and the renamed ones."""
+    names = {f.name for cls in (DataArguments, ModelArguments) for f in dataclasses.fields(cls) if f.init}
+    return names | set(IDENTITY_TRAINING_FIELDS) | {"preset"} | set(RENAMED_ARGUMENTS)
+
+
 def check_arguments(arguments: dict, where: str = "run arguments") -> None:
     """Raise a ValueError/TypeError naming the first unknown, reserved or mistyped argument of ``arguments``."""
     if not isinstance(arguments, dict):
@@ -544,6 +551,7 @@ __all__ = [
     "identity_config",
     "member_name",
     "resolve",
+    "result_arguments",
     "run_identity",
     "runs_from_command_line",
 ]
