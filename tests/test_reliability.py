@@ -325,3 +325,33 @@ def test_the_analysis_commands_check_device_and_out_before_computing(tmp_path, m
         error = capsys.readouterr().err
         assert error.startswith("hf-treelang calibration: error: ") and message in error, error
     assert not (tmp_path / "out").exists()
+
+
+def test_overwriting_twice_never_removes_a_users_files_nor_another_runs_checkpoints(tmp_path):
+    import os
+    import time
+
+    out = tmp_path / "run"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "tensorboard" / "my_events").write_text("mine")  # the user's, before any run
+    (out / "checkpoint-99").mkdir()
+    (out / "checkpoint-99" / "config.json").write_text("{}")  # another run's checkpoint
+    (out / "notes.txt").write_text("mine")
+    old = time.time() - 3600
+    for path in (out / "tensorboard" / "my_events", out / "checkpoint-99" / "config.json", out / "notes.txt"):
+        os.utime(path, (old, old))
+    for _ in range(2):  # the second overwrite reads the first run's marker, which lists every file in the folder
+        _train("root", out, "--overwrite_output_dir", "true", "--report_to", "tensorboard")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "tensorboard" / "my_events").read_text() == "mine"
+    assert (out / "checkpoint-99" / "config.json").is_file()
+    assert json.loads((out / "run_complete.json").read_text())["global_step"] > 0
+
+
+def test_resuming_into_a_folder_that_holds_another_complete_run_is_refused(tmp_path, uninterrupted):
+    other = _copy_run(uninterrupted, "root", tmp_path / "other")
+    done = _copy_run(uninterrupted, "root", tmp_path / "done")
+    before = (done / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match=r"holds a complete run and `resume_from_checkpoint` .* is not one of its"):
+        _train("root", done, "--resume_from_checkpoint", str(other / "checkpoint-6"))
+    assert (done / "model.safetensors").read_bytes() == before

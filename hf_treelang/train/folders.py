@@ -95,10 +95,17 @@ def _shown(names: list, limit: int = 6) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_output_dir_free(output_dir, *, overwrite: bool, resume: bool) -> None:
-    """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run."""
+def check_output_dir_free(output_dir, *, overwrite: bool, resume) -> None:
+    """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run; and
+    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool)."""
     folder = Path(output_dir)
     entries = _entries(folder)
+    if resume not in (None, False, True) and (folder / RUN_COMPLETE).is_file() and not overwrite:
+        inside = Path(resume).resolve().is_relative_to(folder.resolve())
+        if not inside:
+            raise ValueError(
+                f"`output_dir` {str(folder)!r} holds a complete run and `resume_from_checkpoint` {str(resume)!r} is "
+                "not one of its checkpoints: resuming would overwrite that run; choose another --output_dir")
     if entries and not (overwrite or resume):
         raise ValueError(
             f"`output_dir` {str(folder)!r} is not empty ({_shown(entries)}): a new run would mix its files with "
@@ -108,30 +115,38 @@ def check_output_dir_free(output_dir, *, overwrite: bool, resume: bool) -> None:
 
 
 def clear_previous_run(output_dir) -> list:
-    """Remove what a previous run wrote into ``output_dir`` (``--overwrite_output_dir``); returns the removed names.
+    """Remove what the previous run wrote into ``output_dir`` (``--overwrite_output_dir``); returns the removed paths.
 
-    Removed: the files the previous ``run_complete.json`` lists, the files and folders a run writes
-    (:data:`RUN_WRITES`, :data:`RUN_WRITE_FOLDERS`, ``checkpoint-*``); anything else stays.
+    The previous run's files are those written since it started (``run_config.json``, or a stacked ensemble's
+    ``ensemble.json``, written first, dates the start): the files its ``run_complete.json`` lists, or, for a run cut short, the files under the names a run
+    writes (:data:`RUN_WRITES`, :data:`RUN_WRITE_FOLDERS`, ``checkpoint-*``). A file older than the run (the user's,
+    another run's checkpoint) or added after it completed (not listed) stays, and so does a folder that still holds
+    one.
     """
     folder = Path(output_dir)
-    if not folder.is_dir():
-        return []
-    listed = set()
-    try:
-        listed = {Path(name).parts[0] for name in json.loads((folder / RUN_COMPLETE).read_text()).get("files", {})}
-    except (OSError, ValueError, AttributeError):
-        pass  # no (readable) marker: the known names below
+    config = folder / RUN_CONFIG if (folder / RUN_CONFIG).is_file() else folder / ENSEMBLE_FILE
+    if not folder.is_dir() or not config.is_file():
+        return []  # not a run's (or a stacked ensemble's) folder: nothing of a run's to remove
+    start = config.stat().st_mtime
+    marker = read_json_object(folder / RUN_COMPLETE)
+    if marker is not None and isinstance(marker.get("files"), dict):
+        candidates = [folder / name for name in marker["files"]] + [folder / RUN_COMPLETE]
+    else:
+        candidates = []
+        for entry in folder.iterdir():
+            ours = (entry.name in RUN_WRITES or entry.name in RUN_WRITE_FOLDERS
+                    or (entry.is_dir() and entry.name.startswith(CHECKPOINT_PREFIX)))
+            if ours:
+                candidates += [p for p in entry.rglob("*") if p.is_file()] if entry.is_dir() else [entry]
     removed = []
-    for entry in sorted(folder.iterdir()):
-        ours = (entry.name in listed or entry.name in RUN_WRITES or entry.name in RUN_WRITE_FOLDERS
-                or (entry.is_dir() and entry.name.startswith(CHECKPOINT_PREFIX)))
-        if not ours:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-        removed.append(entry.name)
+    for path in candidates:
+        if path.is_file() and not path.is_symlink() and (path.stat().st_mtime >= start or path == config):
+            path.unlink()
+            removed.append(path.relative_to(folder).as_posix())
+    for path in sorted({p.parent for p in candidates}, key=lambda p: len(p.parts), reverse=True):
+        while path != folder and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()  # the folders the run's files were in, once empty
+            path = path.parent
     return removed
 
 

@@ -207,7 +207,7 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
     if not reuse:
         args = run.training_args  # the scripts' rule: a non-empty folder needs overwriting or resuming
         check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
-                              resume=args.resume_from_checkpoint is not None)
+                              resume=args.resume_from_checkpoint)
         return _train(run, cache, callbacks)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":

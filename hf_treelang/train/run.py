@@ -193,7 +193,7 @@ def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
     runs = ensemble_runs(run, ensemble)
     check_together(runs, mode=ensemble.ensemble_mode, resume_from_checkpoint=ensemble.resume_from_checkpoint)
     check_output_dir_free(ensemble.output_dir, overwrite=training_args.overwrite_output_dir,
-                          resume=ensemble.resume_from_checkpoint is not None)
+                          resume=ensemble.resume_from_checkpoint)
     return runs, ensemble
 
 
@@ -333,7 +333,7 @@ def check_output(run: Run) -> None:
     ``--resume_from_checkpoint`` (:func:`hf_treelang.train.folders.check_output_dir_free`)."""
     args = run.training_args
     check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
-                          resume=args.resume_from_checkpoint is not None)
+                          resume=args.resume_from_checkpoint)
 
 
 def check_checkpoint_epochs(epochs, num_train_epochs: float) -> None:
