@@ -359,3 +359,19 @@ def test_with_clipping_a_member_still_equals_its_single_run(tmp_path, monkeypatc
                                  TreeLangForSequenceClassification, torch.randint(0, 4, (5, 4)))
     state = json.loads((tmp_path / "ensemble" / "trainer_state.json").read_text())
     assert any(entry.get("grad_norm", 0) > 0.05 for entry in state["log_history"])  # clipping was active
+
+
+def test_an_ensemble_refuses_overwriting_and_resuming_at_once_before_any_data(tmp_path, no_data):
+    with pytest.raises(ValueError, match="overwrite_output_dir.*resume_from_checkpoint.*exclude each other"):
+        _train("root", tmp_path / "never", "--ensemble_seeds", "0", "1", "--overwrite_output_dir", "true",
+               "--resume_from_checkpoint", str(tmp_path / "never" / "checkpoint-3"))
+    assert not (tmp_path / "never").exists()
+
+
+def test_overwriting_an_ensemble_removes_the_previous_members(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    extra = ["--ensemble_mode", "sequential", "--num_evaluations", "1", "--num_checkpoints", "0"]
+    _train("root", tmp_path / "ens", "--ensemble_seeds", "0", "1", *extra)
+    _train("root", tmp_path / "ens", "--ensemble_seeds", "2", "--overwrite_output_dir", "true", *extra)
+    assert sorted(p.name for p in (tmp_path / "ens" / "members").iterdir()) == ["seed2-k0"]
+    assert json.loads((tmp_path / "ens" / "ensemble.json").read_text())["members"] == ["seed2-k0"]

@@ -355,3 +355,24 @@ def test_resuming_into_a_folder_that_holds_another_complete_run_is_refused(tmp_p
     with pytest.raises(ValueError, match=r"holds a complete run and `resume_from_checkpoint` .* is not one of its"):
         _train("root", done, "--resume_from_checkpoint", str(other / "checkpoint-6"))
     assert (done / "model.safetensors").read_bytes() == before
+
+
+def test_a_script_run_into_a_runner_folder_drops_its_identity_so_no_sweep_reuses_it(tmp_path):
+    from hf_treelang.train import folders
+    from hf_treelang.train.run import runs_from_command_line
+
+    out = tmp_path / "run"
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(out)])
+    train(run, reuse=True)  # as a sweep does: run_identity.json, then the run
+    assert folders.folder_state(out, run.identity).status == "done"
+    _train("root", out, "--overwrite_output_dir", "true", "--learning_rate", "0.05")  # another run, by a script
+    assert not (out / folders.IDENTITY_FILE).exists()
+    assert folders.folder_state(out, run.identity).status == "stale"  # the sweep trains its run again
+
+
+def test_a_resumed_run_keeps_the_start_of_its_folder(tmp_path, uninterrupted):
+    out = _copy_run(uninterrupted, "root", tmp_path / "run")
+    before = (out / "run_config.json").stat().st_mtime_ns
+    (out / "run_complete.json").unlink()  # interrupted after its last checkpoint
+    _train("root", out, "--resume_from_checkpoint", str(out / "checkpoint-6"))
+    assert (out / "run_config.json").stat().st_mtime_ns == before  # what clear_previous_run dates the run by

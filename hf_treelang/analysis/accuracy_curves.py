@@ -33,7 +33,7 @@ class SweepPoint:
         num_train: P, its labelled training sequences.
         num_layers: n_L, its encoder blocks.
         grammar_seed: the grammar of its data.
-        final: its final metrics (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``, ...; ``run_training``'s ``final``).
+        final: its final metrics (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``, ...; a finished run's ``final``, :func:`hf_treelang.train.folders.finished_run`).
         output_dir: its folder.
     """
 

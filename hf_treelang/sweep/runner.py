@@ -27,7 +27,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -52,7 +52,6 @@ SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.jsonl"
 LOGS_DIR = "logs"
 EXECUTORS = ("local", "slurm")
-ENSEMBLE_AXES = ("seed", "k_train")  # the run arguments a job of runs trained together varies
 CLUSTER_EXTRA = "pip install 'hf-treelang[cluster]'"
 
 

@@ -236,11 +236,5 @@ class SingleRunView:
         return getattr(self.stream, name)
 
 
-def epoch_batches(batches: EpochBatches, start: int = 0):
-    """Iterate over the steps ``start..`` of an epoch: dicts of device views."""
-    for step in range(start, batches.steps):
-        yield batches.batch(step)
-
-
-__all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_batches", "epoch_generator",
+__all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_generator",
            "optimizer_steps", "steps_per_epoch"]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -215,10 +214,10 @@ def check_resume_checkpoint(path) -> tuple[Path, dict]:
 
 
 def _files_under(folder: Path) -> dict:
-    """{relative posix path: size in bytes} of every file under ``folder``, but the marker and temporary files."""
+    """{relative posix path: size in bytes} of every file under ``folder``, but its marker and temporary files."""
     files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX):
+        if path.is_file() and path != folder / RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX):
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
     return files
 
@@ -238,6 +237,8 @@ def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
         clear_previous_run(folder)
     folder.mkdir(parents=True, exist_ok=True)
     mark_run_started(folder)
+    if training_args.resume_from_checkpoint is not None and (folder / RUN_CONFIG).is_file():
+        return folder  # a resumed run keeps its run_config.json, which dates its start (clear_previous_run)
     run_config = {"task": task, "data_args": dataclasses.asdict(data_args), "model_args": dataclasses.asdict(model_args),
                   "training_args": json.loads(training_args.to_json_string())}
     write_json_atomic(folder / RUN_CONFIG, run_config)
@@ -348,6 +349,14 @@ def write_identity(output_dir, identity: str, task: str, arguments: dict, config
     return record
 
 
+def forget_identity(output_dir) -> None:
+    """A run not trained by the runner starts in ``output_dir``: the folder's identity record no longer describes
+    it, so that no runner takes the new run for the recorded one."""
+    record = Path(output_dir) / IDENTITY_FILE
+    if record.is_file():
+        record.unlink()
+
+
 def record_failure(output_dir, record: dict, error: BaseException) -> None:
     """Add ``error`` to a run's identity record: the run failed (``hf-treelang sweep --status`` says so)."""
     write_json_atomic(Path(output_dir) / IDENTITY_FILE, {**record, "error": f"{type(error).__name__}: {error}"})
@@ -447,6 +456,7 @@ __all__ = [
     "completed_run",
     "finished_run",
     "folder_state",
+    "forget_identity",
     "is_run_folder",
     "last_checkpoint",
     "process_alive",

@@ -69,6 +69,7 @@ from .folders import (
     clear_previous_run,
     finished_run,
     folder_state,
+    forget_identity,
     record_failure,
     start_run_folder,
     write_identity,
@@ -208,6 +209,7 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
         args = run.training_args  # the scripts' rule: a non-empty folder needs overwriting or resuming
         check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
                               resume=args.resume_from_checkpoint)
+        forget_identity(args.output_dir)  # whatever the folder held, it is no longer a runner's run of that identity
         return _train(run, cache, callbacks)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":
@@ -339,6 +341,13 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
     elif resume_from_checkpoint is None:
         for run in runs:
             check_output(run)
+            forget_identity(run.output_dir)
+    if ensemble_dir is not None and runs:  # the ensemble's own folder: its previous run cleared, its record first
+        os.makedirs(ensemble_dir, exist_ok=True)
+        if runs[0].training_args.overwrite_output_dir and resume_from_checkpoint is None:
+            clear_previous_run(ensemble_dir)
+        if resume_from_checkpoint is None or not os.path.isfile(os.path.join(ensemble_dir, ENSEMBLE_FILE)):
+            write_json_atomic(os.path.join(ensemble_dir, ENSEMBLE_FILE), ensemble_manifest(runs, mode))
     start = time.perf_counter()
     global_step = max((result.global_step for result in results.values()), default=0)
     try:
@@ -366,6 +375,13 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
                           cache.num_data_configs)
 
 
+def ensemble_manifest(runs: list, mode: str) -> dict:
+    """``ensemble.json``: the task, the mode and the members with what tells them apart."""
+    return {"task": runs[0].task, "mode": mode, "members": [run.name for run in runs],
+            "member_arguments": {run.name: dict(zip(("seed", "k_train", "grammar_seed", "sigma"), run.member_key))
+                                 for run in runs}}
+
+
 class _ensemble_folder:
     """The stacked ensemble's own folder: ``folder`` itself, or a temporary one removed on exit."""
 
@@ -389,13 +405,10 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
     first = runs[0]
     task = first.model_task
     args = first.replace_training(output_dir=ensemble_dir, resume_from_checkpoint=resume).training_args
-    manifest = {"task": first.task, "mode": "stacked", "members": [run.name for run in runs],
-                "member_arguments": {run.name: dict(zip(("seed", "k_train", "grammar_seed", "sigma"), run.member_key))
-                                     for run in runs}}
+    manifest = ensemble_manifest(runs, "stacked")
     os.makedirs(ensemble_dir, exist_ok=True)
-    if args.overwrite_output_dir:
-        clear_previous_run(ensemble_dir)
-    write_json_atomic(os.path.join(ensemble_dir, ENSEMBLE_FILE), manifest)
+    if not os.path.isfile(os.path.join(ensemble_dir, ENSEMBLE_FILE)):  # a temporary folder: its record
+        write_json_atomic(os.path.join(ensemble_dir, ENSEMBLE_FILE), manifest)
     states = []
     for run in runs:
         data = cache.run_data(run.data_args)

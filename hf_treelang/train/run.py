@@ -63,7 +63,9 @@ IDENTITY_TRAINING_FIELDS = (
     "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "label_smoothing_factor", "fp16", "bf16", "tf32",
     "torch_compile", "gradient_checkpointing", "train_engine", "step_mode", "num_evaluations", "num_checkpoints",
-    "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
+    "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
+    "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
+    "ignore_data_skip", "average_tokens_across_devices",
 )
 # What the runner sets itself: a run description that gives them is refused.
 RESERVED_ARGUMENTS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir")
@@ -183,6 +185,10 @@ def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
     if ensemble.requested:  # the ensemble's folder and checkpoint are its own, not its member runs'
         ensemble.output_dir = training_args.output_dir
         ensemble.resume_from_checkpoint, training_args.resume_from_checkpoint = training_args.resume_from_checkpoint, None
+        if ensemble.resume_from_checkpoint is not None and training_args.overwrite_output_dir:
+            raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
+                             "continues the ensemble in output_dir, overwriting removes it; got both "
+                             f"({ensemble.resume_from_checkpoint!r})")
     given = {f.name: getattr(obj, f.name) for obj in (data_args, model_args, training_args)
              for f in dataclasses.fields(obj) if f.name in explicit and f.name not in RESERVED_ARGUMENTS}
     run = build(task, data_args, model_args, training_args, given)
