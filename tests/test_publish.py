@@ -229,3 +229,18 @@ def test_existing_output_needs_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
     generation = json.loads((out / "generation.json").read_text())["configs"]
     assert np.isfinite(generation["seed0-sigma1.0-k3"]["bp_accuracy"]["root"])
+
+
+def test_a_killed_publishs_staging_folder_is_cleaned_by_the_next_publish_and_a_live_ones_is_kept(tmp_path):
+    import socket
+
+    from hf_treelang.processes import owner_tag
+
+    host = socket.gethostname().replace("-", "_")
+    dead = tmp_path / f".out.tmp-{host}-{2**22 + 7}-abc"  # no such process
+    alive = tmp_path / f".out.tmp-{owner_tag()}-def"  # this process: another publish under way
+    for folder in (dead, alive):
+        (folder / "data").mkdir(parents=True)
+    publish_dataset(tmp_path / "out", ["k0"], num_train=8, num_validation=8, num_test=8, progress=False)
+    assert not dead.exists() and alive.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")) == [alive.name]

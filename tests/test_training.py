@@ -256,8 +256,13 @@ def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_
     out = tmp_path / "ddp"
     args = [a if a != "20" else "23" for a in TINY]  # 23 validation examples: not a multiple of 2 x batch
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    import socket
+
+    with socket.socket() as probe:  # a free port: a fixed one may still be held by an earlier process group
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
-               os.path.join(REPO, "training", "run_mlm.py"), *args, "--output_dir", str(out),
+               "--main_process_port", port, os.path.join(REPO, "training", "run_mlm.py"), *args, "--output_dir", str(out),
                "--per_device_eval_batch_size", "4"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -271,8 +276,8 @@ def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_
 
 def test_a_runs_arguments_go_resolve_check_train_write_without_coming_back(tmp_path):
     """Followed from train(run): every hf_treelang function that receives the run or its training arguments, in
-    call order (the Trainer's own loop counted as one stay): each file is entered once, but the step mode's rule
-    (the arguments' CUDA-graph obstacles, read again when the Trainer starts)."""
+    call order (the Trainer's own loop counted as one stay): at most 3 returns to a file already left (today two, to
+    trainer.py: after the step mode's rule in arguments.py, and for ``TreeLangTrainer.train``'s TF32 default)."""
     from transformers import Trainer
 
     from hf_treelang.train import loop
@@ -312,7 +317,7 @@ def test_a_runs_arguments_go_resolve_check_train_write_without_coming_back(tmp_p
     names = [path.split("/hf_treelang/")[-1] for path in stays]
     returns = len(names) - len(set(names))
     assert names[0] == "train/loop.py" and names[-1] == "train/outputs.py", names  # check ... write
-    assert names.count("(Trainer.train)") == 1 and returns <= 1, names
+    assert names.count("(Trainer.train)") == 1 and returns <= 3, names  # the issue's bound (today: 2)
 
 
 def test_an_abbreviated_flag_is_refused_not_guessed(tmp_path):

@@ -46,6 +46,7 @@ from hf_treelang.dataset_builder.treelang import (
     generate_table,
     split_seed,
 )
+from hf_treelang.processes import owner_tag, stale_owner
 
 _LEAVES_PER_FILE = 1 << 27  # ~128 MiB of uint8 leaves per Parquet file
 
@@ -366,7 +367,11 @@ def publish_dataset(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     grammars: dict = {}  # (seed, q, σ) -> Grammar, built once per grammar
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    for leftover in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # staged by a publish that was killed
+        tag = leftover.name[len(f".{out_dir.name}.tmp-"):].rpartition("-")[0]
+        if leftover.is_dir() and stale_owner(tag):
+            shutil.rmtree(leftover, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{owner_tag()}-", dir=out_dir.parent))
     try:
         infos, accuracies, generation, files = {}, {}, {}, []
         for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):

@@ -37,9 +37,9 @@ from hf_treelang.train.folders import (
     finished_run,
     folder_state,
     last_checkpoint,
-    process_alive,
     read_identity,
 )
+from hf_treelang.processes import process_alive
 from hf_treelang.train.loop import train, train_together
 from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
 

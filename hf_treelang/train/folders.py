@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_treelang.jsonio import TEMPORARY_SUFFIX, read_json_object, write_json_atomic
+from hf_treelang.processes import process_alive
 
 RUN_CONFIG = "run_config.json"  # written first: the folder is a run folder
 RUN_COMPLETE = "run_complete.json"  # written last: the run folder is complete
@@ -302,19 +303,6 @@ def completed_run(path) -> dict | None:
 # ---------------------------------------------------------------- a run's identity in its folder
 
 
-def process_alive(host: str | None, pid: int | None) -> bool | None:
-    """Whether process ``pid`` of ``host`` runs: True/False on this host, None (unknown) on another."""
-    if host != socket.gethostname():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, TypeError, ValueError):
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def last_checkpoint(output_dir) -> Path | None:
     """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
     found = []
@@ -459,7 +447,6 @@ __all__ = [
     "forget_identity",
     "is_run_folder",
     "last_checkpoint",
-    "process_alive",
     "read_identity",
     "record_failure",
     "write_identity",

@@ -235,7 +235,6 @@ class TreeLangTrainer(Trainer):
     def __init__(self, *args, train_stream, step_mode: str = "auto", **kwargs):
         check_epoch_loop_contract()
         super().__init__(*args, **kwargs)
-        use_tf32_by_default(self.args)
         if self.args.gradient_accumulation_steps != 1:
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with the device engine, got "
                              f"{self.args.gradient_accumulation_steps}")
@@ -243,6 +242,16 @@ class TreeLangTrainer(Trainer):
         self.step_mode = resolve_step_mode(step_mode, self.args)
         self._graph_step = None
         self._flops_per_token = None
+
+    def train(self, *args, **kwargs):
+        """``Trainer.train`` with TF32 on by default on CUDA (:func:`use_tf32_by_default`), restored afterwards so
+        that the rest of the process computes as before."""
+        previous = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        use_tf32_by_default(self.args)
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
     # -- data
 
