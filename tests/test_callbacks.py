@@ -337,3 +337,20 @@ def test_model_card_states_the_model_and_bp_sizes_with_their_standard_errors(tmp
     assert BIBTEX.strip() in card and card.count("@inproceedings") == 1
     default = render_model_card("mlm", data_args, ModelArguments(), training_args, final, 1.0, 10)
     assert "BP_0 accuracy (n = 256)" in default  # without reference sizes: BP on the test sets themselves
+
+
+def test_the_model_card_states_the_runs_own_optimiser_schedule_and_clipping(tmp_path):
+    from hf_treelang.train.outputs import render_model_card
+    from hf_treelang.train.run import resolve
+
+    run = resolve("mlm", {"depth": 2, "num_symbols": 3, "num_train": 8, "num_eval": 8, "num_test": 8,
+                          "lr_scheduler_type": "cosine", "warmup_steps": 7, "learning_rate": 3e-4,
+                          "max_grad_norm": 1.0, "use_dataset_builder": False}, tmp_path / "run")
+    card = render_model_card("mlm", run.data_args, run.model_args, run.training_args, {}, 1.0, 10)
+    assert "learning rate 0.0003 with the `cosine` schedule, warm-up 7 steps" in card
+    assert "gradients clipped at norm 1" in card and "constant learning rate" not in card
+    assert "`hf_treelang.train`" in card and "hf_treelang.training" not in card
+    constant = resolve("root", {"depth": 2, "num_symbols": 3, "num_train": 8, "num_eval": 8, "num_test": 8,
+                                "use_dataset_builder": False}, tmp_path / "other")
+    card = render_model_card("root", constant.data_args, constant.model_args, constant.training_args, {}, 1.0, 10)
+    assert "with the `constant` schedule" in card and "no gradient clipping" in card and "Adam (`adamw_torch`" in card

@@ -133,6 +133,26 @@ def format_value(value) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
+def optimizer_text(training_args) -> str:
+    """The optimiser of a run in words, from its arguments (the model card's)."""
+    name = str(getattr(training_args.optim, "value", training_args.optim))
+    decay = (f"weight decay {training_args.weight_decay:g}" if training_args.weight_decay else "no weight decay")
+    if name.startswith("adamw") or name.startswith("adam"):
+        label = "Adam" if not training_args.weight_decay else "AdamW"
+        return (f"{label} (`{name}`; β = {training_args.adam_beta1:g}/{training_args.adam_beta2:g}, "
+                f"ε = {training_args.adam_epsilon:g}, {decay})")
+    return f"`{name}` ({decay})"
+
+
+def schedule_text(training_args) -> str:
+    """The learning-rate schedule of a run in words, from its arguments (the model card's)."""
+    schedule = str(getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type))
+    steps, ratio = getattr(training_args, "warmup_steps", 0) or 0, getattr(training_args, "warmup_ratio", 0) or 0
+    warmup = (f", warm-up {steps:g} {'of the steps' if 0 < steps < 1 else 'steps'}" if steps
+              else f", warm-up ratio {ratio:g}" if ratio else "")
+    return f"learning rate {training_args.learning_rate:g} with the `{schedule}` schedule{warmup}"
+
+
 def render_model_card(task: str, data_args: DataArguments, model_args: ModelArguments,
                       training_args: TreeLangTrainingArguments, final: dict, train_runtime: float,
                       global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE, *,
@@ -181,7 +201,10 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         "intermediate_size": model_args.intermediate_size,
         "origin": origin,
         "model_class": model_class,
-        "learning_rate": training_args.learning_rate,
+        "optimizer": optimizer_text(training_args),
+        "schedule": schedule_text(training_args),
+        "clipping": (f"gradients clipped at norm {training_args.max_grad_norm:g}" if training_args.max_grad_norm
+                     else "no gradient clipping"),
         "batch_size": training_args.per_device_train_batch_size,
         "epochs": training_args.num_train_epochs,
         "global_step": global_step,
