@@ -25,9 +25,9 @@ Without CUDA the graph cases are recorded as skipped, with the reason; nothing i
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -218,13 +218,10 @@ def resume(check: Check) -> None:
     for first in modes:
         for second in modes:
             def work(first=first, second=second):
-                import shutil
-
                 target = check.folder(f"resume-{first}-to-{second}")
                 target.mkdir(parents=True)
                 shutil.copytree(full[first] / "checkpoint-20", target / "checkpoint-20")
-                values = {k: v for k, v in arguments.items()}
-                run = resolve("root", {**values, "step_mode": second}, target)
+                run = resolve("root", {**arguments, "step_mode": second}, target)
                 run = run.replace_training(resume_from_checkpoint=str(target / "checkpoint-20"))
                 train(run)
                 check.results["resume"].append({"name": f"{first} -> {second}", **compare(

@@ -65,7 +65,6 @@ from .data import to_datasets
 from .device_data import TrainingStream
 from .folders import (
     ENSEMBLE_FILE,
-    check_output_dir_free,
     clear_previous_run,
     finished_run,
     folder_state,
@@ -206,10 +205,8 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
         callbacks: more ``TrainerCallback`` objects for the run's Trainer (after the package's own).
     """
     if not reuse:
-        args = run.training_args  # the scripts' rule: a non-empty folder needs overwriting or resuming
-        check_output_dir_free(args.output_dir, overwrite=args.overwrite_output_dir,
-                              resume=args.resume_from_checkpoint)
-        forget_identity(args.output_dir)  # whatever the folder held, it is no longer a runner's run of that identity
+        check_output(run)  # the scripts' rule: a non-empty folder needs overwriting or resuming
+        forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
         return _train(run, cache, callbacks)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":

@@ -378,10 +378,10 @@ class TreeLangTrainer(Trainer):
                                       start_time, learning_rate=self.logged(learning_rate))
 
     def learning_rate_now(self):
-        """The rate of the coming step without a host sync: a float, or in graph mode a copy of the device tensor
-        the scheduler writes (read as a number only when it is logged, :meth:`logged`)."""
+        """The rate of the coming step without a host sync: a float, or in graph mode the scheduler's own copy of
+        the device tensor it writes (read as a number only when it is logged, :meth:`logged`)."""
         if self.step_mode == "cuda_graph":
-            return self.torch_optimizer().param_groups[0]["lr"].clone()
+            return self.lr_scheduler.get_last_lr()[0]
         return self._get_learning_rate()
 
     def logged(self, learning_rate):
