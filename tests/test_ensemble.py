@@ -332,6 +332,9 @@ def test_a_stacked_ensemble_resumes_byte_identically_from_its_checkpoint(tmp_pat
         first = load_file(tmp_path / "full" / "members" / name / "model.safetensors")
         second = load_file(resumed_dir / "members" / name / "model.safetensors")
         assert all(torch.equal(first[key], second[key]) for key in first), name
+        losses = [json.loads((folder / "members" / name / "metrics.json").read_text())["train_loss"]
+                  for folder in (tmp_path / "full", resumed_dir)]
+        assert losses[1] == pytest.approx(losses[0], rel=1e-6), f"{name}: the mean over every step of the run"
 
 
 def test_a_sequential_ensemble_trains_its_members_as_single_runs_sharing_the_data(tmp_path, monkeypatch):

@@ -89,6 +89,24 @@ def test_a_resumed_run_ends_with_the_same_bytes_and_evaluations_as_the_uninterru
     after = _evaluations_after(full.history, step)
     assert [e["step"] for e in after] == [s for s in (3, 6, 9, 12) if s > step]
     assert _evaluations_after(resumed.history, step) == after
+    losses = [json.loads((path / "metrics.json").read_text())["train_loss"] for path in (folder / "run", resumed_dir)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6), "train_loss is the mean over every step of the run"
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=[engine or "default" for engine in ENGINES])
+def test_resuming_from_the_final_checkpoint_of_a_max_steps_run_trains_no_further(tmp_path, engine):
+    """max_steps 9 ends in the middle of the second epoch (6 steps per epoch): Trainer alone would train step 10."""
+    limit = ("--max_steps", "9", *_engine_flags(engine))
+    full = _train("root", tmp_path / "full", *limit)
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-9", resumed_dir / "checkpoint-9")
+    resumed = _train("root", resumed_dir, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-9"), *limit)
+    assert full.global_step == resumed.global_step == 9
+    first, second = (load_file(path / "model.safetensors") for path in (tmp_path / "full", resumed_dir))
+    assert all(torch.equal(first[key], second[key]) for key in first)
+    losses = [json.loads((path / "metrics.json").read_text())["train_loss"] for path in (tmp_path / "full", resumed_dir)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
 
 
 def test_keyed_masks_depend_on_seed_epoch_and_examples_only():

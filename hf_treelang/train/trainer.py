@@ -45,10 +45,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.utils import logging as transformers_logging
 from transformers.integrations import TensorBoardCallback
-from transformers.trainer_utils import speed_metrics
+from transformers.trainer_utils import TrainOutput, speed_metrics
 
 from hf_treelang.jsonio import write_json_atomic
 from hf_treelang.models.stacked import clip_grad_norm_per_member
@@ -220,7 +221,76 @@ def check_epoch_loop_contract(trainer_class=Trainer) -> None:
                           f"which {where} does not have; use --train_engine dataloader")
 
 
-class TreeLangTrainer(Trainer):
+class RunLoss(TrainerCallback, ExportableState):
+    """The sum of the training losses of every step so far, saved in each checkpoint's ``trainer_state.json`` (as
+    a stateful callback) so that a resumed run reports the same ``train_loss`` as the uninterrupted one.
+
+    ``member_loss_sums`` holds a stacked ensemble's per-member sums (empty for one model).
+    """
+
+    def __init__(self, loss_sum: float = 0.0, member_loss_sums: list | None = None):
+        self.loss_sum = loss_sum
+        self.member_loss_sums = list(member_loss_sums or [])
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"loss_sum": self.loss_sum, "member_loss_sums": self.member_loss_sums}}
+
+
+class ResumesWhole:
+    """A Trainer mixin for what a resumed run must report as if it had never stopped.
+
+    * **It ends at ``max_steps``.** ``Trainer`` resumes at epoch ``global_step // steps_per_epoch`` and checks for
+      the end only after a step, so a checkpoint of the final step of a run whose ``max_steps`` ends mid-epoch would
+      train one step more. Here the epoch loop is skipped and the Trainer goes straight to its end of training.
+    * **Its ``train_loss`` is the mean over every step of the run**, not over the steps of the last ``train`` call:
+      the running sum travels in the checkpoints (:class:`RunLoss`).
+    """
+
+    _loss_before = RunLoss()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback(RunLoss())
+
+    def _init_training_state(self, max_steps, *args, **kwargs):
+        epochs_trained, steps_in_epoch = super()._init_training_state(max_steps, *args, **kwargs)
+        saved = self.state.stateful_callbacks.get(RunLoss.__name__, {})
+        self._loss_before = RunLoss(**saved.get("attributes", {})) if isinstance(saved, dict) else RunLoss()
+        if self.state.global_step >= max_steps:  # only a resumed state can be there: no epoch is left to run
+            return self.state.num_train_epochs, 0
+        return epochs_trained, steps_in_epoch
+
+    def run_loss(self) -> RunLoss:
+        """The loss sums of the run so far (a host sync: called at checkpoints and at the end only)."""
+        return RunLoss(self._loss_before.loss_sum + self._total_loss_scalar + float(self._tr_loss.item()))
+
+    def _save_checkpoint(self, model, trial):
+        saved = self.run_loss()
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, RunLoss):
+                callback.loss_sum, callback.member_loss_sums = saved.loss_sum, saved.member_loss_sums
+        return super()._save_checkpoint(model, trial)
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        if "train_loss" in logs and "train_runtime" in logs:  # the end of training (Trainer._finalize_training)
+            logs = {**logs, "train_loss": self.run_train_loss()}
+        return super().log(logs, *args, **kwargs)
+
+    def run_train_loss(self) -> float:
+        """The mean training loss over every step of the run (after the Trainer's end-of-training sum)."""
+        return (self._loss_before.loss_sum + self._total_loss_scalar) / max(self.state.global_step, 1)
+
+    def _finalize_training(self, *args, **kwargs):
+        output = super()._finalize_training(*args, **kwargs)
+        loss = self.run_train_loss()
+        return TrainOutput(output.global_step, loss, {**output.metrics, "train_loss": loss})
+
+
+class StockTrainer(ResumesWhole, Trainer):
+    """The stock ``transformers.Trainer`` (``--train_engine dataloader``), ending at ``max_steps`` on resume."""
+
+
+class TreeLangTrainer(ResumesWhole, Trainer):
     """``transformers.Trainer`` fed from a :class:`~hf_treelang.train.device_data.TrainingStream`, with a lean step.
 
     Args (besides the Trainer's):
@@ -444,7 +514,7 @@ def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
     the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
     (``model``, ``args``, datasets, callbacks, ...)."""
     if getattr(training_args, "train_engine", "device") == "dataloader":
-        return tensorboard_in_output_dir(Trainer(**trainer_kwargs))
+        return tensorboard_in_output_dir(StockTrainer(**trainer_kwargs))
     return tensorboard_in_output_dir(TreeLangTrainer(
         train_stream=single_run_stream(task, data, data_args, training_args),
         step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs))
@@ -544,8 +614,7 @@ class EnsembleTrainer(TreeLangTrainer):
         super().__init__(*args, **kwargs)
         self.members = members
         self.ensemble_manifest = ensemble_manifest
-        self.member_loss_sum = torch.zeros(len(members), device=self.args.device)
-        self.member_steps = 0
+        self.member_loss_sum = torch.zeros(len(members), device=self.args.device)  # (N,) over the whole run
         tensorboard_in_output_dir(self)
 
     def forward_loss(self, model, inputs: dict) -> tuple:
@@ -554,9 +623,16 @@ class EnsembleTrainer(TreeLangTrainer):
         self.member_loss_sum += member_losses
         return output["loss"], member_losses.mean()
 
-    def lean_step(self, model, inputs: dict) -> tuple:
-        self.member_steps += 1
-        return super().lean_step(model, inputs)
+    def _init_training_state(self, max_steps, *args, **kwargs):
+        trained = super()._init_training_state(max_steps, *args, **kwargs)
+        if self._loss_before.member_loss_sums:  # resumed: the members' sums so far (in place: a graph may hold it)
+            self.member_loss_sum.copy_(torch.tensor(self._loss_before.member_loss_sums))
+        return trained
+
+    def run_loss(self) -> RunLoss:
+        loss = super().run_loss()
+        loss.member_loss_sums = [float(value) for value in self.member_loss_sum.cpu()]
+        return loss
 
     def clip_gradients(self, model) -> torch.Tensor:
         if self.step_mode == "eager":
@@ -612,8 +688,8 @@ class EnsembleTrainer(TreeLangTrainer):
                     os.path.join(state.run.training_args.output_dir, checkpoint))
 
     def member_train_losses(self) -> list:
-        """Each member's mean training loss over the steps of this ``train`` call."""
-        steps = max(self.member_steps, 1)
+        """Each member's mean training loss over every step of the run (resumed ones included)."""
+        steps = max(self.state.global_step, 1)
         return [float(value) / steps for value in self.member_loss_sum.cpu()]
 
 
