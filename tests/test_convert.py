@@ -122,6 +122,39 @@ def test_wrong_depth_for_the_readout_raises(tmp_path):
         hf_treelang.convert(path, tmp_path / "out", task="root", depth=DEPTH + 1)
 
 
+def test_a_masked_lm_state_dict_converted_as_a_root_classifier_is_refused(tmp_path):
+    """Its (q + 1)-row embedding and one-token readout are an MLM's; a mean-pooled root classifier has q rows."""
+    _, path = paper_state_dict_file(tmp_path, "mlm")
+    with pytest.raises(ValueError, match="shapes of a masked-LM model.*--task mlm"):
+        hf_treelang.convert(path, tmp_path / "out", task="root", depth=DEPTH)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_head_of_several_layers_is_refused_naming_its_keys(tmp_path):
+    paper, _ = paper_state_dict_file(tmp_path, "root")
+    state = paper.state_dict()
+    state["decoder.linear_layers.1.weight"] = torch.zeros(Q, Q)
+    torch.save(state, tmp_path / "two_layer_head.pt")
+    with pytest.raises(ValueError, match=r"decoder\.linear_layers\.1\.weight"):
+        hf_treelang.convert(tmp_path / "two_layer_head.pt", tmp_path / "out", task="root", depth=DEPTH)
+
+
+def test_a_depth_the_weights_cannot_fix_is_reported_and_enforced_on_inputs(tmp_path, capsys):
+    """An MLM's weights work on any length: the command says the depth is as given, and the converted model refuses
+    the training data's sequences when the depth was wrong."""
+    _, path = paper_state_dict_file(tmp_path, "mlm")
+    assert run_command("convert", [str(path), str(tmp_path / "deeper"), "--task", "mlm", "--depth",
+                                   str(DEPTH + 2)]) == 0
+    assert f"depth {DEPTH + 2} is as given" in capsys.readouterr().out
+    converted = TreeLangForMaskedLM.from_pretrained(tmp_path / "deeper")
+    with pytest.raises(ValueError, match=f"input_ids must have shape.*{2 ** (DEPTH + 2)}"):
+        converted(tokens())
+    _, root_path = paper_state_dict_file(tmp_path, "root")
+    assert run_command("convert", [str(root_path), str(tmp_path / "root"), "--task", "root", "--depth",
+                                   str(DEPTH)]) == 0
+    assert "is as given" not in capsys.readouterr().out  # the concatenated readout's size fixed it
+
+
 def test_unknown_task_raises(tmp_path):
     _, path = paper_state_dict_file(tmp_path, "root")
     with pytest.raises(ValueError, match="task must be one of"):

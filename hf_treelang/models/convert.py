@@ -15,10 +15,14 @@ The paper's module (a `torch.nn.TransformerEncoder` with batch_first, post-LN bl
                                                              averaged tokens (embedding_agg="mean"); mlm: (q, d)
     encoder_layer.*                                          unused template layer, ignored
 
-A checkpoint of the paper's training loop, ``{"model_state_dict": ..., "training_history": ...}``, is read too.
+A checkpoint of the paper's training loop, ``{"model_state_dict": ..., "training_history": ...}``, is read too. Any
+other key (a fine-tuning head of several layers, another model) is refused, as is a masked-LM state dict given with
+``--task root`` (q + 1 embedding rows and a one-token readout).
 
 Sizes (q, d, d', layers, the root readout's pooling) are read from the weights; only the depth ℓ and the task are
-given. The number of heads cannot be read from the weights and defaults to 1, as in the paper.
+given. The depth is checked against a root readout over the concatenated tokens (input size d * 2**ℓ); a masked-LM
+model's weights work at any length, so the command says that its depth is as given, and the converted model refuses
+sequences of another length. The number of heads cannot be read from the weights and defaults to 1, as in the paper.
 
 A root classifier of the paper embeds the q symbols only. TreeLang models embed q + 1 ids (the mask token q), so the
 converter appends a zero row for the mask token: the root classifier never sees it, and on every input of symbols
@@ -62,6 +66,19 @@ _LAYER_KEYS = {
     "norm2.bias": "feed_forward_norm.bias",
 }
 _LAYER_PATTERN = re.compile(r"^transformer_encoder\.layers\.(\d+)\.(.+)$")
+_OTHER_KEYS = ("input_embedding.weight", "positional_embedding.pe", "decoder.linear_layers.0.weight",
+               "decoder.linear_layers.0.bias")
+_IGNORED_PREFIX = "encoder_layer."  # the template layer nn.TransformerEncoder deep-copies
+
+
+def _known_key(key: str) -> bool:
+    return key in _OTHER_KEYS or key.startswith(_IGNORED_PREFIX) or _LAYER_PATTERN.match(key) is not None
+
+
+def depth_is_read_from_weights(config: TreeLangConfig, task: str) -> bool:
+    """Whether the weights fix the depth ℓ (a root readout over the concatenated tokens, of input size d * 2**ℓ); a
+    masked-LM model or a mean-pooled readout works on any length, so ``--depth`` is taken as given."""
+    return task == "root" and config.classifier_pooling == "concat"
 
 
 def check_arguments(task: str, depth: int, num_attention_heads: int = 1) -> tuple[str, int, int]:
@@ -94,6 +111,17 @@ def convert_state_dict(
         )
     num_rows, hidden_size = embedding.shape
     num_symbols = check_param("num_symbols", readout_weight.shape[0], as_name="num_symbols (q, the readout's outputs)")
+    unknown = sorted(key for key in state_dict if not _known_key(key))
+    if unknown:
+        raise ValueError(f"state dict holds keys the paper's model does not have: {', '.join(unknown[:5])}"
+                         f"{' ...' if len(unknown) > 5 else ''} (a fine-tuning head of several layers, or another "
+                         "model); only the single linear readout `decoder.linear_layers.0` converts")
+    if task == "root" and num_rows == num_symbols + 1 and readout_weight.shape[1] == hidden_size:
+        raise ValueError(
+            f"task='root', but the state dict has the shapes of a masked-LM model: {num_rows} = q + 1 embedding rows "
+            f"(the mask token) and a readout of one token (input size d = {hidden_size}); the paper's root "
+            "classifiers embed the q symbols only. Convert it with --task mlm"
+        )
     if num_rows == num_symbols and task == "root":
         # No mask token in the paper's root classifiers: append one, never seen by a root classifier.
         embedding = torch.cat([embedding, embedding.new_zeros(1, hidden_size)])  # (q + 1, d)
@@ -243,9 +271,12 @@ def run(args) -> int:
     is one line ``hf-treelang convert: error: ...`` on stderr and exit status 2.
     """
     try:
-        convert(Path(args.state_dict), Path(args.output_dir), args.task, args.depth, args.heads)
+        model = convert(Path(args.state_dict), Path(args.output_dir), args.task, args.depth, args.heads)
     except (ValueError, TypeError, OSError) as error:
         sys.stderr.write(f"hf-treelang convert: error: {error}\n")
         return 2
     sys.stdout.write(f"wrote {args.output_dir}\n")
+    if not depth_is_read_from_weights(model.config, args.task):
+        sys.stdout.write(f"depth {args.depth} is as given: the weights of this model do not fix it (it refuses "
+                         f"sequences of any length but {2 ** args.depth}); make sure it is the training data's\n")
     return 0
