@@ -274,6 +274,12 @@ BAD_INPUTS = {
                      r"`per_device_train_batch_size` must be an integer in \[1, 2147483647\], got 0$"),
     "learning_rate_nan": (lambda tmp, runs: ["--learning_rate", "nan"],
                           r"`learning_rate` must be a real number >= 0, got nan$"),
+    "layer_norm_eps_negative": (lambda tmp, runs: ["--layer_norm_eps", "-1"],
+                                r"`layer_norm_eps` must be a real number in \(0, 1\), got -1"),
+    "hidden_dropout_prob_not_a_number": (lambda tmp, runs: ["--hidden_dropout_prob", "abc"],
+                                         r"hidden_dropout_prob.*abc"),
+    "output_dir_under_proc": (lambda tmp, runs: ["--output_dir", "/proc/hf-treelang-run"],
+                              r"`output_dir` must be a folder this process can write, got '/proc/hf-treelang-run'"),
     "cpu_threads_negative": (lambda tmp, runs: ["--cpu_threads", "-1"], r"`cpu_threads` must be an integer >= 1, got -1$"),
     "resume_from_an_empty_folder": (lambda tmp, runs: ["--resume_from_checkpoint", str(_mkdir(tmp / "empty"))],
                                     r"`resume_from_checkpoint` .*empty' is empty; expected a checkpoint-N folder"),
@@ -394,3 +400,18 @@ def test_a_resumed_run_keeps_the_start_of_its_folder(tmp_path, uninterrupted):
     (out / "run_complete.json").unlink()  # interrupted after its last checkpoint
     _train("root", out, "--resume_from_checkpoint", str(out / "checkpoint-6"))
     assert (out / "run_config.json").stat().st_mtime_ns == before  # what clear_previous_run dates the run by
+
+
+def test_a_script_reports_bad_input_in_one_line_with_exit_status_2(tmp_path):
+    """Not a usage block of every flag, not a traceback: argparse's message (and every ValueError of the checks)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "training" / "run_root.py"
+    done = subprocess.run([sys.executable, str(script), "--hidden_dropout_prob", "abc", "--output_dir",
+                           str(tmp_path / "never")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "run_root.py: error: argument --hidden_dropout_prob/--hidden-dropout-prob: invalid float value: 'abc' "
+        "(see --help for the flags and their types)"]
+    assert not (tmp_path / "never").exists()

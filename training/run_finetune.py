@@ -15,4 +15,4 @@ import sys
 from hf_treelang.train.loop import main
 
 if __name__ == "__main__":
-    sys.exit(main("finetune"))
+    sys.exit(main("finetune", as_script=True))

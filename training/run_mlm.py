@@ -13,4 +13,4 @@ import sys
 from hf_treelang.train.loop import main
 
 if __name__ == "__main__":
-    sys.exit(main("mlm"))
+    sys.exit(main("mlm", as_script=True))

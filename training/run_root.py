@@ -13,4 +13,4 @@ import sys
 from hf_treelang.train.loop import main
 
 if __name__ == "__main__":
-    sys.exit(main("root"))
+    sys.exit(main("root", as_script=True))

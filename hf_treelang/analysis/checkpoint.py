@@ -126,6 +126,12 @@ def _grammar_of(folder: Path, config) -> Grammar:
         if grammar.num_symbols != q:
             raise ValueError(f"checkpoint {str(folder)!r}: grammar.json has q={grammar.num_symbols} symbols but the "
                              f"model was built for q={q}")
+        for name, cast in (("sigma", float), ("grammar_seed", int)):
+            saved_value, model_value = grammar.params.get(name), getattr(config, name, None)
+            if saved_value is not None and model_value is not None and cast(saved_value) != cast(model_value):
+                raise ValueError(f"checkpoint {str(folder)!r}: grammar.json has {name}={saved_value} but the model "
+                                 f"was trained on {name}={model_value} (config.json): the two files are of different "
+                                 "runs")
         return grammar
     return Grammar.random(num_symbols=q, sigma=float(config.sigma), grammar_seed=int(config.grammar_seed))
 

@@ -19,7 +19,7 @@ MAX_SIGMA = 1000.0
 MAX_GRAMMAR_SEED = 2**32 - 1
 ACTIVATIONS = ("relu", "gelu")
 POOLINGS = ("concat", "mean")
-INITIALIZERS = ("torch", "xavier")
+INITIALIZERS = ("torch", "torch_cloned_layers", "xavier")
 
 
 def _is_int(value) -> bool:
@@ -67,10 +67,15 @@ class TreeLangConfig(PreTrainedConfig):
         classifier_hidden_size (`int`, defaults to 0): hidden units H of the root readout. 0 is the paper's linear
             readout (Sec. 3.2), `logits = W x + b`; H >= 1 is the two-layer head of the authors' fine-tuning code
             (`replace_decoder_with_classification_head`, H = 64 in Fig. 1f), `logits = W₂ relu(W₁ x + b₁) + b₂`.
-        initializer (`str`, defaults to `"torch"`): weight initialisation. `"torch"` is what the paper's code gets from
-            PyTorch's defaults (`nn.Embedding` N(0, 1); attention in-projection Xavier uniform, zero attention biases;
-            other linear layers Kaiming uniform with a = √5 and uniform biases); `"xavier"` draws every matrix and
-            the embedding Xavier uniform with zero biases.
+        initializer (`str`, defaults to `"torch"`): weight initialisation. `"torch"` gives every parameter PyTorch's
+            default (`nn.Embedding` N(0, 1); attention in-projection Xavier uniform, zero attention biases; other
+            linear layers Kaiming uniform with a = √5 and uniform biases), each encoder block drawn on its own.
+            `"torch_cloned_layers"` is what the paper's code builds: the same distributions, but
+            `nn.TransformerEncoder(layer, n_L)` deep-copies one layer, so all n_L blocks start with identical
+            weights; the parameters are drawn in the order of the authors' construction, so that from one torch seed
+            the initial state is theirs (see [`TreeLangPreTrainedModel.initialize_weights`] for the parts that
+            have no counterpart). `"xavier"` draws every matrix and the embedding Xavier uniform with zero biases
+            (what the paper's App. D says).
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
@@ -151,6 +156,8 @@ class TreeLangConfig(PreTrainedConfig):
             ("num_attention_heads", positive_int(self.num_attention_heads), "an integer >= 1"),
             ("intermediate_size", positive_int(self.intermediate_size), "an integer >= 1"),
             ("hidden_act", self.hidden_act in ACTIVATIONS, f"one of {ACTIVATIONS}"),
+            ("layer_norm_eps", _is_real(self.layer_norm_eps) and 0.0 < self.layer_norm_eps < 1.0,
+             "a real number in (0, 1)"),
             ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),

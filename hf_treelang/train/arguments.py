@@ -187,7 +187,12 @@ class ModelArguments:
                   f"code: H = {paper.FINETUNE_HIDDEN}). Saved in config.json: from_pretrained rebuilds the head."},
     )
     initializer: str = field(
-        default="torch", metadata={"help": "Initialisation: 'torch' (the paper code's PyTorch defaults) or 'xavier'."}
+        default="torch",
+        metadata={"help": "Initialisation: 'torch' (PyTorch's defaults, each encoder block drawn on its own), "
+                  "'torch_cloned_layers' (the paper's code: PyTorch's defaults with all blocks starting as copies of "
+                  "one layer, as nn.TransformerEncoder(layer, n_L) builds them, drawn in the authors' order so that "
+                  "one seed gives their initial weights) or 'xavier' (App. D's text) (default: from --preset; "
+                  "laptop: torch, paper: torch_cloned_layers)."},
     )
     model_name_or_path: str | None = field(
         default=None,
@@ -465,10 +470,18 @@ def apply_preset(task: str, data_args: DataArguments, model_args: ModelArguments
             setattr(training_args, key, value)
 
 
+class ArgumentParser(HfArgumentParser):
+    """``HfArgumentParser`` whose errors (an unknown flag, a value of the wrong type) are a ``ValueError`` with
+    argparse's one-line message, reported like every other bad argument, not a usage block of every flag."""
+
+    def error(self, message: str):
+        raise ValueError(f"{message} (see --help for the flags and their types)")
+
+
 def parser() -> HfArgumentParser:
     """The scripts' parser: the three run dataclasses and :class:`EnsembleArguments`."""
-    return HfArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
-                            formatter_class=HelpFormatter, allow_abbrev=False)  # no prefix of a flag is a flag
+    return ArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
+                          formatter_class=HelpFormatter, allow_abbrev=False)  # no prefix of a flag is a flag
 
 
 def _renamed(values: dict, where: str) -> dict:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 import socket
 import time
 from dataclasses import dataclass
@@ -67,7 +68,9 @@ MODEL_FOLDER = "a TreeLang checkpoint folder written by save_pretrained (config.
 def check_output_folder(name: str, path) -> Path:
     """``path`` as a folder that can be created or written into: not a file, not under a file, writable.
 
-    Creates nothing. Raises a ValueError naming ``name`` otherwise.
+    Writable is tried, not read from the permission bits (which say yes to root under ``/proc`` or on a read-only
+    mount): an empty folder is made in the nearest existing ancestor and removed at once; nothing else is created.
+    Raises a ValueError naming ``name`` otherwise.
     """
     if path is None or str(path) == "":
         raise ValueError(f"`{name}` must be a folder path, got {path!r}")
@@ -81,10 +84,18 @@ def check_output_folder(name: str, path) -> Path:
         existing = existing.parent
     if existing != folder and not existing.is_dir():
         raise ValueError(f"`{name}` must be a folder path, got {str(folder)!r}: {str(existing)!r} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK) or not _can_create_in(existing):
         raise ValueError(f"`{name}` must be a folder this process can write, got {str(folder)!r}: "
                          f"{str(existing)!r} is not writable")
     return folder
+
+
+def _can_create_in(folder: Path) -> bool:
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hf-treelang-write-test-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 def _entries(folder: Path) -> list:

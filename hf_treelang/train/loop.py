@@ -497,11 +497,18 @@ def summary_lines(result: EnsembleResult, runs: list) -> list:
     return lines
 
 
-def main(task: str, argv: list | None = None) -> int:
+def main(task: str, argv: list | None = None, *, as_script: bool = False) -> int:
     """Entry point of the scripts: resolve the command line (flags or one JSON file) into runs, train, print a
-    summary; returns 0. Bad arguments fail before any process, data or folder is created."""
+    summary; returns 0. Bad arguments fail before any process, data or folder is created: with a ``ValueError``, or
+    with ``as_script`` (the scripts) as one line ``run_root.py: error: ...`` on stderr and exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    runs, ensemble = runs_from_command_line(task, argv)
+    try:
+        runs, ensemble = runs_from_command_line(task, argv)
+    except (ValueError, OSError) as error:
+        if not as_script:
+            raise
+        sys.stderr.write(f"{os.path.basename(sys.argv[0]) or 'hf_treelang'}: error: {error}\n")
+        return 2
     code = relaunch_data_parallel_cpu(argv)
     if code is not None:
         return code
