@@ -113,6 +113,20 @@ def test_every_analysis_names_what_it_expected_for_a_bad_folder(kind, tmp_path, 
         load_checkpoint(folder)
 
 
+@pytest.mark.parametrize("name, value", [("sigma", 2.0), ("grammar_seed", 7)])
+def test_a_grammar_file_of_another_run_is_refused_naming_the_value(tmp_path, name, value):
+    import hf_treelang
+    from hf_treelang.core import Grammar
+
+    config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=8, num_hidden_layers=1,
+                                                  intermediate_size=8)
+    hf_treelang.TreeLangForMaskedLM(config).save_pretrained(tmp_path / "run")
+    grammar = {"num_symbols": 3, "sigma": 1.0, "grammar_seed": 0, name: value}
+    Grammar.random(**grammar).save(tmp_path / "run" / "grammar.json")
+    with pytest.raises(ValueError, match=f"grammar.json has {name}={value} but the model was trained on {name}="):
+        load_checkpoint(tmp_path / "run")
+
+
 def test_average_attention_rows_sum_to_one_with_one_row_per_model(checkpoints, tmp_path):
     out = tmp_path / "attention"
     code = run_command("attention", [str(checkpoints["mlm"]), str(checkpoints["mlm_k2"]), "--out", str(out),
