@@ -54,6 +54,14 @@ def test_marginals_and_likelihood_match_enumeration(name, grammar, depth):
         assert not result.impossible.any()
 
 
+@pytest.mark.parametrize("k", range(3))
+def test_zero_rows_give_results_with_no_rows(k):
+    grammar = Grammar.random(num_symbols=3, sigma=1.0, grammar_seed=0)
+    result = BeliefPropagation(grammar, depth=2, filter_level=k).infer(np.zeros((0, 4), dtype=np.int64))
+    assert result.root.shape == (0, 3) and result.log_likelihood.shape == (0,) and result.impossible.shape == (0,)
+    assert result.leaves.shape == (0, 4, 3)
+
+
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_likelihoods_of_all_sequences_sum_to_one(k):
     grammar, depth = dense_grammar(2, 3), 3

@@ -479,6 +479,12 @@ def test_input_ids_of_another_dtype_raise_naming_the_dtype(dtype):
         tiny_model(TreeLangModel)(tokens().to(dtype))
 
 
+@pytest.mark.parametrize("model_class", [TreeLangModel, TreeLangForMaskedLM, TreeLangForSequenceClassification])
+def test_an_empty_batch_raises_naming_its_shape(model_class):
+    with pytest.raises(ValueError, match=r"input_ids must hold at least one sequence \(batch >= 1\), got shape \(0, "):
+        tiny_model(model_class)(tokens()[:0])
+
+
 def test_input_ids_that_are_not_a_tensor_raise_naming_the_type():
     with pytest.raises(TypeError, match="input_ids must be a tensor .* got a list"):
         tiny_model(TreeLangModel)(tokens().tolist())

@@ -171,7 +171,8 @@ class BeliefPropagation:
         """Run BP_k on a batch of sequences.
 
         Args:
-            leaves: integer array or tensor (n, 2**ℓ) of symbols in [0, q) or ``mask_id``, any number of masks.
+            leaves: integer array or tensor (n, 2**ℓ) of symbols in [0, q) or ``mask_id``, any number of masks;
+                n = 0 gives results with no rows.
             downward: also run the downward pass (leaf and level marginals); the root and the likelihood need
                 only the upward pass.
             batch_size: sequences per internal pass (memory and cache use only; results do not depend on it).
@@ -183,6 +184,9 @@ class BeliefPropagation:
         ids = self._validate(leaves)  # (n, 2**l)
         batch_size = self.default_batch_size() if batch_size is None else check_int("batch_size", batch_size, 1)
         n = ids.shape[0]
+        if n == 0:  # empty results of the right shapes, from one all-masked row
+            masked = ids.new_full((1, ids.shape[1]), self.num_symbols)  # (1, 2**l)
+            return _empty_like_rows(self._infer_exact(masked, downward), 0)
         if n <= batch_size:
             result = self._infer_exact(ids, downward)
         else:

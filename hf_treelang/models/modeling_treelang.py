@@ -99,7 +99,9 @@ def check_input_ids(
     if input_ids.dim() != 2 or (sequence_length is not None and input_ids.shape[1] != sequence_length):
         depth = f" for depth={int(math.log2(sequence_length))}" if sequence_length is not None else ""
         raise ValueError(f"input_ids must have shape (batch, 2**depth) = {shape}{depth}, got {tuple(input_ids.shape)}")
-    if not check_values or input_ids.numel() == 0:
+    if input_ids.shape[0] == 0:
+        raise ValueError(f"input_ids must hold at least one sequence (batch >= 1), got shape {tuple(input_ids.shape)}")
+    if not check_values:
         return
     high = num_symbols if allow_mask else num_symbols - 1
     if int(input_ids.min()) < 0 or int(input_ids.max()) > high:
