@@ -135,8 +135,16 @@ def test_the_slurm_executor_without_submitit_names_the_extra(tmp_path, monkeypat
 def test_slurm_parameters_out_of_range_are_refused_before_submitting(tmp_path, fake_train):
     pytest.importorskip("submitit")
     with pytest.raises(ValueError, match=r"`timeout_min` must be an integer >= 1, got 0"):
-        engine.run_sweep(_spec(), tmp_path / "out", executor="slurm", slurm_parameters={"timeout_min": 0},
-                         progress=False)
+        engine.run_sweep(_spec(), tmp_path / "out", executor="slurm", cluster="local",
+                         slurm_parameters={"timeout_min": 0}, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_slurm_executor_without_sbatch_on_path_is_refused_before_any_file(tmp_path, monkeypatch, fake_train):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match=r"sbatch, which is not on PATH.*--executor local"):
+        engine.run_sweep(_spec(), tmp_path / "out", executor="slurm", progress=False)
     assert not (tmp_path / "out").exists()
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -353,12 +354,16 @@ def _refresh_results(out: Path, runs: list, states: dict, merge: bool) -> dict:
 # ---------------------------------------------------------------- executors
 
 
-def require_submitit():
-    """The submitit module, or a ValueError naming the extra that installs it."""
+def require_submitit(cluster: str = "slurm"):
+    """The submitit module, or a ValueError naming the extra that installs it; for ``cluster="slurm"``, also a
+    ValueError when SLURM's ``sbatch`` is not on PATH (submitit would fail only at the first submission)."""
     try:
         import submitit
     except ImportError:
         raise ValueError(f"--executor slurm needs submitit, which is not installed: {CLUSTER_EXTRA}") from None
+    if cluster == "slurm" and shutil.which("sbatch") is None:
+        raise ValueError("--executor slurm submits with SLURM's sbatch, which is not on PATH: run the sweep on a "
+                         "node of the cluster (where `sbatch --version` works), or use --executor local")
     return submitit
 
 
@@ -405,7 +410,7 @@ def run_submitit(payloads: list, folder: Path, on_result: Callable, *, cluster: 
                  parameters: dict | None = None, poll_seconds: float = 2.0) -> None:
     """Submit ``payloads`` as one job array through submitit (``cluster="local"``: its LocalExecutor) and report
     each job as it finishes."""
-    submitit = require_submitit()
+    submitit = require_submitit(cluster)
     executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=cluster)
     executor.update_parameters(name="hf-treelang-sweep", **(parameters or {}))
     jobs = executor.map_array(execute_job, payloads)
@@ -464,7 +469,7 @@ def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = F
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if executor == "slurm":
-        require_submitit()
+        require_submitit(cluster)
         slurm_parameters = check_slurm_parameters(slurm_parameters)
     workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
