@@ -103,7 +103,7 @@ def test_grammar_from_a_published_copy_needs_its_repository(repo, tmp_path):
         grammar_from_dataset(ds)
     other = tmp_path / "other"
     publish_dataset(other, ["k1"], num_train=5, num_validation=0, num_test=0)
-    with pytest.raises(ValueError, match=r"config 'seed15-sigma1.0-k0' is not in repository .*\['seed0-sigma1.0-k1'\]"):
+    with pytest.raises(ValueError, match=r"config 'seed15-sigma1.0-k0' is not in repository .*\['k1'\]"):
         grammar_from_dataset(ds, repository=other)
     with pytest.raises(ValueError, match="has no generation.json"):
         grammar_from_dataset(ds, repository=tmp_path)
@@ -155,11 +155,24 @@ def test_the_paper_grid_is_twenty_configs_seed_major():
                                                        "seed0-sigma1.0-depth2-k2"]
 
 
-def test_config_names_keep_their_order_and_short_names_take_a_single_seed_and_sigma():
-    assert [c.name for c in plan_configs(["k2", "k0"], seeds=[15], sigmas=[0.5])] == ["seed15-sigma0.5-k2",
-                                                                                     "seed15-sigma0.5-k0"]
-    assert [c.name for c in plan_configs(["seed1-sigma0.5-q3-k1", "k2"])] == ["seed1-sigma0.5-q3-k1", "seed0-sigma1.0-k2"]
-    assert [c.name for c in plan_configs(["k2"], seed=31)] == ["seed31-sigma1.0-k2"]  # the 0.1 keyword
+def test_config_names_keep_their_order_and_spelling_and_short_names_take_a_single_seed_and_sigma():
+    planned = plan_configs(["k2", "k0"], seeds=[15], sigmas=[0.5])
+    assert [c.name for c in planned] == ["k2", "k0"]
+    assert [(c.seed, c.sigma, c.filter_level) for c in planned] == [(15, 0.5, 2), (15, 0.5, 0)]
+    planned = plan_configs(["seed1-sigma0.5-q3-k1", "k2"])
+    assert [(c.name, c.seed, c.num_symbols) for c in planned] == [("seed1-sigma0.5-q3-k1", 1, 3), ("k2", 0, 4)]
+    assert [c.seed for c in plan_configs(["k2"], seed=31)] == [31]  # the 0.1 keyword
+
+
+def test_every_config_name_the_command_prints_loads_with_load_dataset(tmp_path, capsys):
+    out = tmp_path / "repo"
+    assert cli_main(["publish-dataset", str(out), "--configs", "k0", "k2", "--num-train", "20",
+                     "--num-validation", "4", "--num-test", "6"]) == 0
+    printed = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines() if "BP root accuracy" in line]
+    assert printed == ["k0", "k2"]
+    for name in printed:
+        loaded = _load(out, name, tmp_path / "cache")
+        assert len(loaded["test"]) == 6 and set(loaded["test"]["filter_level"]) == {int(name[1:])}
 
 
 @pytest.mark.parametrize(
@@ -217,18 +230,52 @@ def test_failure_leaves_no_partial_output(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_existing_output_needs_overwrite(tmp_path):
+def test_existing_output_needs_overwrite_which_replaces_only_a_repository_it_wrote(tmp_path):
     out = tmp_path / "repo"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(FileExistsError):
         publish_dataset(out, ["k3"], num_train=5, num_validation=5, num_test=5)
-    result = publish_dataset(out, ["k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)
-    assert result.configs == ["seed0-sigma1.0-k3"]
-    assert not (out / "keep.txt").exists() and (out / "data/seed0-sigma1.0-k3/train-00000-of-00001.parquet").exists()
+    with pytest.raises(ValueError, match=r"holds files that publish-dataset did not write \(keep.txt; no "):
+        publish_dataset(out, ["k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    publish_dataset(out, ["k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)  # an empty folder
+    result = publish_dataset(out, ["seed0-sigma1.0-k3"], overwrite=True, num_train=5, num_validation=5, num_test=5)
+    assert result.configs == ["seed0-sigma1.0-k3"] and not (out / "data" / "k3").exists()
+    assert (out / "data/seed0-sigma1.0-k3/train-00000-of-00001.parquet").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
     generation = json.loads((out / "generation.json").read_text())["configs"]
     assert np.isfinite(generation["seed0-sigma1.0-k3"]["bp_accuracy"]["root"])
+
+
+def test_overwriting_the_current_folder_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    assert cli_main(["publish-dataset", ".", "--configs", "k3", "--overwrite", "--num-train", "5"]) == 2
+    assert "is the current folder or holds it" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_a_full_disk_while_publishing_says_what_was_written_and_what_is_needed(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from hf_treelang.data import publish
+
+    original = publish._write_split
+
+    def fills_the_disk(config, grammar, split, data_dir):
+        if config.filter_level == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(config, grammar, split, data_dir)
+
+    monkeypatch.setattr(publish, "_write_split", fills_the_disk)
+    out = tmp_path / "repo"
+    assert cli_main(["publish-dataset", str(out), "--configs", "k0", "k2", "--num-train", "40"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+    assert error.startswith("hf-treelang publish-dataset: error: ")
+    assert "no space left on the disk" in error and "the repository needs about" in error and "free there" in error
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_killed_publishs_staging_folder_is_cleaned_by_the_next_publish_and_a_live_ones_is_kept(tmp_path):

@@ -18,6 +18,8 @@ into place at the end, so a failure never leaves a partial OUT.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -149,7 +151,7 @@ def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, *
 
     Either a grid — every (grammar seed, σ, k) of ``seeds`` x ``sigmas`` x ``filter_levels``, seed-major — or the
     config names ``configs`` (``"seed15-sigma1.0-k2"``, or ``"k2"`` whose seed and σ come from a single-valued
-    ``seeds`` / ``sigmas``, else 0 and 1.0). ``overrides`` are builder keywords shared by every config (q, ℓ, split
+    ``seeds`` / ``sigmas``, else 0 and 1.0), which stay the configs' names in the repository. ``overrides`` are builder keywords shared by every config (q, ℓ, split
     sizes; ``seed`` / ``sigma`` as single values).
 
     Args:
@@ -197,6 +199,8 @@ def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, *
         if repeated:
             raise ValueError(f"configs must name each config once, got {list(configs)!r}: "
                              + "; ".join(f"{given} are all {name!r}" for name, given in repeated.items()))
+        for given, config in zip(configs, planned):
+            config.name = given  # the repository's config name is the user's: load_dataset(out, "k2")
         return planned
 
     depth = check_param("depth", overrides.get("depth") if overrides.get("depth") is not None else PAPER_DEPTH)
@@ -358,12 +362,12 @@ def publish_dataset(
 
     Every config is checked before anything is written.
     """
-    import datasets
-
     out_dir = Path(out_dir)
     builder_configs = plan_configs(configs, seeds=seeds, sigmas=sigmas, filter_levels=filter_levels, **overrides)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; pass overwrite=True (--overwrite) to replace it")
+    if out_dir.exists():
+        check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     grammars: dict = {}  # (seed, q, σ) -> Grammar, built once per grammar
 
@@ -373,57 +377,108 @@ def publish_dataset(
             shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{owner_tag()}-", dir=out_dir.parent))
     try:
-        infos, accuracies, generation, files = {}, {}, {}, []
-        for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):
-            key = (config.seed, config.num_symbols, config.sigma)
-            if key not in grammars:
-                grammars[key] = config.grammar()
-            grammar = grammars[key]
-            data_dir = tmp / "data" / config.name
-            data_dir.mkdir(parents=True)
-            grammar_file = GRAMMAR_FILE.format(config=config.name)
-            grammar.save(tmp / grammar_file)
-            files.append(Path(grammar_file))
-            splits = datasets.SplitDict()
-            download_size = 0
-            for split in SPLITS:
-                if config.num_examples(split) == 0:
-                    continue
-                paths, num_bytes = _write_split(config, grammar, split, data_dir)
-                files += [p.relative_to(tmp) for p in paths]
-                download_size += sum(p.stat().st_size for p in paths)
-                splits.add(datasets.SplitInfo(name=split, num_bytes=num_bytes, num_examples=config.num_examples(split)))
-            infos[config.name] = datasets.DatasetInfo(
-                config_name=config.name,
-                features=config.features(),
-                splits=splits,
-                download_size=download_size,
-                dataset_size=sum(s.num_bytes for s in splits.values()),
-            )
-            accuracies[config.name] = bp_accuracy(config, grammar)
-            meta = config.metadata()
-            generation[config.name] = {
-                "params": meta["params"],
-                "split_seeds": meta["split_seeds"],
-                "grammar": grammar_file,
-                "bp_accuracy": accuracies[config.name].__dict__ if accuracies[config.name] else None,
-            }
-        with open(tmp / GENERATION_FILE, "w", encoding="utf-8") as f:
-            json.dump({"format": DATASET_FORMAT, "configs": generation}, f, indent=1)
-            f.write("\n")
-        total = sum(c.num_train + c.num_validation + c.num_test for c in builder_configs)
-        (tmp / "README.md").write_text(_card(builder_configs, infos, accuracies, total), encoding="utf-8")
-        files += [Path("README.md"), Path(GENERATION_FILE)]
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / out_dir.name)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
+        written: list = []  # the configs written so far
+        with _disk_full_named(tmp, builder_configs, written):
+            return _publish_into(tmp, out_dir, builder_configs, grammars, progress, written)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def check_replaceable(out_dir: Path) -> None:
+    """Refuse to replace ``out_dir`` unless it is a repository this command wrote (it holds ``generation.json``) or
+    an empty folder: ``--overwrite`` never deletes a user's own files, nor the folder the command runs in."""
+    here = Path.cwd().resolve()
+    resolved = out_dir.resolve()
+    if resolved == here or resolved in here.parents:
+        raise ValueError(f"out_dir {str(out_dir)!r} is the current folder or holds it ({here}); --overwrite would "
+                         "replace the folder this command runs in: give a folder of its own, e.g. ./treelang-data")
+    if not out_dir.is_dir():
+        raise ValueError(f"out_dir {str(out_dir)!r} exists and is not a folder; give a folder path")
+    entries = sorted(entry.name for entry in out_dir.iterdir())
+    if entries and GENERATION_FILE not in entries:
+        shown = ", ".join(entries[:5]) + (" ..." if len(entries) > 5 else "")
+        raise ValueError(f"out_dir {str(out_dir)!r} holds files that publish-dataset did not write ({shown}; no "
+                         f"{GENERATION_FILE}): --overwrite replaces only a repository this command wrote")
+
+
+@contextlib.contextmanager
+def _disk_full_named(tmp: Path, builder_configs: list, written_configs: list):
+    """A full disk while publishing becomes one OSError saying how much was written and about how much more the
+    repository needs (from the bytes per example written so far), and what is free there."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        written = sum(path.stat().st_size for path in tmp.rglob("*") if path.is_file())
+        done = sum(config.num_train + config.num_validation + config.num_test for config in written_configs)
+        total = sum(config.num_train + config.num_validation + config.num_test for config in builder_configs)
+        needed = f"; the repository needs about {_megabytes(written * total / done)} in all" if done else ""
+        raise OSError(errno.ENOSPC, f"out_dir: no space left on the disk of {str(tmp.parent)!r} after writing "
+                      f"{_megabytes(written)}{needed}; {_megabytes(shutil.disk_usage(tmp.parent).free)} free "
+                      "there") from None
+
+
+def _megabytes(size: float) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _publish_into(tmp: Path, out_dir: Path, builder_configs: list, grammars: dict, progress: bool,
+                  written_configs: list) -> PublishResult:
+    """Write the repository into the staging folder ``tmp`` and move it to ``out_dir`` once complete (each config
+    appended to ``written_configs`` once its files are written)."""
+    import datasets
+
+    infos, accuracies, generation, files = {}, {}, {}, []
+    for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):
+        key = (config.seed, config.num_symbols, config.sigma)
+        if key not in grammars:
+            grammars[key] = config.grammar()
+        grammar = grammars[key]
+        data_dir = tmp / "data" / config.name
+        data_dir.mkdir(parents=True)
+        grammar_file = GRAMMAR_FILE.format(config=config.name)
+        grammar.save(tmp / grammar_file)
+        files.append(Path(grammar_file))
+        splits = datasets.SplitDict()
+        download_size = 0
+        for split in SPLITS:
+            if config.num_examples(split) == 0:
+                continue
+            paths, num_bytes = _write_split(config, grammar, split, data_dir)
+            files += [p.relative_to(tmp) for p in paths]
+            download_size += sum(p.stat().st_size for p in paths)
+            splits.add(datasets.SplitInfo(name=split, num_bytes=num_bytes, num_examples=config.num_examples(split)))
+        infos[config.name] = datasets.DatasetInfo(
+            config_name=config.name,
+            features=config.features(),
+            splits=splits,
+            download_size=download_size,
+            dataset_size=sum(s.num_bytes for s in splits.values()),
+        )
+        accuracies[config.name] = bp_accuracy(config, grammar)
+        meta = config.metadata()
+        generation[config.name] = {
+            "params": meta["params"],
+            "split_seeds": meta["split_seeds"],
+            "grammar": grammar_file,
+            "bp_accuracy": accuracies[config.name].__dict__ if accuracies[config.name] else None,
+        }
+        written_configs.append(config)
+    with open(tmp / GENERATION_FILE, "w", encoding="utf-8") as f:
+        json.dump({"format": DATASET_FORMAT, "configs": generation}, f, indent=1)
+        f.write("\n")
+    total = sum(c.num_train + c.num_validation + c.num_test for c in builder_configs)
+    (tmp / "README.md").write_text(_card(builder_configs, infos, accuracies, total), encoding="utf-8")
+    files += [Path("README.md"), Path(GENERATION_FILE)]
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.replace(out_dir, old / out_dir.name)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out_dir)
     return PublishResult(out_dir=out_dir, configs=[c.name for c in builder_configs], files=sorted(files),
                          bp_accuracy=accuracies)
 
@@ -445,7 +500,7 @@ def run(args) -> int:
             num_validation=args.num_validation,
             num_test=args.num_test,
         )
-    except (ValueError, TypeError, FileExistsError) as error:
+    except (ValueError, TypeError, OSError) as error:
         sys.stderr.write(f"hf-treelang publish-dataset: error: {error}\n")
         return 2
     sys.stdout.write(f"wrote {len(result.configs)} configs ({len(result.files)} files) to {result.out_dir}\n")
