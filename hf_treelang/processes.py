@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 
 
 def process_alive(host: str | None, pid) -> bool | None:
@@ -17,7 +19,17 @@ def process_alive(host: str | None, pid) -> bool | None:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited but was not reaped yet (Linux: a killed driver's worker, reparented to an init that
+    does not reap, stays a zombie); elsewhere False."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def owner_tag() -> str:
@@ -30,3 +42,17 @@ def stale_owner(tag: str) -> bool:
     host, _, pid = tag.rpartition("-")
     return process_alive(socket.gethostname() if host == socket.gethostname().replace("-", "_") else host,
                          pid) is False
+
+
+def exit_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Make this process exit as soon as process ``parent_pid`` (its parent) is gone: a daemon thread checks the
+    parent every ``interval_s``. A worker whose driver was killed stops training at once, and its run folder is left
+    as an interrupted run that the next sweep resumes, instead of a worker training on with nobody to report to and
+    then blocking on a pipe that nobody reads. The initializer of the sweep's worker processes."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        os._exit(1)  # the parent is gone: nothing of this process's work can be reported any more
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

@@ -414,7 +414,8 @@ def _disk_full_named(tmp: Path, builder_configs: list, written_configs: list):
         written = sum(path.stat().st_size for path in tmp.rglob("*") if path.is_file())
         done = sum(config.num_train + config.num_validation + config.num_test for config in written_configs)
         total = sum(config.num_train + config.num_validation + config.num_test for config in builder_configs)
-        needed = f"; the repository needs about {_megabytes(written * total / done)} in all" if done else ""
+        needed = (f"; the repository needs about {_megabytes(written * total / done)} in all" if done else
+                  f"; the first of its {len(builder_configs)} configs did not fit")
         raise OSError(errno.ENOSPC, f"out_dir: no space left on the disk of {str(tmp.parent)!r} after writing "
                       f"{_megabytes(written)}{needed}; {_megabytes(shutil.disk_usage(tmp.parent).free)} free "
                       "there") from None
@@ -501,7 +502,8 @@ def run(args) -> int:
             num_test=args.num_test,
         )
     except (ValueError, TypeError, OSError) as error:
-        sys.stderr.write(f"hf-treelang publish-dataset: error: {error}\n")
+        message = error.strerror if isinstance(error, OSError) and error.errno == errno.ENOSPC else error
+        sys.stderr.write(f"hf-treelang publish-dataset: error: {message}\n")
         return 2
     sys.stdout.write(f"wrote {len(result.configs)} configs ({len(result.files)} files) to {result.out_dir}\n")
     for name, accuracy in result.bp_accuracy.items():

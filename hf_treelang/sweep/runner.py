@@ -40,7 +40,7 @@ from hf_treelang.train.folders import (
     last_checkpoint,
     read_identity,
 )
-from hf_treelang.processes import process_alive
+from hf_treelang.processes import exit_with_parent, process_alive
 from hf_treelang.train.loop import train, train_together
 from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
 
@@ -377,7 +377,8 @@ def run_local(payloads: list, workers: int, on_result: Callable) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix
-    with ProcessPoolExecutor(max_workers=min(workers, len(payloads)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(payloads)), mp_context=context,
+                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:  # they die with this one
         futures = {pool.submit(execute_job, payload): payload for payload in payloads}
         try:
             for future in as_completed(futures):

@@ -28,9 +28,12 @@ and creates nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
+import shutil
 import tempfile
 import socket
 import time
@@ -98,6 +101,37 @@ def _can_create_in(folder: Path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def disk_full_named(output_dir, model) -> None:
+    """A full disk while a run writes (a checkpoint, the final model) becomes one ``OSError`` saying how much one
+    checkpoint of ``model`` takes and how much is free, instead of a traceback from deep inside ``torch.save``."""
+    try:
+        yield
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        parameters = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+        folder = Path(output_dir)
+        existing = next((path for path in (folder, *folder.parents) if path.exists()), Path("/"))
+        free = shutil.disk_usage(existing).free
+        raise OSError(errno.ENOSPC, f"output_dir: no space left on the disk of {str(folder)!r}: a checkpoint of this "
+                      f"model takes about {_mebibytes(3 * parameters)} (the weights and the optimiser's two moments), "
+                      f"{_mebibytes(free)} are free there; free some space, or keep fewer checkpoints "
+                      "(--num_checkpoints, --save_total_limit)") from None
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` reports a full disk: ``OSError`` ``ENOSPC``, or a library's own error carrying it (safetensors
+    raises ``SafetensorError: ... No space left on device (os error 28)``)."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return f"(os error {errno.ENOSPC})" in str(error) or os.strerror(errno.ENOSPC) in str(error)
+
+
+def _mebibytes(size: float) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
 def _entries(folder: Path) -> list:
     return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
 
@@ -129,10 +163,10 @@ def clear_previous_run(output_dir) -> list:
     """Remove what the previous run wrote into ``output_dir`` (``--overwrite_output_dir``); returns the removed paths.
 
     The previous run's files are those written since it started (``run_config.json``, or a stacked ensemble's
-    ``ensemble.json``, written first, dates the start): the files its ``run_complete.json`` lists, or, for a run cut short, the files under the names a run
-    writes (:data:`RUN_WRITES`, :data:`RUN_WRITE_FOLDERS`, ``checkpoint-*``). A file older than the run (the user's,
-    another run's checkpoint) or added after it completed (not listed) stays, and so does a folder that still holds
-    one.
+    ``ensemble.json``, written first, dates the start): the files its ``run_complete.json`` lists, or, for a run cut
+    short, the files under the names a run writes (:data:`RUN_WRITES`, :data:`RUN_WRITE_FOLDERS`, ``checkpoint-*``).
+    A file older than the run (the user's, another run's checkpoint) or added after it completed (not listed) stays,
+    and so does a folder that still holds one.
     """
     folder = Path(output_dir)
     config = folder / RUN_CONFIG if (folder / RUN_CONFIG).is_file() else folder / ENSEMBLE_FILE

@@ -31,6 +31,7 @@ members is no faster than N matmuls (``benchmarks/bench_train.py`` measures both
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -66,6 +67,7 @@ from .device_data import TrainingStream
 from .folders import (
     ENSEMBLE_FILE,
     clear_previous_run,
+    disk_full_named,
     finished_run,
     folder_state,
     forget_identity,
@@ -267,27 +269,28 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=()) -> Training
                  MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json")), *extra_callbacks]
     bp_callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task,
                                                                        args.per_device_eval_batch_size))
-    if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
-        start_run_folder(run.task, data_args, run.model_args, args)
-    trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
-                          eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
-                          preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks)
-    bp_callback.attach(trainer)
-    ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
-    start = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    train_runtime = time.perf_counter() - start
-    history = evaluation_history(trainer.state.log_history)
-    final = dict(history[-1]) if history and history[-1].get("step") == trainer.state.global_step else {}
-    if not final or "eval_kl_bp_k0" not in final:
-        final.update(trainer.evaluate())
-    if trainer.is_world_process_zero():
-        trainer.save_model(output_dir)
-        trainer.save_state()
-        data.grammar.save(os.path.join(output_dir, "grammar.json"))
-        write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
-                      train_runtime, train_output, trainer.state.global_step)
-        write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
+    with disk_full_named(output_dir, model):  # a full disk: one message saying what a checkpoint needs
+        if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
+            start_run_folder(run.task, data_args, run.model_args, args)
+        trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
+                              eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
+                              preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks)
+        bp_callback.attach(trainer)
+        ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
+        start = time.perf_counter()
+        train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+        train_runtime = time.perf_counter() - start
+        history = evaluation_history(trainer.state.log_history)
+        final = dict(history[-1]) if history and history[-1].get("step") == trainer.state.global_step else {}
+        if not final or "eval_kl_bp_k0" not in final:
+            final.update(trainer.evaluate())
+        if trainer.is_world_process_zero():
+            trainer.save_model(output_dir)
+            trainer.save_state()
+            data.grammar.save(os.path.join(output_dir, "grammar.json"))
+            write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
+                          train_runtime, train_output, trainer.state.global_step)
+            write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
 
 
@@ -439,25 +442,26 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
                               train_stream=stream, step_mode=args.step_mode, members=states,
                               ensemble_manifest=manifest)
     ConsoleCallback().attach(trainer)  # one line per evaluation (the mean loss), not the members' raw dicts
-    start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    runtime = time.perf_counter() - start
-    global_step = trainer.state.global_step
-    histories = {s.name: evaluation_history(member_log_history(trainer.state.log_history, s.name)) for s in states}
-    final_needed = any(not h or h[-1].get("step") != global_step or "eval_kl_bp_k0" not in h[-1]
-                       for h in histories.values())
-    final_logs = trainer.evaluate() if final_needed else {}
-    trainer.save_state()
-    losses = trainer.member_train_losses()
-    results = {}
-    for index, state in enumerate(states):
-        history = histories[state.name]
-        final = dict(history[-1]) if history and history[-1].get("step") == global_step else {}
-        if final_logs:
-            suffix = "/" + state.name
-            final.update({key[: -len(suffix)]: value for key, value in final_logs.items() if key.endswith(suffix)})
-        _write_member(trainer, index, state, final, history, runtime, losses[index], global_step, ensemble_dir)
-        results[state.name] = TrainingResult(str(state.run.output_dir), final, history, runtime, global_step)
+    with disk_full_named(ensemble_dir, stacked):  # a full disk: one message saying what a checkpoint needs
+        start = time.perf_counter()
+        trainer.train(resume_from_checkpoint=resume)
+        runtime = time.perf_counter() - start
+        global_step = trainer.state.global_step
+        histories = {s.name: evaluation_history(member_log_history(trainer.state.log_history, s.name)) for s in states}
+        final_needed = any(not h or h[-1].get("step") != global_step or "eval_kl_bp_k0" not in h[-1]
+                           for h in histories.values())
+        final_logs = trainer.evaluate() if final_needed else {}
+        trainer.save_state()
+        losses = trainer.member_train_losses()
+        results = {}
+        for index, state in enumerate(states):
+            history = histories[state.name]
+            final = dict(history[-1]) if history and history[-1].get("step") == global_step else {}
+            if final_logs:
+                suffix = "/" + state.name
+                final.update({key[: -len(suffix)]: value for key, value in final_logs.items() if key.endswith(suffix)})
+            _write_member(trainer, index, state, final, history, runtime, losses[index], global_step, ensemble_dir)
+            results[state.name] = TrainingResult(str(state.run.output_dir), final, history, runtime, global_step)
     return results, global_step
 
 
@@ -500,15 +504,27 @@ def summary_lines(result: EnsembleResult, runs: list) -> list:
 def main(task: str, argv: list | None = None, *, as_script: bool = False) -> int:
     """Entry point of the scripts: resolve the command line (flags or one JSON file) into runs, train, print a
     summary; returns 0. Bad arguments fail before any process, data or folder is created: with a ``ValueError``, or
-    with ``as_script`` (the scripts) as one line ``run_root.py: error: ...`` on stderr and exit status 2."""
+    with ``as_script`` (the scripts) as one line ``run_root.py: error: ...`` on stderr and exit status 2; a disk
+    that fills while the run writes is one such line too (exit status 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    script = os.path.basename(sys.argv[0]) or "hf_treelang"
     try:
         runs, ensemble = runs_from_command_line(task, argv)
     except (ValueError, OSError) as error:
         if not as_script:
             raise
-        sys.stderr.write(f"{os.path.basename(sys.argv[0]) or 'hf_treelang'}: error: {error}\n")
+        sys.stderr.write(f"{script}: error: {error}\n")
         return 2
+    try:
+        return _train_and_report(task, argv, runs, ensemble)
+    except OSError as error:
+        if not as_script or error.errno != errno.ENOSPC:
+            raise
+        sys.stderr.write(f"{script}: error: {error.strerror}\n")
+        return 1
+
+
+def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
     code = relaunch_data_parallel_cpu(argv)
     if code is not None:
         return code
