@@ -302,9 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that call :func:`register` themselves, once they know they need torch (a cached ``reproduce --plan`` does
+# not).
+REGISTERS_ITSELF = ("reproduce",)
+
+
 def _run(name: str, args: argparse.Namespace) -> int:
     """Register TreeLang (deferred to here in the console script), import the command's module, run it."""
-    register()
+    if name not in REGISTERS_ITSELF:
+        register()
     try:
         _check_common_arguments(args)
     except (ValueError, TypeError) as error:

@@ -403,6 +403,36 @@ def test_the_plan_lists_every_training_of_the_preset_with_its_figures_and_steps(
     assert not (tmp_path / "runs").exists()  # nothing trained
 
 
+def test_a_second_identical_plan_comes_from_the_cache_without_torch_and_a_changed_key_misses(tmp_path, capsys,
+                                                                                            monkeypatch):
+    from hf_treelang.reproduce import plan_cache
+
+    monkeypatch.setenv(plan_cache.CACHE_ENV, str(tmp_path / "cache"))
+    parser = cli.command_parser("reproduce")
+    assert reproduce_run(parser.parse_args(["--preset", "tiny", "--plan", str(tmp_path / "plan")])) == 0
+    computed = (tmp_path / "plan" / reproduce_plan.PLAN_FILE).read_bytes()
+    first = capsys.readouterr().out
+    (tmp_path / "plan" / reproduce_plan.PLAN_FILE).unlink()
+    code = f"""
+import sys
+sys.argv[0] = "hf-treelang"
+from hf_treelang.cli import main
+assert main(["reproduce", "--preset", "tiny", "--plan", {str(tmp_path / "plan")!r}]) == 0
+print("heavy:", [m for m in ("torch", "transformers", "datasets") if m in sys.modules])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, plan_cache.CACHE_ENV: str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("heavy: []") and "come from the cache" in done.stdout
+    assert (tmp_path / "plan" / reproduce_plan.PLAN_FILE).read_bytes() == computed
+    assert [line for line in first.splitlines() if "optimizer steps" in line][0] in done.stdout
+    assert plan_cache.cached_plan("tiny", tmp_path / "plan") is not None
+    assert plan_cache.cached_plan("quick", tmp_path / "plan") is None  # another preset
+    assert plan_cache.cached_plan("tiny", tmp_path / "elsewhere") is None  # another folder
+    monkeypatch.setattr(plan_cache, "code_digest", lambda: "another version of the code")
+    assert plan_cache.cached_plan("tiny", tmp_path / "plan") is None
+
+
 def test_reproduce_takes_out_or_plan(tmp_path, capsys):
     parser = cli.command_parser("reproduce")
     assert reproduce_run(parser.parse_args([str(tmp_path / "a"), "--plan", str(tmp_path / "b")])) == 2

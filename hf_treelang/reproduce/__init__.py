@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from hf_treelang import register
 from hf_treelang.lazy import lazy_attributes
 
+from .plan_cache import write_cached_plan
 from .presets import PRESETS, PUBLIC_PRESETS, Preset
 
 PRESET_FILE = "preset.json"
@@ -165,10 +167,14 @@ def run(args) -> int:
         if args.plan is not None:
             if args.only is not None:
                 raise ValueError("--only selects steps to run; --plan lists every training run of the preset")
-            from .plan import write_plan  # lazy: loads torch; `hf-treelang --help` imports this package
+            log = lambda line: print(line, flush=True)  # noqa: E731
+            if write_cached_plan(args.plan, args.preset, log=log) is None:
+                from .plan import write_plan  # lazy: loads torch; `hf-treelang --help` imports this package
 
-            write_plan(args.plan, args.preset, log=lambda line: print(line, flush=True))
+                register()
+                write_plan(args.plan, args.preset, log=log)
             return 0
+        register()
         result = reproduce(args.out, args.preset, progress=not args.no_progress, only=args.only,
                            log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:

@@ -26,10 +26,10 @@ from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs
 from hf_treelang.train.folders import finished_run
 from hf_treelang.train.run import resolve
 
+from .plan_cache import PLAN_FILE, store_plan, write_plan_file
 from .presets import PRESETS, PUBLIC_PRESETS
 from .steps import SAMPLE_COMPLEXITY_DIR, Context, root_sweep_specs
 
-PLAN_FILE = "plan.json"
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
 ROOT_FIGURES = ("1b", "1c", "2b", "E.5")  # calibration, KL dynamics, k_test staircase, the classifier attention row
 MLM_FIGURES = ("1b", "1d", "1e", "3a", "3b", "4", "E.6", "E.7")
@@ -142,13 +142,9 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
         "note": "optimizer steps only: evaluations, data and BP references are not counted; reproduce trains the runs "
                 "one after the other",
     }
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / PLAN_FILE, _json(plan))
-    log(f"preset {preset}: {len(rows)} training runs for figures {', '.join(figures)}")
-    for line in estimate_lines(result):
-        log(line)
-    log(f"wrote {out / PLAN_FILE}")
-    return plan
+    lines = [f"preset {preset}: {len(rows)} training runs for figures {', '.join(figures)}", *estimate_lines(result)]
+    store_plan(preset, out, _json(plan), lines)
+    return write_plan_file(out, _json(plan), lines, log)
 
 
 # ---------------------------------------------------------------- execution
