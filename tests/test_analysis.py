@@ -286,5 +286,9 @@ def test_dynamics_draws_the_paper_colours_and_states_the_sizes_of_the_run(tmp_pa
         kl, accuracy = figure.axes[:2]
         assert [to_rgba(line.get_color()) for line in kl.lines] == [to_rgba(level_color(k, 2)) for k in range(3)]
         assert "model on 256, BP on 2000" in accuracy.get_title()
+        # curves that coincide stay visible: BP_0 above BP_1 above BP_2, each with its own marker
+        assert [line.get_zorder() for line in kl.lines] == sorted((line.get_zorder() for line in kl.lines),
+                                                                  reverse=True)
+        assert len({line.get_marker() for line in kl.lines}) == 3
     finally:
         pyplot().close(figure)

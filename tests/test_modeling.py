@@ -547,3 +547,25 @@ def test_default_initialisation_matches_the_paper_code_pytorch_defaults():
     assert torch.count_nonzero(xavier.treelang.layers[0].linear1.bias) == 0
     with pytest.raises(ValueError, match="initializer"):
         TreeLangConfig(initializer="orthogonal")
+
+
+def test_loading_the_packages_own_checkpoints_is_quiet_and_checks_the_keys_itself(tmp_path, capfd):
+    """No LOAD REPORT table nor progress bar (they fill logs); the keys are checked instead, in one error."""
+    from safetensors.torch import load_file, save_file
+
+    from hf_treelang.models.loading import load_pretrained
+
+    tiny_model(TreeLangForMaskedLM).save_pretrained(tmp_path / "mlm")
+    capfd.readouterr()
+    model = load_pretrained(TreeLangForSequenceClassification, tmp_path / "mlm", expected_missing=("classifier.",))
+    captured = capfd.readouterr()
+    assert isinstance(model, TreeLangForSequenceClassification)
+    assert "LOAD REPORT" not in captured.err + captured.out and "Loading weights" not in captured.err
+    with pytest.raises(ValueError, match=r"does not fit TreeLangForSequenceClassification \(missing: "
+                                         r"classifier.bias, classifier.weight\)"):
+        load_pretrained(TreeLangForSequenceClassification, tmp_path / "mlm")
+    weights = load_file(tmp_path / "mlm" / "model.safetensors")
+    weights.pop(next(key for key in weights if key.endswith("linear1.weight")))
+    save_file(weights, tmp_path / "mlm" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"\(missing: treelang.layers.0.linear1.weight"):
+        load_pretrained(TreeLangForMaskedLM, tmp_path / "mlm")

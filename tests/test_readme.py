@@ -146,3 +146,17 @@ def test_the_folders_the_readme_commands_write_are_git_ignored():
     written |= {"outputs"}  # training and reproduce outputs
     assert written == {"figures", "outputs"}
     assert written <= ignored
+
+
+def test_every_test_the_reliability_section_names_exists():
+    section = README.split("## Reliability", 1)[1].split("\n## ", 1)[0]
+    named = []
+    for row in section.splitlines():
+        current = None
+        for file, name in re.findall(r"`(tests/[\w/]+\.py)?::(\w+)`", row):
+            current = file or current
+            named.append((current, name))
+    assert len(named) >= 10
+    for file, name in named:
+        assert file is not None, f"{name}: the row names no test file before it"
+        assert f"def {name}(" in (ROOT / file).read_text(encoding="utf-8"), f"{file}::{name} does not exist"

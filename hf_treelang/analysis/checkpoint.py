@@ -12,6 +12,7 @@ import torch
 
 from hf_treelang import models
 from hf_treelang.core.grammar import Grammar
+from hf_treelang.models.loading import load_pretrained
 from hf_treelang.train.folders import TASK_ARCHITECTURES, check_run_complete, read_model_config
 
 from .io import check_device
@@ -112,7 +113,7 @@ def load_checkpoint(path, *, task: str | None = None, device: str | torch.device
             f"{TASK_DESCRIPTIONS[task]} checkpoint ({TASK_ARCHITECTURES[task]})"
         )
     class_name = TASK_ARCHITECTURES[found] if found is not None else "TreeLangModel"
-    model = getattr(models, class_name).from_pretrained(folder)
+    model = load_pretrained(getattr(models, class_name), folder)
     model.to(device).eval()
     return Checkpoint(path=folder, model=model, task=found, grammar=_grammar_of(folder, model.config))
 

@@ -215,6 +215,18 @@ def _sizes(path: Path) -> tuple:
     return (int(num_test) if isinstance(num_test, int) else None), sizes
 
 
+LEVEL_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h")
+
+
+def level_style(k: int, k_max: int) -> dict:
+    """The line of BP_k: its colour, its own marker, and a lower k drawn above a higher one, so that curves that
+    coincide (an MLM's KL to BP_0 and to BP_1 late in training) stay visible instead of the last one hiding the
+    first."""
+    return {"color": level_color(k, k_max), "marker": LEVEL_MARKERS[k % len(LEVEL_MARKERS)], "markersize": 3.5,
+            "markerfacecolor": "none" if k % 2 else level_color(k, k_max), "zorder": 3 + k_max - k,
+            "lw": 1.6 if k == 0 else 1.1}
+
+
 def plot_dynamics(result: DynamicsResult, title: str = ""):
     """KL-to-BP_k curves and the k_test accuracy staircase (plus argmax agreement and Spearman when logged)."""
     plt = pyplot()
@@ -231,7 +243,7 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
         ax.set_xlabel("training step (step 0 at 0.5)")
         if panel == "kl":
             for k, values in sorted(result.kl.items()):
-                ax.plot(x, values, marker=".", color=level_color(k, k_max), label=f"BP$_{{{k}}}$")
+                ax.plot(x, values, label=f"BP$_{{{k}}}$", **level_style(k, k_max))
             ax.set_yscale("log")
             ax.set_ylabel("mean $D_{KL}$(BP$_k$ ‖ model)")
             ax.set_title("alignment with BP$_k$ (Fig. 1c/d)", fontsize=9)
@@ -249,7 +261,7 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
             ax.set_title(f"accuracy per $k_{{test}}$ (Fig. 2b, 3a){on}", fontsize=9)
         else:
             for k, values in sorted(getattr(result, panel).items()):
-                ax.plot(x, values, marker=".", color=level_color(k, k_max), label=f"BP$_{{{k}}}$")
+                ax.plot(x, values, label=f"BP$_{{{k}}}$", **level_style(k, k_max))
             what = "argmax agreement" if panel == "match" else "mean Spearman correlation"
             ax.set_ylabel(f"{what} with BP$_k$")
             ax.set_title(f"{what} (App. E.4)", fontsize=9)

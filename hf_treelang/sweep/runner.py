@@ -34,13 +34,14 @@ from typing import Callable
 
 from hf_treelang.core.params import check_int
 from hf_treelang.jsonio import append_jsonl, read_json_object, read_jsonl, write_json_atomic, write_jsonl_atomic
+from hf_treelang.processes import exit_with_parent, process_alive
+from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
 from hf_treelang.train.folders import (
     finished_run,
     folder_state,
     last_checkpoint,
     read_identity,
 )
-from hf_treelang.processes import exit_with_parent, process_alive
 from hf_treelang.train.loop import train, train_together
 from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
 
@@ -246,6 +247,7 @@ def execute_job(payload: dict) -> list:
             handle = stack.enter_context(open(log_file, "a", buffering=1))
             stack.enter_context(contextlib.redirect_stdout(handle))
             stack.enter_context(contextlib.redirect_stderr(handle))
+            quiet_progress_bars_off_terminal(handle)  # a log file: plain lines, no \r redraws
         try:
             return _train_job(payload["runs"])
         except Exception as error:  # noqa: BLE001 - the whole job failed

@@ -46,6 +46,7 @@ from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import TrainOutput
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.models.loading import load_pretrained
 from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
 from hf_treelang.models.stacked import StackedTreeLang
 
@@ -126,9 +127,9 @@ def build_model(run: Run):
     data_args, model_args = run.data_args, run.model_args
     if run.task == "finetune":
         # the new root readout is part of the architecture: the config says which head to build (and to reload)
-        model = TreeLangForSequenceClassification.from_pretrained(
-            model_args.model_name_or_path, classifier_hidden_size=model_args.classifier_hidden_size
-        )
+        model = load_pretrained(TreeLangForSequenceClassification, model_args.model_name_or_path,
+                                expected_missing=("classifier.",),
+                                classifier_hidden_size=model_args.classifier_hidden_size)
         model.config.filter_level = data_args.k_train
         if model_args.freeze_encoder:
             model.freeze_encoder()
