@@ -1,7 +1,8 @@
-"""Speed and memory of the sampler and of BP_k (σ=1, grammar seed 0). Prints three tables.
+"""Speed and memory of the sampler, of BP_k and of the next-leaf oracle (σ=1, grammar seed 0). Prints four tables.
 
-    python benchmarks/bench_core.py            # the tables of the foundation issue and of issue 12
-    python benchmarks/bench_core.py --quick    # smaller batches, for a smoke run
+    python benchmarks/bench_core.py               # the tables of the foundation issue, of issue 12 and of next_leaf
+    python benchmarks/bench_core.py --quick       # smaller batches, for a smoke run
+    python benchmarks/bench_core.py --next-leaf   # only the next-leaf table
 
 Targets (2-core machine): sampler >= 1e6 samples/s at ℓ=4; BP >= 3e5 sequences/s (root) and >= 1.5e5 sequences/s
 (all leaf marginals, one mask per sequence) at ℓ=4 (q=4). Peak memory is the growth of the process's resident set
@@ -10,6 +11,10 @@ during the call (Linux VmHWM, reset before each measurement); BP's should grow l
 The last table runs BP with its default batch at q = 4, 16, 64, 128 (ℓ=6, all marginals): the working set of a pass
 (q² numbers per node) stays under ``WORKING_SET_BYTES`` (256 MiB), so the peak is that plus the output, whatever q
 (before issue 12, q=64 with n=2000 peaked at 3.9 GB for 125 MiB of output).
+
+The next-leaf table times ``next_leaf_distributions`` (every prefix's P_k(x_i | x_<i) and the chain-rule likelihood)
+with the matched BP_k on sequences drawn at level k, for every k: targets (2-core machine, q=4) all k at ℓ=4 for
+1e4 sequences (16 prefixes each) in <= 2 s, all k at ℓ=8 for 1e3 sequences (256 prefixes each) in <= 30 s.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 import torch
 
 from hf_treelang import BeliefPropagation, Grammar, sample_trees
+from hf_treelang.core import next_leaf_distributions
 
 
 def _rss_kib(field: str) -> int:
@@ -65,9 +71,41 @@ def _case(
     return best, (_rss_kib("VmHWM:") - base) / 1024
 
 
-def _child(conn, *args):
-    conn.send(_case(*args))
+def _next_leaf_case(depth: int, n: int, repeats: int, threads: int) -> list:
+    """[(k, best seconds per call)] for k = 0 .. depth: the next-leaf distributions of n sequences drawn at level k,
+    by the matched BP_k (every prefix of every sequence)."""
+    torch.set_num_threads(threads)
+    grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+    rows = []
+    for k in range(depth + 1):
+        ids = torch.from_numpy(sample_trees(grammar, n, depth, k, sampling_seed=2).leaves)
+        bp = BeliefPropagation(grammar, depth, k)
+        next_leaf_distributions(bp, ids[:64])  # warm-up: grammar tensors, allocator
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            result = next_leaf_distributions(bp, ids)
+            best = min(best, time.perf_counter() - start)
+            del result
+        rows.append((k, best))
+    return rows
+
+
+def _child(conn, function, *args):
+    conn.send(function(*args))
     conn.close()
+
+
+def _in_fresh_process(function, *args):
+    """``function(*args)`` in a fresh (spawned) process, so that one case's freed memory does not hide the next one's
+    peak."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_child, args=(child, function, *args))
+    process.start()
+    result = parent.recv()
+    process.join()
+    return result
 
 
 def measure(
@@ -75,14 +113,7 @@ def measure(
     num_symbols: int = 4, warm_up: bool = True,
 ):
     """Run one case in a fresh process, so that one case's freed memory does not hide the next one's peak."""
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    args = (child, what, depth, k, n, repeats, batch_size, threads, num_symbols, warm_up)
-    process = context.Process(target=_child, args=args)
-    process.start()
-    result = parent.recv()
-    process.join()
-    return result
+    return _in_fresh_process(_case, what, depth, k, n, repeats, batch_size, threads, num_symbols, warm_up)
 
 
 def main() -> None:
@@ -91,11 +122,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
     parser.add_argument("--memory-vs-q", action="store_true", help="only the table of BP's peak memory vs q")
+    parser.add_argument("--next-leaf", action="store_true", help="only the table of the next-leaf oracle")
     args = parser.parse_args()
     scale = 16 if args.quick else 1
+    if args.next_leaf:
+        next_leaf_table(args, scale)
+        return
     if not args.memory_vs_q:
         speed_and_memory_tables(args, scale)
     memory_vs_q_table(args, scale)
+    if not args.memory_vs_q:
+        next_leaf_table(args, scale)
 
 
 def speed_and_memory_tables(args, scale: int) -> None:
@@ -132,6 +169,23 @@ def memory_vs_q_table(args, scale: int) -> None:
         output = n * (2 ** (depth + 1) - 1) * q * 8 / 2**20  # every level's marginals, float64
         seconds, mib = measure("bp_all", depth, 0, n, 1, args.threads, num_symbols=q, warm_up=False)
         print(f"{q:>5}{n:>7}{batch:>7}{output:>12.1f}{mib:>10.1f}{seconds:>9.1f}", flush=True)
+
+
+def next_leaf_table(args, scale: int) -> None:
+    print()
+    print(f"Next-leaf distributions P_k(x_i | x_<i), every prefix (q=4, sigma=1, matched BP_k, float64, "
+          f"threads {args.threads}, best of {args.repeats})")
+    header = f"{'depth':>6}{'k':>4}{'n':>8}{'seconds':>10}{'sequences/s':>14}{'prefixes/s':>14}"
+    print(header)
+    print("-" * len(header))
+    for depth, n, target in ((4, 10**4, 2.0), (8, 10**3, 30.0)):
+        n = max(64, n // scale)
+        rows = _in_fresh_process(_next_leaf_case, depth, n, args.repeats, args.threads)
+        for k, seconds in rows:
+            rates = f"{n / seconds:>14,.0f}{n * 2**depth / seconds:>14,.0f}"  # sequences/s, prefixes/s
+            print(f"{depth:>6}{k:>4}{n:>8}{seconds:>10.3f}{rates}", flush=True)
+        total = sum(seconds for _, seconds in rows)
+        print(f"{depth:>6}{'all':>4}{n:>8}{total:>10.3f}   (target <= {target:g} s for n = {n:,})", flush=True)
 
 
 if __name__ == "__main__":
