@@ -288,6 +288,21 @@ def test_large_sigma_matches_log_domain_enumeration(sigma, dtype, tolerance):
                                                err_msg=f"q={q} k={k} row={row} m={m}")
 
 
+def test_a_masked_leaf_whose_weight_the_plain_kernels_would_flush_is_counted():
+    """σ = 300: a product of two message entries and a rule falls below float64's tiny while every normaliser stays
+    large; without the smallest-entry guard the likelihood lost a factor 2 (the masked leaf's two symbols)."""
+    grammar, depth, k = Grammar.random(2, 300.0, 19), 3, 1
+    exact = EnumeratedModel(grammar, depth, k)
+    leaves = np.concatenate([[[0, 2, 2, 0, 0, 2, 1, 0]],
+                             np.random.default_rng(19).integers(0, 3, size=(60, 2**depth))])
+    bp = BeliefPropagation(grammar, depth, k, on_impossible="flag")
+    upward_only, both = bp.log_likelihood(leaves), bp.infer(leaves).log_likelihood  # (the upward pass alone failed)
+    for row, sequence in enumerate(leaves):
+        log_likelihood, _ = log_posterior(exact, grammar, sequence)
+        for result in (upward_only, both):
+            assert result[row].item() == pytest.approx(log_likelihood, rel=1e-12), row
+
+
 # ---------------------------------------------------------------- memory: passes sized by the q² working set
 
 

@@ -19,9 +19,11 @@ Messages are normalised at every node and the logarithms of the normalisers are 
 
 Range: a grammar with large σ has rules far below float32's smallest number (σ = 30 gives M entries of 4e-50), and a
 message can hold probabilities whose ratio exceeds even float64's range (σ in the hundreds). Every sequence is run
-first with the plain kernels above (normalised messages, one matrix product per update). A sequence where some
-normaliser fell below ``q² tiny / eps`` of the dtype — the only way a flushed term could still matter — is run
-again with the *log-domain* kernels: messages are logarithms and every update is a log-sum-exp over the non-zero
+first with the plain kernels above (normalised messages, one matrix product per update). A sequence where a term may
+have been flushed to zero — some normaliser fell below ``q² tiny / eps`` of the dtype, or, with μ the smallest
+positive entry of its messages, a product of two entries and a rule, at least ``μ² × (smallest rule)``, may have
+fallen below ``q² tiny`` (a flushed term that carries a masked leaf's weight shifts the likelihood by a whole
+factor) — is run again with the *log-domain* kernels: messages are logarithms and every update is a log-sum-exp over the non-zero
 rules, ``log upward[a] = log Σ_{(a,b,c): M[a,b,c] > 0} exp(log M[a,b,c] + log left[b] + log right[c])``, each sum
 shifted by its own largest term. Nothing is flushed there, in float32 too, so "probability zero" (``impossible``)
 means that the grammar gives the evidence probability zero, never an underflow.
@@ -37,6 +39,7 @@ nodes, ``c`` a slice of nodes of one level, ``j`` a node of level k, ``R`` the n
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,6 +232,7 @@ class BeliefPropagation:
         n, k, l, q = ids.shape[0], self.filter_level, self.depth, self.num_symbols
         kernels = (_LogKernels if log_domain else _PlainKernels)(tables, n, ids.device)
         node_slice = max(1, WORKING_SET_BYTES // (max(n, 1) * kernels.bytes_per_node))
+        smallest = _SmallestEntry(n, tables, enabled=not log_domain)  # a product flushed below tiny: fragile
 
         # Upward pass through the full part of the tree, levels ℓ-1 .. k.
         upward = [None] * (l + 1)
@@ -238,16 +242,18 @@ class BeliefPropagation:
             # The level above the leaves is a lookup: upward[a] ∝ M[a, left, right], a masked child summed out.
             pair = ids[:, 0::2] * (q + 1) + ids[:, 1::2]  # (n, 2**(l-1))
             upward[l - 1], log_scale = kernels.pair(pair)  # (n, 2**(l-1), q), (n, 2**(l-1)): log normalisers
+            smallest.note(upward[l - 1])
         else:
             log_scale = torch.zeros(n, 1 << l, dtype=self.dtype, device=ids.device)
         for m in range(l - 2, k - 1, -1):
             children = upward[m + 1]  # (n, 2**(m+1), q)
             message, log_norm = _by_node_slices(kernels.upward, node_slice, children[:, 0::2], children[:, 1::2])
-            upward[m] = message  # (n, 2**m, q)
+            upward[m] = smallest.note(message)  # (n, 2**m, q)
             log_scale = log_scale[:, 0::2] + log_scale[:, 1::2] + log_norm  # per subtree
 
         # Filtered part: every level-k node talks to the root through its path factor P_k.
         log_to_root, log_norm = kernels.to_root(upward[k])  # (n, 2**k, q) normalised, entries <= 0; (n, 2**k)
+        smallest.note_log(log_to_root)
         log_scale = log_scale + log_norm
         log_root = tables.log_prior + log_to_root.sum(1)  # (n, q): a product of normalised messages
         log_total = torch.logsumexp(log_root, -1)  # (n,)
@@ -261,11 +267,11 @@ class BeliefPropagation:
         root = torch.softmax(log_root, -1)  # (n, q)
         result = BPResult(root=root, log_likelihood=log_likelihood, impossible=impossible)
         if not downward:
-            return result, kernels.fragile
+            return result, kernels.fragile | smallest.fragile()
 
         # Downward, filtered part: from_root[j, a] ∝ p0[a] Π_{j' != j} to_root[j', a], as exclusive sums of logs
         # (exact even when some to_root entries are zero).
-        down = kernels.from_root(tables.log_prior + _exclusive_sum(log_to_root))  # (n, 2**k, q)
+        down = smallest.note(kernels.from_root(tables.log_prior + _exclusive_sum(log_to_root)))  # (n, 2**k, q)
 
         levels = [None] * (l + 1)
         levels[0] = root[:, None, :]
@@ -275,6 +281,7 @@ class BeliefPropagation:
             children = upward[m + 1]  # (n, 2**(m+1), q); the leaf evidence when m + 1 = ℓ
             to_left, to_right = _by_node_slices(kernels.downward, node_slice, down, children[:, 0::2], children[:, 1::2])
             down = kernels.normalise(torch.stack([to_left, to_right], 2).reshape(n, 2 << m, q))  # (n, 2**(m+1), q)
+            smallest.note(down)
             if m + 1 < l:
                 levels[m + 1] = kernels.marginal(down, children)
         # An observed leaf's posterior is its one-hot evidence, a masked leaf's its downward message.
@@ -284,7 +291,7 @@ class BeliefPropagation:
             levels = [None if lv is None else torch.where(impossible[:, None, None], uniform, lv) for lv in levels]
         result.levels = levels
         result.leaves = levels[l]
-        return result, kernels.fragile
+        return result, kernels.fragile | smallest.fragile()
 
     def root_marginals(self, leaves) -> torch.Tensor:
         """P_k(root | observed leaves), (n, q)."""
@@ -443,6 +450,56 @@ class _LogKernels:
     @staticmethod
     def probabilities(log_message: torch.Tensor) -> torch.Tensor:
         return torch.exp(log_message)
+
+
+class _SmallestEntry:
+    """The plain kernels' guard: per row, the log of the smallest positive entry μ of every normalised message.
+
+    Every product the plain kernels form is of at most two message entries and one rule (of M, P_k or the leaf-pair
+    table), so where ``μ² · smallest rule >= q² tiny`` no product fell below the dtype's smallest normal number:
+    nothing was flushed and every entry, the smallest probabilities included, is exact to rounding. The other rows
+    are ``fragile``.
+    A log-domain pass (``enabled=False``) tracks nothing.
+    """
+
+    def __init__(self, n: int, tables, enabled: bool):
+        self.enabled = enabled
+        self.log_smallest = torch.zeros(n, dtype=tables.dtype, device=tables.device)  # (n,): log μ
+        self.log_bound = -math.inf  # log(q² tiny / smallest rule); nothing is fragile when disabled
+        if enabled:
+            info = torch.finfo(tables.dtype)
+            q = tables.num_symbols
+            self.log_bound = math.log(q * q * info.tiny) - _log_smallest_rule(tables)
+
+    def note(self, message: torch.Tensor) -> torch.Tensor:
+        """Take the positive entries of ``message`` (n, nodes, q) into μ; returns ``message``."""
+        if self.enabled:
+            positive = torch.where(message > 0, message, 1.0)
+            self.log_smallest = torch.minimum(self.log_smallest, torch.log(positive.flatten(1).amin(1)))
+        return message
+
+    def note_log(self, log_message: torch.Tensor) -> torch.Tensor:
+        """Take the finite entries of ``log_message`` (n, nodes, q), logarithms of a normalised message, into μ."""
+        if self.enabled:
+            finite = torch.where(torch.isfinite(log_message), log_message, 0.0)
+            self.log_smallest = torch.minimum(self.log_smallest, finite.flatten(1).amin(1))
+        return log_message
+
+    def fragile(self) -> torch.Tensor:
+        """(n,) bool: the rows where a product of two message entries and a rule may have been flushed."""
+        return 2 * self.log_smallest < self.log_bound
+
+
+_SMALLEST_RULE = weakref.WeakKeyDictionary()  # the grammar tensors of a BeliefPropagation -> their smallest rule
+
+
+def _log_smallest_rule(tables) -> float:
+    """log of the smallest positive factor a message is multiplied by: an entry of M, of P_k, or of the pair table
+    (whose entries, ratios of M's, are at least min M / q), from the float64 grammar."""
+    if tables not in _SMALLEST_RULE:
+        smallest = [array[array > 0].min() for array in (tables._grammar.M, tables._paths)]
+        _SMALLEST_RULE[tables] = math.log(min(smallest[0] / tables.num_symbols, smallest[1]))
+    return _SMALLEST_RULE[tables]
 
 
 def _segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, size: int) -> torch.Tensor:

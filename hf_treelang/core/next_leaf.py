@@ -67,12 +67,18 @@ nodes, ``j`` a node of level k, ``L = 2**l`` leaves (prefix lengths 0 .. L-1).
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 
 import torch
 
-from .bp import WORKING_SET_BYTES, BeliefPropagation, _by_node_slices, _LogKernels, _PlainKernels
+from .bp import (
+    WORKING_SET_BYTES,
+    BeliefPropagation,
+    _by_node_slices,
+    _LogKernels,
+    _PlainKernels,
+    _SmallestEntry,
+)
 from .params import check_int
 
 
@@ -209,56 +215,6 @@ def _next_leaf(bp: BeliefPropagation, ids: torch.Tensor, log_domain: bool):
     log_conditionals = chosen if log_domain else torch.log(chosen)
     log_conditionals = torch.where(observed, log_conditionals, 0.0)  # (n, L): a masked leaf adds nothing
     return probabilities, log_conditionals, kernels.fragile | smallest.fragile()
-
-
-class _SmallestEntry:
-    """The plain kernels' guard: per row, the log of the smallest positive entry μ of every normalised message.
-
-    Every product the plain kernels form is of at most two message entries and one rule (of M, P_k or the leaf-pair
-    table), so where ``μ² · smallest rule >= q² tiny`` no product fell below the dtype's smallest normal number:
-    nothing was flushed and every entry, the smallest probabilities included, is exact to rounding. The other rows
-    are ``fragile``.
-    A log-domain pass (``enabled=False``) tracks nothing.
-    """
-
-    def __init__(self, n: int, tables, enabled: bool):
-        self.enabled = enabled
-        self.log_smallest = torch.zeros(n, dtype=tables.dtype, device=tables.device)  # (n,): log μ
-        self.log_bound = -math.inf  # log(q² tiny / smallest rule); nothing is fragile when disabled
-        if enabled:
-            info = torch.finfo(tables.dtype)
-            q = tables.num_symbols
-            self.log_bound = math.log(q * q * info.tiny) - _log_smallest_rule(tables)
-
-    def note(self, message: torch.Tensor) -> torch.Tensor:
-        """Take the positive entries of ``message`` (n, nodes, q) into μ; returns ``message``."""
-        if self.enabled:
-            positive = torch.where(message > 0, message, 1.0)
-            self.log_smallest = torch.minimum(self.log_smallest, torch.log(positive.flatten(1).amin(1)))
-        return message
-
-    def note_log(self, log_message: torch.Tensor) -> torch.Tensor:
-        """Take the finite entries of ``log_message`` (n, nodes, q), logarithms of a normalised message, into μ."""
-        if self.enabled:
-            finite = torch.where(torch.isfinite(log_message), log_message, 0.0)
-            self.log_smallest = torch.minimum(self.log_smallest, finite.flatten(1).amin(1))
-        return log_message
-
-    def fragile(self) -> torch.Tensor:
-        """(n,) bool: the rows where a product of two message entries and a rule may have been flushed."""
-        return 2 * self.log_smallest < self.log_bound
-
-
-_SMALLEST_RULE = weakref.WeakKeyDictionary()  # the grammar tensors of a BeliefPropagation -> their smallest rule
-
-
-def _log_smallest_rule(tables) -> float:
-    """log of the smallest positive factor a message is multiplied by: an entry of M, of P_k, or of the pair table
-    (whose entries, ratios of M's, are at least min M / q), from the float64 grammar."""
-    if tables not in _SMALLEST_RULE:
-        smallest = [array[array > 0].min() for array in (tables._grammar.M, tables._paths)]
-        _SMALLEST_RULE[tables] = math.log(min(smallest[0] / tables.num_symbols, smallest[1]))
-    return _SMALLEST_RULE[tables]
 
 
 def _exclusive_prefix_sum(values: torch.Tensor) -> torch.Tensor:
