@@ -478,3 +478,14 @@ def test_ensemble_flags_are_not_run_arguments_of_a_spec(tmp_path):
     with pytest.raises(ValueError, match="`ensemble_seeds` is not a run argument"):
         engine.run_sweep(_spec(ensemble_seeds=[0, 1]), tmp_path / "out", **_quiet())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_training_field_outside_the_identity_that_may_change_the_result_is_refused_in_a_spec(tmp_path, fake_train):
+    from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS, UNKEYED_TRAINING_FIELDS
+
+    assert not set(IDENTITY_TRAINING_FIELDS) & set(UNKEYED_TRAINING_FIELDS)
+    with pytest.raises(ValueError, match="SPEC base: `bf16_full_eval` may change a run's result but is not part of "
+                                         "its identity"):
+        engine.run_sweep(_spec(bf16_full_eval=True), tmp_path / "out", **_quiet())
+    assert not (tmp_path / "out").exists()
+    assert engine.run_sweep(_spec({"seed": [0]}, logging_steps=7), tmp_path / "ok", **_quiet()).failed == {}

@@ -67,6 +67,25 @@ IDENTITY_TRAINING_FIELDS = (
     "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
     "ignore_data_skip", "average_tokens_across_devices",
 )
+# Training fields that cannot change a run's weights or metrics (logging, reporting, the Hub, data-loading workers,
+# the process layout, what the runner or the scripts set): given in a run description, they are not in its identity.
+# A field in neither this list nor IDENTITY_TRAINING_FIELDS (mixed precision of evaluation only, a compiler backend,
+# FSDP, a new transformers field, ...) may change the result without changing the identity, so a run description
+# that gives one is refused (a script run, which reuses nothing, takes any field).
+UNKEYED_TRAINING_FIELDS = (
+    "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "preset", "cpu_threads", "activation_checkpointing",
+    "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "use_cache", "torch_empty_cache_steps",
+    "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
+    "include_num_input_tokens_seen", "log_level", "log_level_replica", "disable_tqdm", "report_to", "run_name",
+    "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "eval_use_gather_object",
+    "eval_accumulation_steps", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub", "hub_token",
+    "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+    "restore_callback_states_from_checkpoint", "dataloader_num_workers", "dataloader_pin_memory",
+    "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_multiprocessing_context",
+    "length_column_name", "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
+    "ddp_static_graph", "ddp_backend", "ddp_timeout", "debug", "skip_memory_metrics", "do_train", "do_eval",
+    "do_predict", "local_rank",
+)
 # What the runner sets itself: a run description that gives them is refused.
 RESERVED_ARGUMENTS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir")
 WEIGHT_FILE_PREFIXES = ("model", "pytorch_model")  # model.safetensors, model-00001-of-00002.safetensors, ...
@@ -224,6 +243,10 @@ def known_arguments() -> dict:
     return hints
 
 
+def _training_fields() -> set:
+    return {f.name for f in dataclasses.fields(TreeLangTrainingArguments) if f.init}
+
+
 def _allows(hint, value) -> bool:
     """Whether ``value`` (from JSON) fits the type ``hint``; types other than bool/int/float/str/list pass."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -264,6 +287,10 @@ def check_arguments(arguments: dict, where: str = "run arguments") -> None:
             hint = f"; did you mean `{close[0]}`?" if close else ""
             raise ValueError(f"{where}: `{name}` is not a run argument (the fields of DataArguments, ModelArguments "
                              f"and TreeLangTrainingArguments){hint}")
+        if name in _training_fields() and name not in IDENTITY_TRAINING_FIELDS + UNKEYED_TRAINING_FIELDS:
+            raise ValueError(f"{where}: `{name}` may change a run's result but is not part of its identity, so a "
+                             "sweep or reproduction could reuse a run trained with another value; set it in a "
+                             "training script's run instead")
         if not _allows(hints[name], value):
             hint = hints[name]
             shown = hint.__name__ if isinstance(hint, type) else str(hint)
@@ -545,6 +572,7 @@ def run_identity(config: dict) -> str:
 
 __all__ = [
     "IDENTITY_TRAINING_FIELDS",
+    "UNKEYED_TRAINING_FIELDS",
     "MEMBERS_DIR",
     "Run",
     "build",
