@@ -17,6 +17,7 @@ import torch
 from hf_treelang import TreeLangConfig, TreeLangForMaskedLM, cli
 from hf_treelang.analysis import sample_complexity
 from hf_treelang.reproduce import plan as reproduce_plan
+from hf_treelang.reproduce.presets import PAPER_FIGURES, check_figures
 from hf_treelang.reproduce import run as reproduce_run
 from hf_treelang.sweep import estimate, figure, spec
 from hf_treelang.sweep import runner as engine
@@ -391,7 +392,10 @@ def test_the_plan_lists_every_training_of_the_preset_with_its_figures_and_steps(
     names = [row["name"] for row in plan["runs"]]
     assert len(names) == len(set(names)) and {"root", "mlm", "mlm_k2"} <= set(names)
     figures = {f for row in plan["runs"] for f in row["figures"]}
-    assert {"1b", "1c", "1d", "1f", "2a", "2b", "3a", "4", "E.1", "E.2", "E.3"} <= figures
+    assert {"1b", "1c", "1d", "1f", "2a", "2b", "3a", "4", "6", "7", "8", "10"} <= figures
+    assert figures <= set(PAPER_FIGURES)  # the paper's figure numbers, never an appendix section
+    root = next(row for row in plan["runs"] if row["name"] == "root")
+    assert "1b" not in root["figures"]  # Fig. 1b is the MLM model's calibration
     arms = [row for row in plan["runs"] if "1f" in row["figures"]]
     assert sorted(row["task"] for row in arms) == ["finetune", "finetune", "root"]  # scratch, frozen, finetuned
     assert plan["total_optimizer_steps"] == sum(row["optimizer_steps"] for row in plan["runs"]) > 0
@@ -431,6 +435,14 @@ print("heavy:", [m for m in ("torch", "transformers", "datasets") if m in sys.mo
     assert plan_cache.cached_plan("tiny", tmp_path / "elsewhere") is None  # another folder
     monkeypatch.setattr(plan_cache, "code_digest", lambda: "another version of the code")
     assert plan_cache.cached_plan("tiny", tmp_path / "plan") is None
+
+
+def test_the_appendix_figures_are_numbered_as_in_the_paper():
+    sections = {figure: where for figure, (where, _) in PAPER_FIGURES.items()}
+    assert [sections[str(n)] for n in range(5, 14)] == ["App. B", "App. E.1", "App. E.2", "App. E.3", "App. E.3",
+                                                        "App. E.4", "App. E.5", "App. E.7", "App. F"]
+    with pytest.raises(ValueError, match="figure 'E.6' is not one of the paper's figures"):
+        check_figures(["1b", "E.6"])
 
 
 def test_reproduce_takes_out_or_plan(tmp_path, capsys):

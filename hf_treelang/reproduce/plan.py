@@ -3,11 +3,13 @@
 * :func:`planned_runs` — every training run of a preset, with the paper figures it feeds, built with the same
   :class:`~hf_treelang.reproduce.steps.Context` methods the steps train with (``runs/<name>`` folders);
 * :func:`write_plan` — ``hf-treelang reproduce --preset paper --plan OUT``: ``OUT/plan.json`` (one object per run:
-  task, k_train, P, epochs, n_L, grammar seed, seed, clipping, figures, optimizer steps) and the total steps with the
-  estimated time on this machine and on one GPU, from steps/s measured on the runs' own models;
-* :class:`EngineRunner` — ``Context.run`` of a reproduction: every run goes through
-  the sweep runner's :func:`~hf_treelang.sweep.runner.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the same
-  identity are reused, changed ones trained again, interrupted ones resumed), and is recorded for the step markers;
+  task, k_train, P, epochs, n_L, grammar seed, seed, clipping, figures by the paper's numbers, optimizer steps) and
+  the total steps with the estimated time on this machine and on one GPU, from steps/s measured on the runs' own
+  models (a plan computed once on a machine comes from :mod:`~hf_treelang.reproduce.plan_cache` afterwards);
+* :class:`EngineRunner` — ``Context.run`` of a reproduction: every run goes through the sweep runner's
+  :func:`~hf_treelang.sweep.runner.execute_runs` into ``OUT/runs/<name>`` (identity-checked: finished runs of the
+  same identity are reused, changed ones trained again, interrupted ones resumed), and is recorded for the step
+  markers;
 * :func:`marker_valid` — whether a step's ``.done`` marker still describes ``OUT``: the same preset, every run it
   trained still of the identity it had, no finished run trained again since.
 """
@@ -27,13 +29,13 @@ from hf_treelang.train.folders import finished_run
 from hf_treelang.train.run import resolve
 
 from .plan_cache import PLAN_FILE, store_plan, write_plan_file
-from .presets import PRESETS, PUBLIC_PRESETS
+from .presets import PRESETS, PUBLIC_PRESETS, check_figures
 from .steps import SAMPLE_COMPLEXITY_DIR, Context, root_sweep_specs
 
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
-ROOT_FIGURES = ("1b", "1c", "2b", "E.5")  # calibration, KL dynamics, k_test staircase, the classifier attention row
-MLM_FIGURES = ("1b", "1d", "1e", "3a", "3b", "4", "E.6", "E.7")
-MLM_K_FIGURES = ("4", "E.7")
+ROOT_FIGURES = ("1c", "2b", "11")  # KL dynamics, accuracy per k_test, the classifier attention row
+MLM_FIGURES = ("1b", "1d", "1e", "3a", "3b", "4", "10", "12")
+MLM_K_FIGURES = ("4", "12")
 
 
 def _json(value):
@@ -48,7 +50,7 @@ def planned_runs(ctx) -> list:
 
     def add(name: str, task: str, arguments: dict, figures) -> None:
         entry = entries.setdefault(name, {"name": name, "task": task, "arguments": arguments, "figures": []})
-        entry["figures"].extend(f for f in figures if f not in entry["figures"])
+        entry["figures"].extend(f for f in check_figures(figures) if f not in entry["figures"])
 
     def add_run(run, figures) -> None:
         add(run.name, run.task, run.arguments, figures)
@@ -69,14 +71,14 @@ def planned_runs(ctx) -> list:
     if "root_sweep" in steps:
         for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
             largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
-            add_run(run, ("2a", "E.3", "E.5") if largest and "classifier_attention" in steps else ("2a", "E.3"))
+            add_run(run, ("2a", "8", "11") if largest and "classifier_attention" in steps else ("2a", "8"))
     if "layers_sweep" in steps:
         for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
-            add_run(run, ("E.1",))
+            add_run(run, ("6",))
     if "seed_sweep" in steps:
         for seed in p.grammar_seeds:
             for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
-                add_run(run, ("E.2",))
+                add_run(run, ("7",))
     return list(entries.values())
 
 

@@ -17,8 +17,8 @@ from hf_treelang.train import paper_settings as paper
 BASE_STEPS = ("data", "bp", "train_root", "train_mlm", "dynamics", "calibration", "attention", "probe",
               "sample_complexity")
 # Steps of the sweeps, after the base steps; a preset has those whose sizes it sets (:meth:`Preset.figure_steps`):
-# Fig. 2a / App. E.3 (root accuracy vs P per k_train), E.1 (per n_L), E.2 (per grammar), E.5 (classifier
-# attention maps) and E.7 right (probes of the k_train MLM models).
+# Fig. 2a / 8 (root accuracy vs P per k_train), 6 (per n_L), 7 (per grammar), 11 (classifier attention maps) and
+# 12 right (probes of the k_train MLM models).
 FIGURE_STEPS = ("root_sweep", "layers_sweep", "seed_sweep", "classifier_attention", "probe_filtered")
 
 
@@ -39,9 +39,9 @@ class Preset:
     """Sizes of one reproduction (data: q, ℓ, σ, grammar seed, k_train; model; training; analyses; sweeps).
 
     Attributes (beyond the obvious): ``root_checkpoint_epochs`` / ``mlm_checkpoint_epochs`` evaluate and save the
-    main runs at the end of those epochs; ``sweep_filter_levels`` the k_train of Fig. 2a / E.3 (``sweep_sizes`` the
+    main runs at the end of those epochs; ``sweep_filter_levels`` the k_train of Figs. 2a / 8 (``sweep_sizes`` the
     P for k_train = 0, ``sweep_sizes_filtered`` for k_train > 0, ``sweep_epochs`` each); ``layer_counts`` the n_L of
-    App. E.1; ``grammar_seeds`` the other grammars of App. E.2; ``probe_*`` the probes of Fig. 3b / App. E.7
+    Fig. 6; ``grammar_seeds`` the other grammars of Fig. 7; ``probe_*`` the probes of Figs. 3b / 12
     (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_classifier_hidden_size`` the
     hidden units of the new root readout of Fig. 1f's pre-trained arms (0 = linear, as Sec. 3.2). An empty sweep
     setting leaves its step out of the preset.
@@ -104,11 +104,46 @@ class Preset:
         return self.sweep_sizes if filter_level == 0 or not self.sweep_sizes_filtered else self.sweep_sizes_filtered
 
 
+# The paper's figures by their numbers, the one naming of a figure in the package (the plan, the report, the findings):
+# figure -> (where it is in the paper, what it shows). The appendix's figures are numbered on: B = 5, E.1 = 6,
+# E.2 = 7, E.3 = 8 and 9, E.4 = 10, E.5 = 11, E.7 = 12, F = 13 (E.6 describes the probes of Fig. 3b; it has none).
+PAPER_FIGURES = {
+    "1a": ("Sec. 1", "the filtered hierarchical model"),
+    "1b": ("Sec. 1", "MLM predictions vs BP marginals, in- and out-of-sample"),
+    "1c": ("Sec. 1", "root classification: KL to every BP_k along training"),
+    "1d": ("Sec. 1", "MLM: KL to every BP_k along training"),
+    "1e": ("Sec. 1", "attention maps of the MLM model"),
+    "1f": ("Sec. 1", "root accuracy vs P: scratch, frozen and fine-tuned MLM encoder"),
+    "2a": ("Sec. 3.2", "root accuracy along training for P and k_train"),
+    "2b": ("Sec. 3.2", "root accuracy per k_test along training"),
+    "3a": ("Sec. 3.3", "MLM accuracy per k_test along training"),
+    "3b": ("Sec. 3.3", "ancestor probes per layer"),
+    "4": ("Sec. 4", "attention maps of MLM models trained on filtered data"),
+    "5": ("App. B", "the BP messages of a node"),
+    "6": ("App. E.1", "root accuracy vs P for several numbers of layers"),
+    "7": ("App. E.2", "root accuracy vs P for other grammars"),
+    "8": ("App. E.3", "in-sample root accuracy vs P on filtered data"),
+    "9": ("App. E.3", "KL to BP vs P on filtered data, in-sample and on uniform inputs"),
+    "10": ("App. E.4", "MLM argmax agreement and Spearman correlation with BP_k"),
+    "11": ("App. E.5", "attention maps of the root classifiers"),
+    "12": ("App. E.7", "further probes (ends of the sequence, filtered data)"),
+    "13": ("App. F", "the complementary-subtree attention of the BP implementation"),
+}
+
+
+def check_figures(figures) -> tuple:
+    """``figures`` as a tuple, each a key of :data:`PAPER_FIGURES` (a ValueError names the first that is not)."""
+    for figure in figures:
+        if figure not in PAPER_FIGURES:
+            raise ValueError(f"figure {figure!r} is not one of the paper's figures {tuple(PAPER_FIGURES)}")
+    return tuple(figures)
+
+
 PRESETS = {
     "quick": Preset(
         name="quick",
         description="ℓ=4, q=4, a reduced encoder (d=64, d'=256, 4 layers); P=2^14 root (6 epochs), P=2^14 MLM "
-        "(20 epochs); 12-20 min on a 2-core CPU; no sweeps (Fig. 2a, App. E.1-E.3, E.5, E.7 right need --preset "
+        "(20 epochs); 12-20 min on a 2-core CPU; no sweeps (Figs. 2a, 6, 7, 8, 11 and 12 right need --preset "
         "paper)",
         model={"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 1, "intermediate_size": 256},
         root_train=2**14, root_epochs=6.0, mlm_train=2**14, mlm_epochs=20.0, num_test=2048, num_evaluations=12,
@@ -119,8 +154,8 @@ PRESETS = {
     "paper": Preset(
         name="paper",
         description="the authors' settings: ℓ=4, q=4, d=128, d'=2048, n_L=4; root P=2^17 for 200 epochs, MLM "
-        "P=2^18 for 2000 epochs (checkpoints at the authors' epochs), 10^4 test inputs; Fig. 2a / E.3 k_train=0..4 "
-        "at P=2^9..2^17 (k=0) or 2^20 (k>0), 200 epochs each; E.1 n_L=1..4; E.2 grammar seeds 1, 15, 31; probes "
+        "P=2^18 for 2000 epochs (checkpoints at the authors' epochs), 10^4 test inputs; Figs. 2a / 8 k_train=0..4 "
+        "at P=2^9..2^17 (k=0) or 2^20 (k>0), 200 epochs each; Fig. 6 n_L=1..4; Fig. 7 grammar seeds 1, 15, 31; probes "
         "on 2^14 sequences, 100 epochs, best of 10^4 validation sequences; no gradient clipping",
         model={"hidden_size": paper.MODEL["hidden_size"], "num_hidden_layers": 4,
                "num_attention_heads": paper.MODEL["num_attention_heads"],
