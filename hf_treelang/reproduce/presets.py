@@ -164,7 +164,7 @@ PRESETS = {
         root_checkpoint_epochs=paper.ROOT_CHECKPOINT_EPOCHS,
         mlm_train=paper.MLM_TRAIN, mlm_epochs=float(paper.MLM_EPOCHS),
         mlm_checkpoint_epochs=paper.MLM_CHECKPOINT_EPOCHS,
-        num_test=paper.NUM_TEST, num_evaluations=25, analysis_samples=10_000,
+        num_test=paper.NUM_TEST, num_evaluations=paper.NUM_EVALUATIONS, analysis_samples=10_000,
         probe_train=paper.PROBE_TRAIN, probe_validation=paper.PROBE_VALIDATION, probe_test=2**12,
         probe_epochs=paper.PROBE_EPOCHS, probe_batch_size=paper.PROBE_BATCH_SIZE,
         probe_learning_rate=paper.PROBE_LEARNING_RATE, probe_hidden=paper.PROBE_HIDDEN,

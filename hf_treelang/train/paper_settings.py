@@ -28,6 +28,9 @@ MLM_CHECKPOINT_EPOCHS = (1, 2, 7, 19, 51, 138, 372, 500, 1000, 1500, 2000)
 # Test and validation sets: N_test = N_val = int(1e4) in every script.
 NUM_TEST = 10**4
 NUM_VALIDATION = 10**4
+# Log-spaced evaluations of a paper-sized run (ours: the authors evaluate at their checkpoint epochs, which every
+# paper preset adds); one number for the scripts' `--preset paper` and `reproduce --preset paper`.
+NUM_EVALUATIONS = 25
 
 # Fig. 2a / App. E.3 (scripts/Transformer_RootInference.py, P = 2**np.arange(9, 18) at k = 0;
 # scripts/Transformer_RootInference_factorized.py, P = 2**np.arange(9, 21) at k = 1..4), 200 epochs each.
