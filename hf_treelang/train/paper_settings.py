@@ -55,7 +55,11 @@ PROBE_LEARNING_RATE = 1e-4
 PROBE_HIDDEN = 64
 FILTERED_PROBE_HIDDEN = 0
 
-# Fine-tuning, Fig. 1f (scripts/root_inference_fine_tuning.py at commit bde2fcd, marked incomplete by its authors;
-# no later script): N_EPOCHS = 200, head_hidden_dim = [64], frozen modules in eval mode (freeze_encoder_weights).
+# Fine-tuning, Fig. 1f. No script on the paper-submission branch; the authors' history holds three variants, all
+# on l = 8 data (labeled_data_fixed_validation_4_8_1.0_*.npy): scripts/root_inference_fine_tuning.py at bde2fcd
+# (marked incomplete by its authors) with head_hidden_dim = [64] and N_EPOCHS = 200; the same script at a83bb3a
+# with [128, 64, 32] and 25 epochs; notebooks/fine_tuning/fine_tuning_root_inference.ipynb with [32] and 10 epochs.
+# Frozen modules are put in eval mode (freeze_encoder_weights). Which one made Fig. 1f is not recorded: the default
+# here is the first ([64], 200 epochs), the only one that went into a script the authors committed as a run.
 FINETUNE_EPOCHS = 200
 FINETUNE_HIDDEN = 64
