@@ -93,6 +93,24 @@ def test_a_resumed_run_ends_with_the_same_bytes_and_evaluations_as_the_uninterru
     assert losses[1] == pytest.approx(losses[0], rel=1e-6), "train_loss is the mean over every step of the run"
 
 
+def test_a_checkpoint_written_without_the_loss_record_resumes_and_counts_the_logged_losses(tmp_path):
+    """Checkpoints of earlier versions hold no RunLoss entry: resuming one trains on (no KeyError at the next save),
+    and train_loss is the mean over the steps whose losses are known (the logged ones and those trained now)."""
+    logged = ("--logging_steps", "3")
+    full = _train("root", tmp_path / "full", *logged)
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    state_file = resumed_dir / "checkpoint-3" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    del state["stateful_callbacks"]["RunLoss"]
+    state_file.write_text(json.dumps(state))
+    resumed = _train("root", resumed_dir, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"), *logged)
+    assert resumed.global_step == full.global_step == 12 and (resumed_dir / "checkpoint-6").is_dir()
+    losses = [json.loads((path / "metrics.json").read_text())["train_loss"] for path in (tmp_path / "full", resumed_dir)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)  # step 3 was a logging step: nothing is lost
+
+
 @pytest.mark.parametrize("engine", ENGINES, ids=[engine or "default" for engine in ENGINES])
 def test_resuming_from_the_final_checkpoint_of_a_max_steps_run_trains_no_further(tmp_path, engine):
     """max_steps 9 ends in the middle of the second epoch (6 steps per epoch): Trainer alone would train step 10."""

@@ -222,18 +222,33 @@ def check_epoch_loop_contract(trainer_class=Trainer) -> None:
 
 
 class RunLoss(TrainerCallback, ExportableState):
-    """The sum of the training losses of every step so far, saved in each checkpoint's ``trainer_state.json`` (as
-    a stateful callback) so that a resumed run reports the same ``train_loss`` as the uninterrupted one.
+    """The sum of the training losses of the run's steps so far and how many steps it covers, saved in each
+    checkpoint's ``trainer_state.json`` (as a stateful callback) so that a resumed run reports the same
+    ``train_loss`` as the uninterrupted one.
 
     ``member_loss_sums`` holds a stacked ensemble's per-member sums (empty for one model).
     """
 
-    def __init__(self, loss_sum: float = 0.0, member_loss_sums: list | None = None):
+    def __init__(self, loss_sum: float = 0.0, member_loss_sums: list | None = None, steps: int = 0):
         self.loss_sum = loss_sum
         self.member_loss_sums = list(member_loss_sums or [])
+        self.steps = steps
 
     def state(self) -> dict:
-        return {"args": {}, "attributes": {"loss_sum": self.loss_sum, "member_loss_sums": self.member_loss_sums}}
+        return {"args": {}, "attributes": {"loss_sum": self.loss_sum, "member_loss_sums": self.member_loss_sums,
+                                           "steps": self.steps}}
+
+
+def logged_loss_sum(log_history: list, global_step: int) -> RunLoss:
+    """The loss sum of the first ``global_step`` steps as far as the Trainer's logs tell it, for a checkpoint written
+    without :class:`RunLoss`: each logged ``loss`` is the mean over the steps since the previous log, so the sum
+    covers the steps up to the last log before ``global_step`` (none for a fresh run)."""
+    total, previous = 0.0, 0
+    for entry in log_history:
+        if "loss" in entry and "step" in entry and previous < entry["step"] <= global_step:
+            total += float(entry["loss"]) * (entry["step"] - previous)
+            previous = entry["step"]
+    return RunLoss(total, steps=previous)
 
 
 class ResumesWhole:
@@ -254,21 +269,30 @@ class ResumesWhole:
 
     def _init_training_state(self, max_steps, *args, **kwargs):
         epochs_trained, steps_in_epoch = super()._init_training_state(max_steps, *args, **kwargs)
-        saved = self.state.stateful_callbacks.get(RunLoss.__name__, {})
-        self._loss_before = RunLoss(**saved.get("attributes", {})) if isinstance(saved, dict) else RunLoss()
+        saved = self.state.stateful_callbacks.get(RunLoss.__name__)
+        if isinstance(saved, dict):
+            self._loss_before = RunLoss(**saved.get("attributes", {}))
+        else:  # a fresh run, or a checkpoint written without the record (its sum rebuilt from the logged losses)
+            self._loss_before = logged_loss_sum(self.state.log_history, self.state.global_step)
+            self.state.stateful_callbacks[RunLoss.__name__] = self._loss_before.state()
+        self._steps_unaccounted = self.state.global_step - self._loss_before.steps  # steps of an old checkpoint
         if self.state.global_step >= max_steps:  # only a resumed state can be there: no epoch is left to run
             return self.state.num_train_epochs, 0
         return epochs_trained, steps_in_epoch
 
+    _steps_unaccounted = 0
+
     def run_loss(self) -> RunLoss:
         """The loss sums of the run so far (a host sync: called at checkpoints and at the end only)."""
-        return RunLoss(self._loss_before.loss_sum + self._total_loss_scalar + float(self._tr_loss.item()))
+        return RunLoss(self._loss_before.loss_sum + self._total_loss_scalar + float(self._tr_loss.item()),
+                       steps=self.state.global_step - self._steps_unaccounted)
 
     def _save_checkpoint(self, model, trial):
         saved = self.run_loss()
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, RunLoss):
-                callback.loss_sum, callback.member_loss_sums = saved.loss_sum, saved.member_loss_sums
+                callback.loss_sum, callback.member_loss_sums, callback.steps = (saved.loss_sum, saved.member_loss_sums,
+                                                                                saved.steps)
         return super()._save_checkpoint(model, trial)
 
     def log(self, logs: dict, *args, **kwargs) -> None:
@@ -277,8 +301,10 @@ class ResumesWhole:
         return super().log(logs, *args, **kwargs)
 
     def run_train_loss(self) -> float:
-        """The mean training loss over every step of the run (after the Trainer's end-of-training sum)."""
-        return (self._loss_before.loss_sum + self._total_loss_scalar) / max(self.state.global_step, 1)
+        """The mean training loss over every step of the run (after the Trainer's end-of-training sum); over the
+        steps whose losses are known when it resumed from a checkpoint written without :class:`RunLoss`."""
+        steps = self.state.global_step - self._steps_unaccounted
+        return (self._loss_before.loss_sum + self._total_loss_scalar) / max(steps, 1)
 
     def _finalize_training(self, *args, **kwargs):
         output = super()._finalize_training(*args, **kwargs)
@@ -615,6 +641,7 @@ class EnsembleTrainer(TreeLangTrainer):
         self.members = members
         self.ensemble_manifest = ensemble_manifest
         self.member_loss_sum = torch.zeros(len(members), device=self.args.device)  # (N,) over the whole run
+        self._member_steps_unaccounted = 0
         tensorboard_in_output_dir(self)
 
     def forward_loss(self, model, inputs: dict) -> tuple:
@@ -627,6 +654,9 @@ class EnsembleTrainer(TreeLangTrainer):
         trained = super()._init_training_state(max_steps, *args, **kwargs)
         if self._loss_before.member_loss_sums:  # resumed: the members' sums so far (in place: a graph may hold it)
             self.member_loss_sum.copy_(torch.tensor(self._loss_before.member_loss_sums))
+            self._member_steps_unaccounted = self._steps_unaccounted
+        else:  # fresh, or a checkpoint written without the record: the members' losses before it are unknown
+            self._member_steps_unaccounted = self.state.global_step
         return trained
 
     def run_loss(self) -> RunLoss:
@@ -688,8 +718,9 @@ class EnsembleTrainer(TreeLangTrainer):
                     os.path.join(state.run.training_args.output_dir, checkpoint))
 
     def member_train_losses(self) -> list:
-        """Each member's mean training loss over every step of the run (resumed ones included)."""
-        steps = max(self.state.global_step, 1)
+        """Each member's mean training loss over every step of the run (resumed ones included; from a checkpoint
+        written without :class:`RunLoss`, over the steps since)."""
+        steps = max(self.state.global_step - self._member_steps_unaccounted, 1)
         return [float(value) / steps for value in self.member_loss_sum.cpu()]
 
 
