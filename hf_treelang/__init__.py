@@ -32,6 +32,7 @@ _LAZY = {
     "sample_trees": "hf_treelang.core.sampling",
     "uniform_sequences": "hf_treelang.core.sampling",
     "TreeLangConfig": "hf_treelang.models.configuration_treelang",
+    "TreeLangForCausalLM": "hf_treelang.models.modeling_treelang",
     "TreeLangForMaskedLM": "hf_treelang.models.modeling_treelang",
     "TreeLangForSequenceClassification": "hf_treelang.models.modeling_treelang",
     "TreeLangModel": "hf_treelang.models.modeling_treelang",
@@ -74,16 +75,28 @@ def register() -> None:
     (:func:`hf_treelang.data.registration.register_dataset_builder`): the rest of the package still imports.
     """
     # lazy: torch, transformers and datasets load when registering, which the console script defers past --help
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+    )
 
     from .data.registration import register_dataset_builder
     from .models.configuration_treelang import TreeLangConfig
-    from .models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification, TreeLangModel
+    from .models.modeling_treelang import (
+        TreeLangForCausalLM,
+        TreeLangForMaskedLM,
+        TreeLangForSequenceClassification,
+        TreeLangModel,
+    )
 
     AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
     AutoModel.register(TreeLangConfig, TreeLangModel, exist_ok=True)
     AutoModelForMaskedLM.register(TreeLangConfig, TreeLangForMaskedLM, exist_ok=True)
     AutoModelForSequenceClassification.register(TreeLangConfig, TreeLangForSequenceClassification, exist_ok=True)
+    AutoModelForCausalLM.register(TreeLangConfig, TreeLangForCausalLM, exist_ok=True)
     register_dataset_builder()  # datasets.load_dataset("treelang", "k2") now builds our data
 
 

@@ -329,6 +329,7 @@ def test_save_writes_safetensors_code_and_complete_auto_map(tmp_path):
         "AutoModel": "modeling_treelang.TreeLangModel",
         "AutoModelForMaskedLM": "modeling_treelang.TreeLangForMaskedLM",
         "AutoModelForSequenceClassification": "modeling_treelang.TreeLangForSequenceClassification",
+        "AutoModelForCausalLM": "modeling_treelang.TreeLangForCausalLM",
     }
     for name in ("modeling_treelang.py", "configuration_treelang.py"):
         code = (tmp_path / name).read_text()

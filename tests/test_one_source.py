@@ -36,7 +36,13 @@ from hf_treelang.models.configuration_treelang import TreeLangConfig
 from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM
 from hf_treelang.train import folders, loop
 from hf_treelang.train import run as run_module
-from hf_treelang.train.arguments import ARCHITECTURE_FIELDS, DataArguments, ModelArguments, TreeLangTrainingArguments
+from hf_treelang.train.arguments import (
+    ARCHITECTURE_FIELDS,
+    TASK_CONFIG_FIELDS,
+    DataArguments,
+    ModelArguments,
+    TreeLangTrainingArguments,
+)
 from hf_treelang.train.callbacks import BPKLCallback
 from hf_treelang.train.data import load_run_data, to_datasets
 from hf_treelang.train.outputs import render_model_card
@@ -213,7 +219,8 @@ def test_architecture_fields_are_every_config_field_that_is_not_data_metadata():
     config_fields = set(TreeLangConfig().to_dict()) - set(PreTrainedConfig().to_dict())
     data_fields = _data_metadata_fields()
     assert data_fields == {"vocab_size", "depth", "filter_level", "sigma", "grammar_seed"}
-    assert set(ARCHITECTURE_FIELDS) == config_fields - data_fields
+    assert set(ARCHITECTURE_FIELDS) == config_fields - data_fields - set(TASK_CONFIG_FIELDS)
+    assert set(TASK_CONFIG_FIELDS) == {"is_causal"}  # each head sets it; not an argument
     assert {"hidden_act", "layer_norm_eps", "initializer", "classifier_pooling"} <= set(ARCHITECTURE_FIELDS)
 
 

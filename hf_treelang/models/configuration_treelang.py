@@ -1,7 +1,8 @@
 """Configuration of the TreeLang encoder (the transformer of Sec. 3.1 and App. C of the paper).
 
 Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves), `k` filter level, `d` hidden size,
-`d'` feed-forward size. The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q`.
+`d'` feed-forward size. The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q` (for the causal
+language model, `is_causal=True`, the same id `q` is the beginning-of-sequence token).
 
 This file depends on `transformers` only: it is copied next to saved checkpoints so that they load with
 `trust_remote_code=True` where `hf_treelang` is not installed.
@@ -79,6 +80,10 @@ class TreeLangConfig(PreTrainedConfig):
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+        is_causal (`bool`, defaults to False): causal self-attention (position i attends to positions <= i), the
+            attention of [`TreeLangForCausalLM`], whose config always has it True; the masked-LM and root heads
+            always have it False. A bare [`TreeLangModel`] follows it: with True it is the causal model's encoder
+            and reads its input layout (`[BOS, x_0, ..., x_{T-2}]`, BOS = q, 1 <= T <= 2**depth).
 
     `num_labels` is not a free parameter: the root classifier predicts the root symbol, so `num_labels` is always q
     (`id2label` names the symbols `symbol_0 .. symbol_{q-1}`). Passing or setting another value raises, also through
@@ -104,6 +109,7 @@ class TreeLangConfig(PreTrainedConfig):
     filter_level: int = 0
     sigma: float = 1.0
     grammar_seed: int = 0
+    is_causal: bool = False
 
     def __post_init__(self, **kwargs):
         # A derived size saved by `to_dict` of older files or passed by callers must agree with `depth`.
@@ -172,6 +178,8 @@ class TreeLangConfig(PreTrainedConfig):
              f"a real number in [0, {MAX_SIGMA:g}]"),
             ("grammar_seed", _is_int(self.grammar_seed) and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED,
              f"an integer in [0, {MAX_GRAMMAR_SEED}]"),
+            ("is_causal", isinstance(self.is_causal, bool),
+             "True (causal attention, the causal language model) or False (every leaf attends to every leaf)"),
         ]
         for name, ok, allowed in rules:
             if not ok:
@@ -215,6 +223,11 @@ class TreeLangConfig(PreTrainedConfig):
     @property
     def mask_token_id(self) -> int:
         """Id of the mask token, q."""
+        return self.vocab_size - 1
+
+    @property
+    def bos_token_id(self) -> int:
+        """Id of the causal language model's beginning-of-sequence token, q (the mask token's id; no head uses both)."""
         return self.vocab_size - 1
 
     @property

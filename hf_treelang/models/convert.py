@@ -45,26 +45,18 @@ import torch
 from hf_treelang.core.params import check_int, check_param
 
 from .configuration_treelang import TreeLangConfig
-from .modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification, sinusoidal_positional_encoding
+from .modeling_treelang import (
+    TORCH_LAYER_PARAMETERS,
+    TreeLangForMaskedLM,
+    TreeLangForSequenceClassification,
+    sinusoidal_positional_encoding,
+)
 
 TASKS = ("root", "mlm")
 CHECKPOINT_KEY = "model_state_dict"  # where the paper's training loop keeps the state dict in its checkpoints
 
 # paper key suffix within a layer -> our key suffix within `treelang.layers.{i}`
-_LAYER_KEYS = {
-    "self_attn.in_proj_weight": "attention.in_proj.weight",
-    "self_attn.in_proj_bias": "attention.in_proj.bias",
-    "self_attn.out_proj.weight": "attention.out_proj.weight",
-    "self_attn.out_proj.bias": "attention.out_proj.bias",
-    "linear1.weight": "linear1.weight",
-    "linear1.bias": "linear1.bias",
-    "linear2.weight": "linear2.weight",
-    "linear2.bias": "linear2.bias",
-    "norm1.weight": "attention_norm.weight",
-    "norm1.bias": "attention_norm.bias",
-    "norm2.weight": "feed_forward_norm.weight",
-    "norm2.bias": "feed_forward_norm.bias",
-}
+_LAYER_KEYS = TORCH_LAYER_PARAMETERS
 _LAYER_PATTERN = re.compile(r"^transformer_encoder\.layers\.(\d+)\.(.+)$")
 _OTHER_KEYS = ("input_embedding.weight", "positional_embedding.pe", "decoder.linear_layers.0.weight",
                "decoder.linear_layers.0.bias")

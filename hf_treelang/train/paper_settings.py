@@ -7,9 +7,11 @@ code") says so. This module imports nothing, so that the command-line front end 
 """
 
 # The model and optimiser (App. C, D; modules/models.py and the training scripts): d = 128, d' = 2048, one head,
-# torch.nn.TransformerEncoderLayer's dropout 0.1; Adam lr 1e-4 constant, no warm-up, batches of 32.
+# torch.nn.TransformerEncoderLayer's dropout 0.1; PyTorch's default initialisation with identical initial blocks
+# (nn.TransformerEncoder(encoder_layer, n_layers) deep-copies one layer); Adam lr 1e-4 constant, no warm-up, batches
+# of 32.
 MODEL = {"hidden_size": 128, "intermediate_size": 2048, "num_attention_heads": 1, "hidden_dropout_prob": 0.1,
-         "attention_probs_dropout_prob": 0.1}
+         "attention_probs_dropout_prob": 0.1, "initializer": "torch_cloned_layers"}
 OPTIMISER = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "warmup_steps": 0,
              "per_device_train_batch_size": 32}
 
