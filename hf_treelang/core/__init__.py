@@ -1,6 +1,7 @@
 """The math core (numpy and torch only): the grammar, the sampler, exact BP_k, the masked-position streams, the oracle
 of a task and the comparison metrics, with :mod:`~hf_treelang.core.params` as the one table of names and limits."""
 
+from .attention_template import template_attention, template_similarity, uniform_similarity
 from .bp import BeliefPropagation, BPResult
 from .grammar import Grammar
 from .masking import evaluation_positions, mask_single_leaf
@@ -22,5 +23,8 @@ __all__ = [
     "predicted_marginals",
     "sample_trees",
     "task_inputs",
+    "template_attention",
+    "template_similarity",
     "uniform_sequences",
+    "uniform_similarity",
 ]
