@@ -75,9 +75,15 @@ def _calibration_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _attention_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoints", nargs="+", help="one or more TreeLang checkpoint folders (rows of the grid)")
+    parser.add_argument("checkpoints", nargs="+",
+                        help="one or more TreeLang checkpoint folders (rows of the grid); with --template, one "
+                             "training run folder")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num-samples", type=int, default=10_000, help="inputs averaged over (default: 10^4)")
+    parser.add_argument("--template", action="store_true",
+                        help="compare every layer of every checkpoint of the run (checkpoint-<step> folders, then the "
+                             "final model) with App. F's BP attention templates: attention_template.png / .json")
+    parser.add_argument("--num-samples", type=int, default=10_000,
+                        help="inputs averaged over (default: 10^4; per checkpoint with --template)")
     parser.add_argument("--seed", type=int, default=20_240_602, help="seed of the inputs")
     parser.add_argument("--mask", choices=["auto", "yes", "no"], default="auto",
                         help="mask one leaf per input (auto: for MLM checkpoints only)")
@@ -111,6 +117,8 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hidden units of each readout (App. E.6: 64; 0: a linear readout)")
     parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
     parser.add_argument("--device", default="cpu", help="torch device")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads, >= 1: torch.set_num_threads (default: torch's own setting)")
 
 
 def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,9 +151,14 @@ def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-test", type=int, default=2048, help="test sequences (k_test = k_train)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (paper: 32)")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate (paper: 1e-4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the runs")
+    parser.add_argument("--seeds", "--seed", dest="seeds", type=int, nargs="+", default=[0],
+                        help="seeds of the runs, e.g. --seeds 0 1 2: every arm and P once per seed, and the "
+                        "frozen − scratch gap per P reported as mean ± standard deviation over the seeds (default: 0)")
     parser.add_argument("--workers", type=int, default=None,
                         help="runs trained at the same time, 0 = in this process (default: one per CPU core)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads per run, >= 1 (default: the CPU cores shared out among the "
+                        "workers)")
     parser.add_argument("--force", action="store_true",
                         help="run in an OUT written with other settings (runs of unchanged identity are kept)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -227,7 +240,9 @@ COMMANDS = {
         "hf_treelang.analysis.attention",
         "average attention maps per layer (Fig. 4)",
         "Every layer's attention averaged over in-sample inputs (paper Fig. 4); several checkpoints give a grid "
-        "with one row per model. Writes attention.png and attention.json.",
+        "with one row per model. Writes attention.png and attention.json. With --template, RUN is a training run "
+        "folder: every checkpoint's layers are compared with App. F's attention templates (1 - mean total-variation "
+        "distance), written as attention_template.png and attention_template.json.",
         _attention_arguments,
     ),
     "probe": (

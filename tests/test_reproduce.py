@@ -115,6 +115,23 @@ def test_fig2a_and_e3_read_every_run_out_of_and_in_sample(tiny_run):
     assert k0["bp_accuracy"] == 1.0 and full["curves"][1]["bp_accuracy"] < 1.0
 
 
+def test_fig9_kl_figure_holds_the_sweep_runs_in_sample_kl_and_their_kl_on_uniform_inputs(tiny_run):
+    from hf_treelang.analysis.kl_vs_samples import uniform_kl
+
+    out, _, _, _ = tiny_run
+    assert (out / "accuracy_vs_samples" / "fig9_kl.png").is_file()
+    figure = json.loads((out / "accuracy_vs_samples" / "fig9_kl.json").read_text())
+    assert sorted({p["filter_level"] for p in figure["points"]}) == sorted(TINY.sweep_filter_levels)
+    for point in figure["points"]:
+        final = finished_run(point["output_dir"])["final"]
+        assert point["kl"]["in_sample"] == final[f"eval_kl_bp_k{point['filter_level']}"]  # the run's own metric
+        assert point["kl"]["uniform"] >= 0
+    first = figure["points"][0]
+    measured, impossible = uniform_kl(first["output_dir"], num_samples=TINY.analysis_samples)
+    assert measured == pytest.approx(first["kl"]["uniform"], rel=1e-12)
+    assert impossible == first["num_impossible_uniform"]
+
+
 def test_e1_varies_the_encoder_blocks_and_e2_the_grammar(tiny_run):
     out, _, _, _ = tiny_run
     layers = json.loads((out / "accuracy_vs_samples" / "e1_layers.json").read_text())["panels"][0]

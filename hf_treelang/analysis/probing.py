@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import ancestor_labels
 from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.sweep.estimate import format_duration
 from hf_treelang.train import paper_settings as paper
 
 from .activations import batches, run_with_cache
@@ -237,6 +240,91 @@ def _accuracy(probes, states, labels, positions, batch_size, device) -> np.ndarr
     return (correct / count).numpy()
 
 
+@dataclass
+class ProbeEstimate:
+    """The estimated time of one :func:`probe` call: its work counted, each kind of unit timed on a few of them.
+
+    An estimate, not a measurement of the call: the forward pass of a few sequences through the frozen encoder, a few
+    optimisation steps of the batched probes and one evaluation pass are timed, then scaled to the call's counts
+    (sequences; epochs × steps per epoch; evaluated tokens). Data sampling and BP are not counted.
+
+    Attributes:
+        seconds: the total.
+        hidden_states: seconds of the encoder's forward passes over every sequence.
+        training: seconds of the ``steps`` optimisation steps of the probes.
+        evaluation: seconds of the validation passes (before training and after every epoch) and the test passes.
+        steps: the optimisation steps counted.
+        threads: torch CPU threads while measuring.
+    """
+
+    seconds: float
+    hidden_states: float
+    training: float
+    evaluation: float
+    steps: int
+    threads: int
+
+    def describe(self) -> str:
+        return (f"estimated time: about {format_duration(self.seconds)} (an estimate from a few timed steps: hidden "
+                f"states {format_duration(self.hidden_states)}, {self.steps} probe steps "
+                f"{format_duration(self.training)}, evaluation {format_duration(self.evaluation)}; {self.threads} "
+                "torch thread(s))")
+
+
+def _timed(function, repeats: int = 1) -> float:
+    """Seconds per call of ``function`` over ``repeats`` calls, after one call to warm up."""
+    function()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        function()
+    return (time.perf_counter() - start) / repeats
+
+
+def estimate_probe(ckpt, leaves: np.ndarray, *, layers: list, num_levels: int, train_positions: int, num_train: int,
+                   num_validation: int, num_test: int, epochs: int, batch_size: int, probe_hidden: int,
+                   measure_steps: int = 3, sample_size: int = 128) -> ProbeEstimate:
+    """:class:`ProbeEstimate` of :func:`probe` on ``leaves`` (n, L): the counts of the call times the time of a few
+    units measured here (``sample_size`` sequences through the encoder, ``measure_steps`` probe steps on random
+    hidden states of the right shape, one evaluation pass); nothing of the call itself is consumed."""
+    n, length = leaves.shape
+    sample = leaves[: min(n, sample_size)]
+    states = None
+
+    def forward():
+        nonlocal states
+        states = hidden_states(ckpt, sample)[:, layers]  # (m, P, L, d)
+
+    per_sequence = _timed(forward) / sample.shape[0]
+    num_layers, width, device = len(layers), states.shape[-1], ckpt.device
+    probes = _BatchedProbes(num_layers, num_levels, width, probe_hidden, ckpt.num_symbols,
+                            torch.Generator().manual_seed(0)).to(device)
+    optimizer = torch.optim.Adam(probes.parameters(), lr=1e-4)
+    tokens = batch_size * train_positions
+    x = torch.randn(num_layers, tokens, width, device=device)  # (P, T, d)
+    y = torch.randint(ckpt.num_symbols, (num_layers, tokens, num_levels), device=device)  # (P, T, V)
+
+    def step():
+        logits = probes(x)  # (P, T, V, q)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    per_step = _timed(step, measure_steps)
+    eval_tokens = min(4096, max(tokens, length))
+    x_eval = torch.randn(num_layers, eval_tokens, width, device=device)  # (P, T, d)
+
+    @torch.no_grad()
+    def evaluate():
+        probes(x_eval).argmax(-1)
+
+    per_token = _timed(evaluate) / eval_tokens
+    steps = epochs * math.ceil(num_train / batch_size)
+    evaluated = ((epochs + 1) * num_validation + 2 * num_test) * length + num_train * train_positions
+    parts = {"hidden_states": per_sequence * n, "training": per_step * steps, "evaluation": per_token * evaluated}
+    return ProbeEstimate(seconds=sum(parts.values()), steps=steps, threads=torch.get_num_threads(), **parts)
+
+
 def probe(
     checkpoint,
     *,
@@ -254,6 +342,7 @@ def probe(
     seed: int = 20_240_603,
     device="cpu",
     progress: bool = True,
+    log: Callable | None = None,
 ) -> ProbeResult:
     """Train the ancestor probes of every (layer, level) on a frozen checkpoint; best-epoch and final accuracy.
 
@@ -275,6 +364,8 @@ def probe(
         probe_hidden: H, hidden units of each readout (64 in App. E.6); 0 for a linear readout.
         seed: seed of the data, the initialisation and the batch order.
         progress: show a progress bar over epochs.
+        log: called with one line, the estimated time (:class:`ProbeEstimate`), before the work starts; None
+            (the default) skips the estimate and its measurement.
     """
     ckpt = as_checkpoint(checkpoint, device=device)
     depth = ckpt.depth
@@ -297,8 +388,14 @@ def probe(
     n = num_train + num_validation + num_test
     trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
     labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
+    length = trees.leaves.shape[1]
+    if log is not None:
+        log(estimate_probe(ckpt, trees.leaves, layers=layers, num_levels=len(levels),
+                           train_positions=length if positions == "all" else min(2, length), num_train=num_train,
+                           num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
+                           probe_hidden=probe_hidden).describe())
     states = hidden_states(ckpt, trees.leaves)[:, layers]  # (n, P, L, d)
-    num_layers, length = states.shape[1], states.shape[2]
+    num_layers = states.shape[1]
     train = slice(0, num_train)
     validation = slice(num_train, num_train + num_validation)
     test = slice(num_train + num_validation, n)
@@ -500,11 +597,13 @@ def write_filtered_outputs(result: FilteredProbeResult, out_dir, *, name: str = 
 def run(args) -> int:
     """``hf-treelang probe`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
+        if args.threads is not None:
+            torch.set_num_threads(check_positive("threads", args.threads))
         result = probe(args.checkpoint, levels=args.levels, layers=args.layers,
                        data_filter_level=args.data_filter_level, positions=args.positions, num_train=args.num_train,
                        num_validation=args.num_validation, num_test=args.num_test, epochs=args.epochs,
                        batch_size=args.batch_size, learning_rate=args.learning_rate, probe_hidden=args.probe_hidden,
-                       seed=args.seed, device=args.device)
+                       seed=args.seed, device=args.device, log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)
     paths = write_outputs(result, args.out)

@@ -13,6 +13,11 @@ format — trains it again when that changed, and resumes interrupted runs; a fo
 epochs, steps, ...) is refused unless ``force``. The reported number is the test accuracy on data of the
 pre-training filter level (k_test = k_train), next to the accuracy of BP_{k_train} on the same inputs.
 
+With several ``seeds`` every (arm, P) is trained once per seed (folders ``<arm>-P<P>-seed<s>``; one seed keeps
+``<arm>-P<P>``): an arm's accuracy is the mean over its seeds, and the gain of pre-training is reported per P as the
+gap frozen − scratch (and fine-tuned − scratch), paired by seed, with its mean and its spread over the seeds
+(:class:`SeedGap`).
+
 The defaults of ``hf-treelang sample-complexity`` (P = 2^7, 2^9, 2^11; 20 epochs capped at 600 steps: 80, 320 and 600
 steps; 2048 test sequences) keep the default MLM checkpoint of ``training/run_mlm.py`` (the paper's model) within
 15 minutes on a 2-core CPU: 3 000 optimizer steps, the frozen arm's at about a fifth of the cost (an estimate from
@@ -21,6 +26,8 @@ measured steps/s, see ``training/README.md``, "Sweeps").
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,16 +47,68 @@ ARCHITECTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "inte
                 "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "classifier_pooling")
 
 
+@dataclass(frozen=True)
+class SeedGap:
+    """The gain of one arm over ``scratch`` at one P: arm − scratch test accuracy, paired by seed.
+
+    Attributes:
+        size: P.
+        values: arm − scratch for every seed at which both runs finished, in the order of the seeds.
+        mean: their mean (None without any).
+        spread: their sample standard deviation over the seeds (``ddof=1``; None with fewer than two seeds).
+    """
+
+    size: int
+    values: list
+    mean: float | None
+    spread: float | None
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "values": self.values, "mean": self.mean, "spread": self.spread,
+                "num_seeds": len(self.values)}
+
+    def describe(self) -> str:
+        """``P=128: +0.120 ± 0.030 (3 seeds)``; one seed: ``(1 seed, no spread)``."""
+        if self.mean is None:
+            return f"P={self.size}: n/a (no seed with both runs finished)"
+        if self.spread is None:
+            return f"P={self.size}: {self.mean:+.3f} (1 seed, no spread)"
+        return f"P={self.size}: {self.mean:+.3f} ± {self.spread:.3f} ({len(self.values)} seeds)"
+
+
+def seed_gaps(sizes, arm: list, scratch: list) -> list:
+    """:class:`SeedGap` per P of ``arm`` − ``scratch``.
+
+    Args:
+        sizes: the P values.
+        arm, scratch: per P, the list of test accuracies per seed (same seed order; None where a run failed).
+    """
+    gaps = []
+    for size, ours, theirs in zip(sizes, arm, scratch):
+        values = [float(a) - float(b) for a, b in zip(ours, theirs) if a is not None and b is not None]
+        gaps.append(SeedGap(size=int(size), values=values, mean=statistics.fmean(values) if values else None,
+                            spread=statistics.stdev(values) if len(values) > 1 else None))
+    return gaps
+
+
+def _mean(values: list) -> float | None:
+    finished = [v for v in values if v is not None]
+    return statistics.fmean(finished) if finished else None
+
+
 @dataclass
 class SampleComplexityResult:
     """Test accuracy vs P for each arm.
 
     Attributes:
         sizes: the numbers P of labelled training sequences.
-        accuracy: arm -> list (one per P) of root test accuracies on k_test = k_train data (None: the run failed).
+        accuracy: arm -> list (one per P) of root test accuracies on k_test = k_train data, the mean over the seeds
+            whose run finished (None: every run of that P failed).
         bp_accuracy: accuracy of the matched BP on the same test data (the optimum).
-        runs: arm -> list of the run folders.
+        runs: arm -> list of the run folders (P outer, seed inner).
         failed: ``{run name: error}`` of the runs that failed.
+        seeds: the seeds of the runs.
+        accuracy_per_seed: arm -> per P, the list of accuracies per seed (None: the run failed).
     """
 
     sizes: list
@@ -60,14 +119,26 @@ class SampleComplexityResult:
     filter_level: int
     runs: dict = field(default_factory=dict)
     failed: dict = field(default_factory=dict)
+    seeds: list = field(default_factory=lambda: [0])
+    accuracy_per_seed: dict = field(default_factory=dict)
+
+    def gap(self, arm: str = "frozen") -> list | None:
+        """:func:`seed_gaps` of ``arm`` − ``scratch`` per P; None when either arm was not run."""
+        if arm not in self.accuracy_per_seed or "scratch" not in self.accuracy_per_seed or arm == "scratch":
+            return None
+        return seed_gaps(self.sizes, self.accuracy_per_seed[arm], self.accuracy_per_seed["scratch"])
 
     def to_dict(self) -> dict:
+        gaps = {arm: self.gap(arm) for arm in ARMS if arm != "scratch"}
         return {
             "checkpoint": self.checkpoint,
             "depth": self.depth,
             "filter_level": self.filter_level,
             "sizes": self.sizes,
+            "seeds": self.seeds,
             "accuracy": self.accuracy,
+            "accuracy_per_seed": self.accuracy_per_seed,
+            "gap_vs_scratch": {arm: [g.to_dict() for g in gap] for arm, gap in gaps.items() if gap is not None},
             "bp_accuracy": self.bp_accuracy,
             "runs": {arm: [str(r) for r in runs] for arm, runs in self.runs.items()},
             "failed": self.failed,
@@ -91,18 +162,31 @@ def check_arms(arms) -> tuple:
     return arms
 
 
-def run_name(arm: str, size: int) -> str:
-    """A run's folder name under ``OUT/runs``: ``<arm>-P<P>``."""
-    return f"{arm}-P{size}"
+def check_seeds(seeds) -> list:
+    """``seeds`` (an int or a list of ints >= 0 without repeats) as a list."""
+    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else list(seeds or [])
+    if not seeds:
+        raise ValueError("seeds must list at least one seed of the runs, got none")
+    seeds = [check_positive("seeds", s, low=0) for s in seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must not repeat, got {seeds}")
+    return seeds
+
+
+def run_name(arm: str, size: int, seed: int | None = None) -> str:
+    """A run's folder name under ``OUT/runs``: ``<arm>-P<P>``, or ``<arm>-P<P>-seed<s>`` in a sweep of several
+    seeds (``seed`` given)."""
+    return f"{arm}-P{size}" if seed is None else f"{arm}-P{size}-seed{seed}"
 
 
 def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int, sigma: float, grammar_seed: int,
                                 filter_level: int, model_kwargs: dict, sizes, arms=ARMS, epochs: float = 20.0,
                                 max_steps: int | None = 600, num_test: int = 2048, num_eval: int = 512,
-                                batch_size: int = 32, learning_rate: float = 1e-4, seed: int = 0,
+                                batch_size: int = 32, learning_rate: float = 1e-4, seeds=(0,),
                                 num_evaluations: int = 1, use_dataset_builder: bool = True,
                                 classifier_hidden_size: int = 0, progress: bool = False) -> list:
-    """The runs of Fig. 1f as ``(arm, P, task, arguments)`` in the training scripts' names, sizes outer, arms inner.
+    """The runs of Fig. 1f as ``(arm, P, task, arguments)`` in the training scripts' names: sizes outer, then
+    ``seeds`` (the run's ``arguments["seed"]``), arms inner.
 
     Every run is the ``paper`` preset (the paper's model and optimiser) with the sizes, schedule and data given here;
     ``scratch`` trains the checkpoint's architecture from scratch (task ``root``), ``frozen`` and ``finetuned`` start
@@ -110,24 +194,23 @@ def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int
     checkpoint need not exist yet: ``hf-treelang reproduce --plan`` lists these runs before the MLM model is trained.
     """
     entries = []
-    for size in sizes:
-        for arm in arms:
-            # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
-            capped = max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
-            arguments = {
-                "preset": "paper", "grammar_seed": int(grammar_seed), "sigma": float(sigma),
-                "num_symbols": int(num_symbols), "depth": int(depth), "k_train": int(filter_level),
-                "num_train": int(size), "num_eval": int(num_eval), "num_test": int(num_test),
-                "k_test": [int(filter_level)], "use_dataset_builder": bool(use_dataset_builder), **model_kwargs,
-                "num_train_epochs": float(epochs), "max_steps": int(max_steps) if capped else -1,
-                "per_device_train_batch_size": int(batch_size), "learning_rate": float(learning_rate),
-                "seed": int(seed), "num_evaluations": int(num_evaluations), "num_checkpoints": 0,
-                "checkpoint_epochs": None, "report_to": "none", "logging_steps": 10**9, "disable_tqdm": not progress,
-            }
-            if arm != "scratch":
-                arguments.update(model_name_or_path=str(checkpoint_path), freeze_encoder=arm == "frozen",
-                                 classifier_hidden_size=int(classifier_hidden_size))
-            entries.append((arm, size, "root" if arm == "scratch" else "finetune", arguments))
+    for size, seed, arm in itertools.product(sizes, check_seeds(seeds), arms):
+        # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
+        capped = max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
+        arguments = {
+            "preset": "paper", "grammar_seed": int(grammar_seed), "sigma": float(sigma),
+            "num_symbols": int(num_symbols), "depth": int(depth), "k_train": int(filter_level),
+            "num_train": int(size), "num_eval": int(num_eval), "num_test": int(num_test),
+            "k_test": [int(filter_level)], "use_dataset_builder": bool(use_dataset_builder), **model_kwargs,
+            "num_train_epochs": float(epochs), "max_steps": int(max_steps) if capped else -1,
+            "per_device_train_batch_size": int(batch_size), "learning_rate": float(learning_rate),
+            "seed": int(seed), "num_evaluations": int(num_evaluations), "num_checkpoints": 0,
+            "checkpoint_epochs": None, "report_to": "none", "logging_steps": 10**9, "disable_tqdm": not progress,
+        }
+        if arm != "scratch":
+            arguments.update(model_name_or_path=str(checkpoint_path), freeze_encoder=arm == "frozen",
+                             classifier_hidden_size=int(classifier_hidden_size))
+        entries.append((arm, size, "root" if arm == "scratch" else "finetune", arguments))
     return entries
 
 
@@ -143,11 +226,12 @@ def sample_complexity_sweep(
     num_eval: int = 512,
     batch_size: int = 32,
     learning_rate: float = 1e-4,
-    seed: int = 0,
+    seeds=(0,),
     num_evaluations: int = 1,
     use_dataset_builder: bool = True,
     classifier_hidden_size: int = 0,
     workers: int | None = None,
+    threads: int | None = None,
     force: bool = False,
     out_dir=None,
     log: Callable | None = None,
@@ -160,23 +244,30 @@ def sample_complexity_sweep(
         checkpoint: the MLM-pre-trained checkpoint folder (its config fixes q, ℓ, k_train, the grammar and the
             architecture of the ``scratch`` arm).
         sizes: the numbers P of labelled root-classification sequences.
-        work_dir: the sweep folder: ``runs/<arm>-P<P>/`` per run, ``results.jsonl``, ``sweep.json``.
+        work_dir: the sweep folder: ``runs/<arm>-P<P>/`` per run (``runs/<arm>-P<P>-seed<s>/`` with several seeds),
+            ``results.jsonl``, ``sweep.json``.
         arms: a subset of ``("scratch", "frozen", "finetuned")``.
         epochs: training epochs per run (more steps for larger P, as training on a fixed number of epochs does).
         max_steps: a cap on the optimizer steps of one run (None: none); runs with fewer steps keep their epochs.
         num_test: test sequences (k_test = k_train); ``num_eval``: in-sample sequences of the KL to BP.
         batch_size, learning_rate: the optimiser settings (paper: 32, 1e-4, Adam).
-        seed: seed of the runs.
+        seeds: the seeds of the runs (an int or a list): each (arm, P) is trained once per seed, and the result has
+            the frozen − scratch gap per P with its spread over the seeds (:meth:`SampleComplexityResult.gap`).
         num_evaluations: evaluations (with the BP-KL callback) per run, besides the one before training.
         use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
         classifier_hidden_size: hidden units of the pre-trained arms' new root readout (0: linear).
         workers: runs trained at the same time (default: one per CPU core; 0: in this process).
+        threads: torch threads per run (``torch.set_num_threads``, >= 1; default: the CPU cores shared out among
+            the workers).
         force: run in a ``work_dir`` written with other settings (runs of unchanged identity are kept).
         out_dir: where the figure is redrawn as runs finish (default: none until :func:`write_outputs`).
         log: called with lines of text (the estimated time, each finished run).
         train: ``train(run) -> {"accuracy", "bp_accuracy", ...}`` called in this process for each
             :class:`~hf_treelang.train.run.Run` instead of the sweep runner (``reproduce``'s own runner, tests).
     """
+    seeds = check_seeds(seeds)
+    if threads is not None:
+        threads = check_positive("threads", threads)
     ckpt = as_checkpoint(checkpoint, task="mlm")
     sizes = check_sizes(sizes)
     arms = check_arms(arms)
@@ -190,29 +281,36 @@ def sample_complexity_sweep(
         grammar_seed=int(config.grammar_seed), filter_level=ckpt.filter_level,
         model_kwargs={name: getattr(config, name) for name in ARCHITECTURE}, sizes=sizes, arms=arms,
         epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval, batch_size=batch_size,
-        learning_rate=learning_rate, seed=seed, num_evaluations=num_evaluations,
+        learning_rate=learning_rate, seeds=seeds, num_evaluations=num_evaluations,
         use_dataset_builder=use_dataset_builder, classifier_hidden_size=classifier_hidden_size,
         progress=progress and workers == 0,
     )
-    runs = [sweep_run(task, arguments, work_dir, run_name(arm, size), point={"arm": arm, "num_train": size},
-                      figures=(FIGURE_ID,)) for arm, size, task, arguments in entries]
+
+    def name(arm: str, size: int, arguments: dict) -> str:  # one seed keeps the folders of a single-seed sweep
+        return run_name(arm, size, arguments["seed"] if len(seeds) > 1 else None)
+
+    runs = [sweep_run(task, arguments, work_dir, name(arm, size, arguments),
+                      point={"arm": arm, "num_train": size, "seed": arguments["seed"]}, figures=(FIGURE_ID,))
+            for arm, size, task, arguments in entries]
 
     def collect(records: dict) -> SampleComplexityResult:
-        accuracy = {arm: [None] * len(sizes) for arm in arms}
+        per_seed = {arm: [[None] * len(seeds) for _ in sizes] for arm in arms}
         runs = {arm: [] for arm in arms}
         bp_accuracy = None
-        for arm, size, _, _ in entries:
-            record = records.get(run_name(arm, size))
+        for arm, size, _, arguments in entries:
+            record = records.get(name(arm, size, arguments))
             # where the run was trained: its summary says so when a caller's `train` put it elsewhere
-            runs[arm].append(Path((record or {}).get("output_dir") or Path(work_dir) / RUNS_DIR / run_name(arm, size)))
-            if record is None:
+            runs[arm].append(Path((record or {}).get("output_dir")
+                                  or Path(work_dir) / RUNS_DIR / name(arm, size, arguments)))
+            if record is None or record.get("accuracy") is None:
                 continue
-            accuracy[arm][sizes.index(size)] = None if record.get("accuracy") is None else float(record["accuracy"])
+            per_seed[arm][sizes.index(size)][seeds.index(arguments["seed"])] = float(record["accuracy"])
             if record.get("bp_accuracy") is not None:
                 bp_accuracy = float(record["bp_accuracy"])
+        accuracy = {arm: [_mean(values) for values in per_seed[arm]] for arm in arms}
         return SampleComplexityResult(sizes=sizes, accuracy=accuracy, bp_accuracy=bp_accuracy,
                                       checkpoint=str(ckpt.path), depth=ckpt.depth, filter_level=ckpt.filter_level,
-                                      runs=runs)
+                                      runs=runs, seeds=seeds, accuracy_per_seed=per_seed)
 
     if train is not None:
         return collect({run.name: train(run) for run in runs})
@@ -223,8 +321,8 @@ def sample_complexity_sweep(
         if out_dir is not None:
             write_outputs(collect(records), out_dir)
 
-    sweep = execute_runs(runs, work_dir, source=source, force=force, workers=workers, progress=progress,
-                         log=log, on_record=redraw)
+    sweep = execute_runs(runs, work_dir, source=source, force=force, workers=workers, threads=threads,
+                         progress=progress, log=log, on_record=redraw)
     result = collect(sweep.records)
     result.failed = dict(sweep.failed)
     return result
@@ -262,19 +360,27 @@ def write_outputs(result: SampleComplexityResult, out_dir) -> dict:
 def run(args) -> int:
     """``hf-treelang sample-complexity`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
+        check_seeds(args.seeds)
+        if args.threads is not None:
+            check_positive("threads", args.threads)
         check_output_dir(args.out)
         result = sample_complexity_sweep(
             args.checkpoint, args.sizes, args.out, arms=args.arms, epochs=args.epochs, max_steps=args.max_steps,
-            num_test=args.num_test, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
-            workers=args.workers, force=args.force, out_dir=args.out, progress=not args.no_progress,
-            log=lambda line: print(line, flush=True),
+            num_test=args.num_test, batch_size=args.batch_size, learning_rate=args.learning_rate, seeds=args.seeds,
+            workers=args.workers, threads=args.threads, force=args.force, out_dir=args.out,
+            progress=not args.no_progress, log=lambda line: print(line, flush=True),
         )
     except (ValueError, TypeError) as error:
         return cli_error("sample-complexity", error)
     paths = write_outputs(result, args.out)
+    mean = "" if len(result.seeds) == 1 else f", mean over {len(result.seeds)} seeds"
     for arm, values in result.accuracy.items():
         print(f"{arm:>10}: " + "  ".join(f"P={p}: {'failed' if a is None else f'{a:.3f}'}"
-                                         for p, a in zip(result.sizes, values)))
+                                         for p, a in zip(result.sizes, values)) + mean)
+    for arm in ("frozen", "finetuned"):
+        gap = result.gap(arm)
+        if gap is not None:
+            print(f"{arm} − scratch (mean ± standard deviation over seeds): " + "  ".join(g.describe() for g in gap))
     print(f"BP accuracy: {result.bp_accuracy}")
     print(f"wrote {paths['figure']} and {paths['json']}")
     for name, error in result.failed.items():

@@ -14,11 +14,13 @@ and once a run is trained again the steps after it are redone. ``--plan OUT`` li
 3. ``train_root`` / ``train_mlm`` (and ``train_mlm_k<k>`` for the attention grid of the paper preset) — training
    with the BP-KL callback (Sec. 3);
 4. ``dynamics`` (Fig. 1c/d, 2b, 3a), ``calibration`` (Fig. 1b), ``attention`` (Fig. 4), ``probe``
-   (Fig. 3b, App. E.7 left), ``sample_complexity`` (Fig. 1f);
-5. the sweeps of the presets that size them (``paper``): ``root_sweep`` (Fig. 2a and App. E.3: root accuracy vs P
-   for every k_train), ``layers_sweep`` (App. E.1: per n_L), ``seed_sweep`` (App. E.2: other grammars),
-   ``classifier_attention`` (App. E.5) and ``probe_filtered`` (App. E.7 right), each writing a PNG and a JSON;
-6. ``OUT/report.md`` with every figure embedded and the model-vs-BP tables (rewritten on every call).
+   (Fig. 3b, Fig. 12 left), ``sample_complexity`` (Fig. 1f);
+5. the sweeps of the presets that size them (``paper``): ``root_sweep`` (Fig. 2a and Fig. 8: root accuracy vs P
+   for every k_train), ``layers_sweep`` (Fig. 6: per n_L), ``seed_sweep`` (Fig. 7: other grammars),
+   ``classifier_attention`` (Fig. 11) and ``probe_filtered`` (Fig. 12 right), each writing a PNG and a JSON;
+6. ``OUT/report.md``: what reproduced, one row per paper figure with the paper's claim, the check, the measured
+   numbers and a verdict (:mod:`hf_treelang.reproduce.findings`, also written as ``OUT/findings.json``), every
+   figure embedded and the model-vs-BP tables (rewritten on every call).
 
 Presets: ``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU, no sweeps) and ``paper`` (the
 authors' settings, figure by figure, listed with their sources in training/README.md; GPU-weeks for every sweep).

@@ -71,7 +71,7 @@ def planned_runs(ctx) -> list:
     if "root_sweep" in steps:
         for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
             largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
-            add_run(run, ("2a", "8", "11") if largest and "classifier_attention" in steps else ("2a", "8"))
+            add_run(run, ("2a", "8", "9", "11") if largest and "classifier_attention" in steps else ("2a", "8", "9"))
     if "layers_sweep" in steps:
         for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
             add_run(run, ("6",))

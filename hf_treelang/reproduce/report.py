@@ -1,4 +1,5 @@
-"""``OUT/report.md`` of a reproduction: settings, model-vs-BP tables and every figure, rewritten on every call."""
+"""``OUT/report.md`` of a reproduction: settings, what reproduced (one row per paper figure, also in
+``OUT/findings.json``), model-vs-BP tables and every figure, rewritten on every call."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
 from hf_treelang.train.folders import finished_run
 
+from .findings import NOT_RUN, VERDICTS, describe, write_findings
 from .presets import Preset
 from .steps import steps_of
 
@@ -50,8 +52,25 @@ def _figure(lines: list, path: Path, out: Path, caption: str) -> None:
         lines.append("")
 
 
+def _findings(lines: list, out: Path, preset: Preset) -> None:
+    """The table of what reproduced (:mod:`hf_treelang.reproduce.findings`), written to OUT/findings.json too."""
+    findings, path = write_findings(out, preset)
+    counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
+    lines += ["## What reproduced", "",
+              f"One row per paper figure that this pipeline draws ({counts}): the paper's claim, the rule that tests "
+              f"it on this run, the numbers it read and the verdict (rules and thresholds: "
+              f"`hf_treelang/reproduce/findings.py`; machine-readable: [{path.name}]({path.name})).", "",
+              "| figure | paper's claim | check | measured | verdict |", "|---|---|---|---|---|"]
+    for f in findings:
+        measured = describe(f.measured) + (f" ({f.note})" if f.note else "")
+        verdict = f.verdict if f.verdict == NOT_RUN else f"**{f.verdict}**"
+        lines.append(f"| {f.figure} | {f.claim} | {f.check} | {measured.replace('|', '/')} | {verdict} |")
+    lines.append("")
+
+
 def write_report(out: Path, preset: Preset, records: list) -> Path:
-    """OUT/report.md: settings, model-vs-BP tables and every figure (steps not run yet are marked missing)."""
+    """OUT/report.md: settings, what reproduced (and OUT/findings.json), model-vs-BP tables and every figure (steps
+    not run yet are marked missing)."""
     p = preset
     k = p.filter_level
     lines = [
@@ -69,6 +88,7 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         f"| test sets | {p.num_test} sequences per k_test |",
         "",
     ]
+    _findings(lines, out, p)
     bp = read_json(out / "bp" / "bp_baselines.json")
     runs = {task: finished_run(out / "runs" / task) for task in ("root", "mlm")}
     reference = sorted({n for task in ("root", "mlm")
@@ -161,6 +181,9 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
             if values is None:
                 continue
             lines.append(f"| {arm} | " + " | ".join(_fmt(a) for a in values) + " |")
+        for arm, gaps in (summary.get("gap_vs_scratch") or {}).items():  # mean ± standard deviation over seeds
+            lines.append(f"| {arm} − scratch | " + " | ".join(
+                _fmt(g["mean"]) + ("" if g["spread"] is None else f" ± {_fmt(g['spread'])}") for g in gaps) + " |")
         lines += [f"| BP | {_fmt(summary['bp_accuracy'])} |", ""]
     _figure(lines, out / "sample_complexity" / "sample_complexity.png", out, "root accuracy vs labelled P")
 

@@ -20,6 +20,7 @@ from hf_treelang.analysis import accuracy_curves
 from hf_treelang.analysis import attention as attention_analysis
 from hf_treelang.analysis import calibration as calibration_analysis
 from hf_treelang.analysis import dynamics as dynamics_analysis
+from hf_treelang.analysis import kl_vs_samples
 from hf_treelang.analysis import probing as probing_analysis
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
 from hf_treelang.analysis.io import write_json
@@ -284,7 +285,8 @@ def _curves_summary(figure: accuracy_curves.AccuracyFigure) -> dict:
 
 
 def _step_root_sweep(ctx: Context) -> dict:
-    """Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train): root accuracy vs P for every k_train."""
+    """Fig. 2a (k_test = 0) and Fig. 8 (k_test = k_train): root accuracy vs P for every k_train; Fig. 9: their KL
+    to the matched BP, in sample and on uniform inputs."""
     p = ctx.preset
     points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels))
     figure = accuracy_curves.AccuracyFigure(
@@ -299,7 +301,12 @@ def _step_root_sweep(ctx: Context) -> dict:
         ],
     )
     accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "fig2a_e3")
-    return _curves_summary(figure)
+    kl = kl_vs_samples.kl_vs_samples(
+        points, depth=p.depth, num_samples=p.analysis_samples,
+        title=f"Fig. 9: KL(BP_k_train ‖ model) of the root vs P (ℓ={p.depth}, q={p.num_symbols}, {p.sweep_epochs:g} "
+        "epochs)")
+    kl_vs_samples.write_outputs(kl, ctx.out / "accuracy_vs_samples", "fig9_kl")
+    return {**_curves_summary(figure), "Fig. 9": kl.to_dict()["curves"]}
 
 
 def _step_layers_sweep(ctx: Context) -> dict:

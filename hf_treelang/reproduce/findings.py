@@ -1,0 +1,659 @@
+"""What reproduced: one check per paper figure that ``reproduce`` draws, run on the numbers its steps wrote.
+
+Each check reads the JSON that a step writes under the reproduction folder OUT and returns a :class:`Finding`: the
+paper's claim in one line, the rule that tests it on this run, the measured numbers and a verdict, one of
+:data:`VERDICTS`: ``reproduced``, ``not reproduced``, or ``not run at this preset`` (the step's file is absent: the
+preset has no such step, or the step has not finished; the note says which). The rules are the paper's qualitative
+claims made precise, with the thresholds named below; a check never trains or computes anything heavier than a few
+sums over the JSON. :func:`write_findings` writes every finding to ``OUT/findings.json``; ``OUT/report.md`` shows
+them as a table (:mod:`hf_treelang.reproduce.report`).
+
+Figures, in the paper's numbering (appendix figures: 6 = App. E.1, 7 = E.2, 8 and 9 = E.3, 10 = E.4, 11 = E.5, 12 = E.7;
+figures 1a, 5 and 13 are drawings or not drawn by ``reproduce``), and the file each check reads:
+
+=============  ==========================================  ===================
+figure         file under OUT                              step
+=============  ==========================================  ===================
+1b             calibration/mlm/calibration.json            calibration
+1c, 2b         dynamics/root.json                          dynamics
+1d, 3a, 10     dynamics/mlm.json                           dynamics
+1e, 4          attention/mlm/attention.json                attention
+1f             sample_complexity/sample_complexity.json    sample_complexity
+2a, 8          accuracy_vs_samples/fig2a_e3.json           root_sweep
+9              accuracy_vs_samples/fig9_kl.json            root_sweep
+3b             probe/probe.json                            probe
+6              accuracy_vs_samples/e1_layers.json          layers_sweep
+7              accuracy_vs_samples/e2_grammar_seeds.json   seed_sweep
+11             attention/classifier/attention.json         classifier_attention
+12 (left)      probe/probe_ends.json                       probe
+12 (right)     probe/probe_filtered.json                   probe_filtered
+=============  ==========================================  ===================
+
+Glossary: ℓ the depth, k_train the filter level of the main runs (``OUT/preset.json``), ancestor level m (0 = the
+root, ℓ = the leaves), the height of level m is ℓ − m; the tree distance of leaves i and j is the height of their
+deepest common ancestor, ``(i ^ j).bit_length()`` (0 for i itself, 1 for its sibling, ℓ across the root).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from hf_treelang.analysis.io import write_json
+from hf_treelang.jsonio import read_json_object
+
+from .presets import Preset, check_figures, step_names
+
+FINDINGS_FILE = "findings.json"
+REPRODUCED, NOT_REPRODUCED, NOT_RUN = VERDICTS = ("reproduced", "not reproduced", "not run at this preset")
+
+# Thresholds of the rules (accuracies are fractions in [0, 1], KL in nats).
+CALIBRATION_KL = 0.05  # Fig. 1b: in-sample mean D_KL(BP ‖ model) at most this ...
+CALIBRATION_MATCH = 0.9  # ... and argmax agreement at least this;
+UNIFORM_SPEARMAN = 0.5  # out of sample (uniform inputs): mean Spearman correlation at least this
+LOCALITY = 1.0  # Fig. 1e: layer 1 attends at least one tree level closer than uniform attention, and the span climbs
+# at least one level over the layers
+BP_TOLERANCE = 0.03  # Fig. 2a, 7, 8: "matches BP": |accuracy − BP| at most this at the largest P
+CHANGE = 0.02  # Fig. 2b, 3b, 12: a rise, a fall or a "lower" accuracy counts from this much on
+REACHED = 0.05  # Fig. 3a: a k_test accuracy has reached BP once it is at least BP − this
+PROBE_MARGIN = 0.1  # Fig. 3b, 12: a probe "recovers" an ancestor with accuracy at least chance + this
+LAYERS_TOLERANCE = 0.01  # Fig. 6: mean accuracy over P may fall by this much from n_L to n_L + 1 (noise)
+MATCH = 0.9  # Fig. 10: final argmax agreement with BP_k_train at least this ...
+SPEARMAN = 0.8  # ... and final mean Spearman correlation with it at least this
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The verdict on one paper figure.
+
+    Attributes:
+        figure: the paper's figure, e.g. ``"1c"`` or ``"12 (right)"``.
+        claim: what the paper claims there, in one line.
+        check: the rule that tests the claim on this run.
+        measured: the numbers the rule read (JSON-able), ``{}`` when not run.
+        verdict: one of :data:`VERDICTS`.
+        note: why it was not run, or what the rule could not use; ``""`` otherwise.
+    """
+
+    figure: str
+    claim: str
+    check: str
+    measured: dict = field(default_factory=dict)
+    verdict: str = NOT_RUN
+    note: str = ""
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FigureCheck:
+    """One registered check: its figure, the file it reads (relative to OUT), the step that writes it, the claim and
+    the rule in one line each, and ``function(data, out) -> (measured, passed, note)`` on the file's JSON."""
+
+    figure: str
+    path: str
+    step: str
+    claim: str
+    check: str
+    function: Callable
+
+    def __call__(self, out, preset: Preset | None = None) -> Finding:
+        """The :class:`Finding` of this figure in the reproduction folder ``out``; with the ``preset`` of the
+        reproduction, the note on an absent file says whether the preset has no such step or it has not finished."""
+        out = Path(out)
+        data = read_json_object(out / self.path)
+        if data is None:
+            why = f"step {self.step} wrote no {self.path}"
+            if preset is not None:
+                steps = step_names(preset.attention_filter_levels, preset.figure_steps())
+                why = (f"preset {preset.name!r} has no step {self.step}" if self.step not in steps
+                       else f"step {self.step} has not finished: no {self.path}")
+            return Finding(self.figure, self.claim, self.check, note=why)
+        try:
+            measured, passed, note = self.function(data, out)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            return Finding(self.figure, self.claim, self.check, note=f"{self.path} could not be read: {error!r}")
+        if passed is None:
+            return Finding(self.figure, self.claim, self.check, measured=measured, note=note)
+        return Finding(self.figure, self.claim, self.check, measured=measured,
+                       verdict=REPRODUCED if passed else NOT_REPRODUCED, note=note)
+
+
+CHECKS: list = []  # every FigureCheck, in the paper's figure order (1b, 1c, ..., 12 (right))
+
+
+def _figure_order(check: FigureCheck) -> tuple:
+    """``"1b"`` -> (1, "b"), ``"12 (left)"`` -> (12, " (left)"): the paper's order of figures and panels."""
+    digits = len(check.figure) - len(check.figure.lstrip("0123456789"))
+    return int(check.figure[:digits]), check.figure[digits:]
+
+
+def _figure(figure: str, path: str, step: str, claim: str, check: str):
+    """Register the decorated rule as the check of ``figure`` (see :class:`FigureCheck`): a figure of
+    :data:`~hf_treelang.reproduce.presets.PAPER_FIGURES`, with its panel when it has several (``"12 (left)"``)."""
+    check_figures([figure.split(" ")[0]])
+
+    def register(function: Callable) -> Callable:
+        CHECKS.append(FigureCheck(figure, path, step, claim, check, function))
+        CHECKS.sort(key=_figure_order)
+        return function
+
+    return register
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _k_train(out: Path) -> int:
+    """k_train of the main runs: the preset's filter level as ``reproduce`` recorded it (0 when not recorded)."""
+    return int((read_json_object(out / "preset.json") or {}).get("filter_level", 0))
+
+
+def _series(values) -> np.ndarray:
+    """A JSON curve (None for NaN) as a float array."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _levels(curves: dict) -> dict:
+    """``{"k0": [...], "k3": [...]}`` as ``{0: array, 3: array}``."""
+    return {int(key[1:]): _series(values) for key, values in curves.items()}
+
+
+def _last(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else None
+
+
+def _round(value, digits: int = 4):
+    if isinstance(value, dict):
+        return {k: _round(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_round(v, digits) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return round(float(value), digits) if math.isfinite(value) else None
+    return value
+
+
+def _tree_distance(depth: int) -> np.ndarray:
+    """(L, L) height of the deepest common ancestor of leaves i and j: ``(i ^ j).bit_length()``."""
+    index = np.arange(2**depth)
+    return np.array([[int(i ^ j).bit_length() for j in index] for i in index])
+
+
+def _layer_maps(model: dict) -> np.ndarray:
+    """(layers, L, L) attention of one model of an attention JSON, heads averaged."""
+    maps = np.asarray(model["maps"], dtype=float)  # (layers, heads, L, L)
+    return maps.mean(1)
+
+
+def _mean_distance(maps: np.ndarray, depth: int) -> np.ndarray:
+    """(layers,) attention-weighted tree distance, averaged over the query positions."""
+    return (maps * _tree_distance(depth)).sum(-1).mean(-1)
+
+
+def _block_mass(maps: np.ndarray, depth: int, filter_level: int) -> np.ndarray:
+    """(layers,) attention kept inside the query's own block of 2**(ℓ − k) leaves (its level-k subtree)."""
+    inside = _tree_distance(depth) <= depth - filter_level
+    return (maps * inside).sum(-1).mean(-1)
+
+
+def _distance_to_uniform(maps: np.ndarray) -> float:
+    """Mean over layers and rows of the total-variation distance to uniform attention."""
+    return float(0.5 * np.abs(maps - 1.0 / maps.shape[-1]).sum(-1).mean())
+
+
+def _uniform_distance(depth: int) -> float:
+    return float(_tree_distance(depth).mean())
+
+
+# ---------------------------------------------------------------- Fig. 1
+
+
+@_figure("1b", "calibration/mlm/calibration.json", "calibration",
+         "The MLM's probabilities for a masked symbol match the exact BP marginals in sample, and stay correlated "
+         "with them on uniform (out-of-sample) inputs.",
+         f"in sample: mean KL(BP_k_train ‖ model) ≤ {CALIBRATION_KL} and argmax agreement ≥ {CALIBRATION_MATCH}; "
+         f"uniform inputs: mean Spearman correlation ≥ {UNIFORM_SPEARMAN}")
+def _check_calibration(data: dict, out: Path) -> tuple:
+    """Fig. 1b. Rule: on fresh in-sample sequences the MLM's distribution of a masked leaf is close to BP_{k_train}'s
+    marginal — mean D_KL(BP ‖ model) ≤ :data:`CALIBRATION_KL` and argmax agreement ≥ :data:`CALIBRATION_MATCH` —
+    and on uniform random sequences the two distributions still rank the symbols alike: mean Spearman correlation
+    ≥ :data:`UNIFORM_SPEARMAN` (the paper: "high correlations, albeit with more dispersion")."""
+    in_sample, uniform = data["sets"]["in_sample"], data["sets"]["uniform"]
+    measured = {"in_sample_kl": in_sample["kl_mean"], "in_sample_argmax_match": in_sample["argmax_match"],
+                "uniform_spearman": uniform["spearman_mean"]}
+    passed = (in_sample["kl_mean"] <= CALIBRATION_KL and in_sample["argmax_match"] >= CALIBRATION_MATCH
+              and uniform["spearman_mean"] >= UNIFORM_SPEARMAN)
+    return _round(measured), passed, ""
+
+
+@_figure("1c", "dynamics/root.json", "dynamics",
+         "Trained on the full hierarchy, the root classifier first aligns with BP_ℓ and ends aligned with the "
+         "matched BP_k_train.",
+         "the closest BP_k along training (smallest KL, repeats collapsed) starts above k_train and ends at BP_k_train")
+def _check_root_alignment(data: dict, out: Path) -> tuple:
+    """Fig. 1c. Rule: the sequence of closest BP_k (``alignment_sequence``: argmin over k of the in-sample
+    D_KL(BP_k ‖ model) at each evaluation, repeats collapsed) starts at some k > k_train and its last element is
+    k_train (BP_0 for the paper's k_train = 0)."""
+    sequence, k_train = [int(k) for k in data["alignment_sequence"]], _k_train(out)
+    if not sequence:
+        return {}, None, "dynamics/root.json has no KL curves"
+    return {"closest_bp_sequence": sequence, "k_train": k_train}, sequence[0] > k_train and sequence[-1] == k_train, ""
+
+
+@_figure("1d", "dynamics/mlm.json", "dynamics",
+         "The MLM aligns sequentially with BP_k of decreasing k as training goes on.",
+         "the distinct closest BP_k along training are strictly decreasing and number at least 3")
+def _check_mlm_alignment(data: dict, out: Path) -> tuple:
+    """Fig. 1d. Rule: the sequence of closest BP_k of the MLM run (repeats collapsed, as Fig. 1c) is strictly
+    decreasing — every change of the closest oracle goes to a smaller k, never back — and passes at least 3 levels
+    (e.g. 4 → 3 → 2)."""
+    sequence = [int(k) for k in data["alignment_sequence"]]
+    decreasing = all(a > b for a, b in zip(sequence, sequence[1:]))
+    return {"closest_bp_sequence": sequence}, decreasing and len(sequence) >= 3, ""
+
+
+@_figure("1e", "attention/mlm/attention.json", "attention",
+         "The attention maps of the MLM trained on the full hierarchy mirror the tree: local in the first layer, "
+         "reaching higher tree levels in later layers.",
+         f"attention-weighted tree distance of layer 1 ≤ uniform attention's − {LOCALITY:g}, and the largest over the "
+         f"layers ≥ layer 1's + {LOCALITY:g}")
+def _check_mlm_attention(data: dict, out: Path) -> tuple:
+    """Fig. 1e. Rule, on the MLM of k_train (the first model of the grid with that filter level): the tree distance
+    of a layer (the height of the deepest common ancestor of query and attended leaf, weighted by the attention and
+    averaged over queries) is at most uniform attention's − :data:`LOCALITY` in layer 1 (it attends within small
+    subtrees) and rises by at least :data:`LOCALITY` to the widest layer (later layers combine higher subtrees, as
+    BP going up the tree; App. F's layer t attends at distance exactly t)."""
+    k_train = _k_train(out)
+    model = next((m for m in data["models"] if m["filter_level"] == k_train), None)
+    if model is None:
+        return {}, None, f"no MLM of k_train = {k_train} in attention/mlm/attention.json"
+    distance = _mean_distance(_layer_maps(model), model["depth"])
+    uniform = _uniform_distance(model["depth"])
+    measured = {"tree_distance_per_layer": distance.tolist(), "uniform_attention": uniform}
+    passed = distance[0] <= uniform - LOCALITY and distance.max() >= distance[0] + LOCALITY
+    return _round(measured), bool(passed), ""
+
+
+def _gap_at_smallest(data: dict) -> tuple:
+    """(P, mean, spread, seeds) of frozen − scratch at the smallest P, from the JSON's ``gap_vs_scratch`` (or its
+    accuracies, one seed, for a file written before it)."""
+    sizes = data["sizes"]
+    smallest = sizes.index(min(sizes))
+    gaps = (data.get("gap_vs_scratch") or {}).get("frozen")
+    if gaps is not None:
+        gap = gaps[smallest]
+        return sizes[smallest], gap["mean"], gap["spread"], gap["num_seeds"]
+    frozen, scratch = data["accuracy"]["frozen"][smallest], data["accuracy"]["scratch"][smallest]
+    mean = None if frozen is None or scratch is None else frozen - scratch
+    return sizes[smallest], mean, None, 0 if mean is None else 1
+
+
+@_figure("1f", "sample_complexity/sample_complexity.json", "sample_complexity",
+         "MLM pre-training cuts the labelled data needed for root classification: the frozen pre-trained encoder "
+         "beats training from scratch at small P.",
+         "at the smallest P, frozen − scratch accuracy > its standard deviation over the seeds (one seed: > 0)")
+def _check_sample_complexity(data: dict, out: Path) -> tuple:
+    """Fig. 1f. Rule: at the smallest number P of labelled sequences, the test accuracy of the frozen MLM encoder
+    (with a new readout) minus that of the same architecture trained from scratch, paired by seed and averaged, is
+    larger than its sample standard deviation over the seeds (the gain is beyond the seeds' spread); with a single
+    seed there is no spread, the note says so and the rule asks for a positive gap."""
+    if "frozen" not in data["accuracy"] or "scratch" not in data["accuracy"]:
+        return {}, None, "the frozen and scratch arms were not both run"
+    size, mean, spread, seeds = _gap_at_smallest(data)
+    measured = _round({"P": size, "frozen_minus_scratch": mean, "spread_over_seeds": spread, "seeds": seeds})
+    if mean is None:
+        return measured, None, f"no seed at P={size} with both runs finished"
+    if spread is None:
+        return measured, mean > 0, "one seed: no spread over seeds, the rule asks for a gap > 0"
+    return measured, mean > spread, ""
+
+
+# ---------------------------------------------------------------- Fig. 2, 6, 7, 8: root accuracy
+
+
+def _matches_bp(panel: dict) -> tuple:
+    """Per curve of an accuracy-vs-P panel: the accuracy at its largest P and BP's; and the curves off BP."""
+    rows, off = {}, []
+    for curve in panel["curves"]:
+        largest = int(np.argmax(curve["sizes"]))
+        accuracy, bp = curve["accuracy"][largest], curve["bp_accuracy"]
+        rows[curve["label"]] = {"P": curve["sizes"][largest], "accuracy": accuracy, "bp": bp}
+        if bp is None or abs(accuracy - bp) > BP_TOLERANCE:
+            off.append(curve["label"])
+    return rows, off
+
+
+def _panel(data: dict, k_test: str) -> dict:
+    panel = next((panel for panel in data["panels"] if panel["k_test"] == k_test), None)
+    if panel is None:
+        raise KeyError(f"no panel tested on k_test {k_test!r}")
+    return panel
+
+
+@_figure("2a", "accuracy_vs_samples/fig2a_e3.json", "root_sweep",
+         "Given enough labelled data, root classifiers trained on k_train reach the accuracy of BP_k_train on the "
+         "full hierarchy (k_test = 0), even where that BP is mismatched.",
+         f"for every k_train, the k_test = 0 accuracy at the largest P is within {BP_TOLERANCE} of BP_k_train's")
+def _check_fig2a(data: dict, out: Path) -> tuple:
+    """Fig. 2a. Rule: on the panel tested on the full hierarchy (k_test = 0), every k_train curve's final test
+    accuracy at its largest P is within :data:`BP_TOLERANCE` of BP_{k_train}'s accuracy on the same inputs."""
+    rows, off = _matches_bp(_panel(data, "full"))
+    return _round({"largest_P": rows, "off_bp": off}), not off, ""
+
+
+@_figure("2b", "dynamics/root.json", "dynamics",
+         "Along the root classifier's training, the accuracy on slightly filtered test data keeps rising while on "
+         "the most filtered data it rises, then falls to the mismatched BP_0 level.",
+         f"every k_test < ℓ/2 ends within {CHANGE} of its peak; k_test = ℓ peaks ≥ {CHANGE} above both its first "
+         "and its final accuracy")
+def _check_fig2b(data: dict, out: Path) -> tuple:
+    """Fig. 2b. Rule, on the k_test accuracy curves of the root run: every k_test < ℓ/2 "keeps rising" (its final
+    accuracy is within :data:`CHANGE` of its peak) while the most filtered set k_test = ℓ "rises then falls" (its
+    peak exceeds both its first and its final accuracy by at least :data:`CHANGE`)."""
+    curves = _levels(data["accuracy_ktest"])
+    depth = max(curves)
+    summary, passed = {}, True
+    for k, values in sorted(curves.items()):
+        finite = values[np.isfinite(values)]
+        if finite.size < 2:
+            return {}, None, f"k_test = {k} has fewer than 2 evaluations"
+        first, peak, final = float(finite[0]), float(finite.max()), float(finite[-1])
+        summary[f"k{k}"] = {"first": first, "peak": peak, "final": final}
+        if k < depth / 2:
+            passed = passed and final >= peak - CHANGE
+        if k == depth:
+            passed = passed and peak >= first + CHANGE and peak >= final + CHANGE
+    return _round(summary), passed, ""
+
+
+@_figure("6", "accuracy_vs_samples/e1_layers.json", "layers_sweep",
+         "(App. E.1) More encoder blocks n_L give better sample efficiency on the full hierarchy; n_L = 1 is poor.",
+         f"accuracy averaged over P does not decrease (by more than {LAYERS_TOLERANCE}) from one n_L to the next")
+def _check_layers(data: dict, out: Path) -> tuple:
+    """Fig. 6 (App. E.1). Rule: with one curve per n_L (k_train = k_test = 0), the test accuracy averaged over the
+    P of the sweep is non-decreasing in n_L, up to :data:`LAYERS_TOLERANCE` between neighbours (so n_L = 1 is the
+    least sample-efficient)."""
+    curves = sorted(data["panels"][0]["curves"], key=lambda c: c["num_layers"])
+    if len(curves) < 2:
+        return {}, None, "fewer than two n_L in the sweep"
+    means = {f"n_L={c['num_layers']}": float(np.mean(c["accuracy"])) for c in curves}
+    values = list(means.values())
+    passed = all(b >= a - LAYERS_TOLERANCE for a, b in zip(values, values[1:]))
+    return _round({"mean_accuracy_over_P": means}), passed, ""
+
+
+@_figure("7", "accuracy_vs_samples/e2_grammar_seeds.json", "seed_sweep",
+         "(App. E.2) Fig. 2a holds on other grammars: every k_train reaches BP_k_train's accuracy on k_test = 0.",
+         f"on every grammar, every k_train's k_test = 0 accuracy at the largest P is within {BP_TOLERANCE} of "
+         "BP_k_train's")
+def _check_grammars(data: dict, out: Path) -> tuple:
+    """Fig. 7 (App. E.2). Rule: the rule of Fig. 2a on the panel of every other grammar seed."""
+    measured, passed = {}, True
+    for panel in data["panels"]:
+        rows, off = _matches_bp(panel)
+        measured[f"grammar seed {panel['grammar_seed']}"] = {"largest_P": rows, "off_bp": off}
+        passed = passed and not off
+    return _round(measured), passed, ""
+
+
+@_figure("8", "accuracy_vs_samples/fig2a_e3.json", "root_sweep",
+         "(App. E.3) Tested in sample (k_test = k_train), root classifiers reach the optimal BP_k_train accuracy "
+         "with enough data.",
+         f"for every k_train, the in-sample accuracy at the largest P is within {BP_TOLERANCE} of BP_k_train's")
+def _check_in_sample(data: dict, out: Path) -> tuple:
+    """Fig. 8 (App. E.3). Rule: the rule of Fig. 2a on the panel tested in sample (k_test = k_train, BP optimal)."""
+    rows, off = _matches_bp(_panel(data, "train"))
+    return _round({"largest_P": rows, "off_bp": off}), not off, ""
+
+
+@_figure("9", "accuracy_vs_samples/fig9_kl.json", "root_sweep",
+         "(App. E.3) In sample, the root classifiers' KL to the matched BP_k_train falls as P grows; out of sample "
+         "(uniform inputs) it need not.",
+         "for every k_train, the in-sample KL at the largest P is below the one at the smallest P (the uniform-input "
+         "KL is reported, not tested)")
+def _check_kl_vs_samples(data: dict, out: Path) -> tuple:
+    """Fig. 9 (App. E.3). Rule: for every k_train, in-sample KL(BP_k_train ‖ model) at the largest P < at the
+    smallest P. The KL on uniform inputs is measured and shown; the paper draws no rule from it."""
+    measured, passed = {}, True
+    for k, curve in sorted(data["curves"]["in_sample"].items(), key=lambda item: int(item[0])):
+        uniform = data["curves"]["uniform"][k]["kl"]
+        measured[f"k_train={k}"] = {"P": [curve["sizes"][0], curve["sizes"][-1]],
+                                    "in_sample": [curve["kl"][0], curve["kl"][-1]],
+                                    "uniform": [uniform[0], uniform[-1]]}
+        passed = passed and len(curve["kl"]) > 1 and curve["kl"][-1] < curve["kl"][0]
+    return _round(measured), passed, ""
+
+
+# ---------------------------------------------------------------- Fig. 3, 10: MLM staircase and probes
+
+
+def _reach_steps(data: dict) -> dict:
+    """k_test -> the first evaluation step whose accuracy is at least BP − :data:`REACHED` (None: never)."""
+    steps = [int(s) for s in data["steps"]]
+    bp = {int(key[1:]): value for key, value in data["bp_accuracy_ktest"].items()}
+    reach = {}
+    for k, values in sorted(_levels(data["accuracy_ktest"]).items()):
+        if bp.get(k) is None:
+            raise ValueError(f"no BP accuracy for k_test = {k}")
+        hits = [step for step, value in zip(steps, values) if np.isfinite(value) and value >= bp[k] - REACHED]
+        reach[k] = hits[0] if hits else None
+    return reach
+
+
+@_figure("3a", "dynamics/mlm.json", "dynamics",
+         "The MLM's test accuracies climb a staircase: the most filtered k_test reaches BP first, the full "
+         "hierarchy (k_test = 0) last.",
+         f"the first step at which each k_test accuracy is ≥ BP − {REACHED} exists for every k_test and comes no "
+         "earlier for smaller k_test, k_test = ℓ strictly before k_test = 0")
+def _check_staircase(data: dict, out: Path) -> tuple:
+    """Fig. 3a. Rule: for every k_test, the step at which the MLM's test accuracy first reaches BP_{k_train}'s on the
+    same data minus :data:`REACHED` exists (the whole staircase is climbed in the run), these steps are
+    non-decreasing from k_test = ℓ down to k_test = 0 (ties allowed: evaluations are log-spaced), and k_test = ℓ is
+    reached strictly before k_test = 0 (a staircase, not one jump)."""
+    reach = _reach_steps(data)
+    measured = {"step_reaching_bp": {f"k{k}": step for k, step in reach.items()}}
+    if any(step is None for step in reach.values()):
+        never = [k for k, step in reach.items() if step is None]
+        return measured, False, f"k_test {never} never reach BP − {REACHED}"
+    order = [reach[k] for k in sorted(reach, reverse=True)]  # k_test = ℓ first
+    return measured, all(a <= b for a, b in zip(order, order[1:])) and order[0] < order[-1], ""
+
+
+def _probe_violations(data: dict) -> list:
+    """Where the probes of one probe JSON break the rule of Fig. 3b (empty: none)."""
+    depth, layers, levels = data["depth"], data["layers"], data["levels"]
+    accuracy, chance = np.asarray(data["accuracy"], dtype=float), np.asarray(data["chance"], dtype=float)  # (P, V)
+    violations = []
+    for row, layer in enumerate(layers):
+        for column, level in enumerate(levels):
+            value = accuracy[row, column]
+            if depth - level <= layer:  # within the layer's reach
+                if value < chance[column] + PROBE_MARGIN:
+                    violations.append(f"layer {layer}, level {level}: {value:.3f} < chance {chance[column]:.3f} + "
+                                      f"{PROBE_MARGIN}")
+            elif layer < max(layers):  # above its reach: a deeper layer must know that ancestor better
+                deeper = max(accuracy[r, column] for r, other in enumerate(layers) if other > layer)
+                if value > deeper - CHANGE:
+                    violations.append(f"layer {layer}, level {level}: {value:.3f} not below the deeper layers' "
+                                      f"{deeper:.3f} − {CHANGE}")
+    return violations
+
+
+def _probe_measured(data: dict) -> dict:
+    return _round({"accuracy_by_layer": {f"layer {layer}": row for layer, row in zip(data["layers"], data["accuracy"])},
+                   "levels": data["levels"], "chance": data["chance"]}, 3)
+
+
+@_figure("3b", "probe/probe.json", "probe",
+         "Probes of the MLM's hidden states recover the ancestors up to the probed layer's level and get worse "
+         "above it: the layers climb the tree.",
+         f"layer j: accuracy ≥ chance + {PROBE_MARGIN} on every level of height ℓ − m ≤ j, and on every higher level "
+         f"at least {CHANGE} below some deeper layer")
+def _check_probes(data: dict, out: Path) -> tuple:
+    """Fig. 3b. Rule, on the held-out accuracy of every (layer j, ancestor level m) probe (layer 0 = the embedding):
+    within the layer's reach — height ℓ − m ≤ j — the accuracy is at least the most-frequent-symbol chance +
+    :data:`PROBE_MARGIN`; above it, the accuracy is at least :data:`CHANGE` below that of some deeper layer (the
+    ancestor becomes readable only later; the last probed layer has no deeper one and is not tested there)."""
+    violations = _probe_violations(data)
+    return {**_probe_measured(data), "violations": violations}, not violations, ""
+
+
+@_figure("10", "dynamics/mlm.json", "dynamics",
+         "(App. E.4) The trained MLM's predictions agree with BP's in argmax and in ranking (Spearman) as well.",
+         f"at the last evaluation, argmax agreement with BP_k_train ≥ {MATCH} and mean Spearman correlation ≥ "
+         f"{SPEARMAN}")
+def _check_match(data: dict, out: Path) -> tuple:
+    """Fig. 10 (App. E.4). Rule: at the last evaluation of the MLM run, the argmax agreement of the model with
+    BP_{k_train} on in-sample inputs is at least :data:`MATCH` and the mean Spearman correlation of the two
+    q-vectors at least :data:`SPEARMAN`."""
+    k = f"k{_k_train(out)}"
+    if not data.get("match_bp") or not data.get("spearman_bp"):
+        return {}, None, "the run logged no argmax agreement or Spearman correlation"
+    match, spearman = _last(_series(data["match_bp"][k])), _last(_series(data["spearman_bp"][k]))
+    measured = _round({"argmax_match": match, "spearman": spearman})
+    return measured, match is not None and spearman is not None and match >= MATCH and spearman >= SPEARMAN, ""
+
+
+# ---------------------------------------------------------------- Fig. 4, 11: attention of filtered models
+
+
+def _blocks(data: dict, *, structureless_top: bool) -> tuple:
+    """The rule of Fig. 4 on the models of an attention JSON: (measured, passed, note)."""
+    models = data["models"]
+    depth = models[0]["depth"]
+    filtered = [m for m in models if 1 <= m["filter_level"] < depth]
+    top = [m for m in models if m["filter_level"] == depth] if structureless_top else []
+    if not filtered and not top:
+        return {}, None, "no model trained on filtered data (1 ≤ k_train) in the grid at this preset"
+    measured, passed = {}, True
+    for model in filtered:
+        k = model["filter_level"]
+        mass = float(_block_mass(_layer_maps(model), depth, k).max())
+        needed = (1 + 2.0**-k) / 2
+        measured[f"k_train={k}"] = {"block": 2 ** (depth - k), "in_block_attention": mass, "needed": needed}
+        passed = passed and mass >= needed
+    if top:
+        distances = {m["filter_level"]: _distance_to_uniform(_layer_maps(m)) for m in models}
+        measured["distance_to_uniform"] = {f"k_train={k}": d for k, d in distances.items()}
+        passed = passed and distances[depth] <= min(distances.values())
+    return _round(measured), passed, ""
+
+
+@_figure("4", "attention/mlm/attention.json", "attention",
+         "MLMs trained on data filtered at k attend within blocks of about 2^(ℓ−k) leaves; the fully factorized "
+         "model (k = ℓ) is structureless.",
+         "every 1 ≤ k_train < ℓ: in some layer, attention inside the query's block of 2^(ℓ−k) leaves ≥ "
+         "(1 + 2^−k)/2, halfway from uniform to block-diagonal; k_train = ℓ: the model closest to uniform attention")
+def _check_attention_blocks(data: dict, out: Path) -> tuple:
+    """Fig. 4. Rule, on the MLMs of every k_train of the grid: for 1 ≤ k < ℓ, in at least one layer the attention
+    kept inside the query's own block of 2^(ℓ−k) leaves (its level-k subtree) is at least (1 + 2^−k) / 2 — halfway
+    from uniform attention (2^−k) to a block-diagonal map (1); the model of k = ℓ, if in the grid, is the one
+    closest to uniform attention (mean total-variation distance over layers and rows). Not run without a model of
+    k ≥ 1 (the ``quick`` preset trains none)."""
+    return _blocks(data, structureless_top=True)
+
+
+@_figure("11", "attention/classifier/attention.json", "classifier_attention",
+         "(App. E.5) Root classifiers trained on data filtered at k also attend within blocks of about 2^(ℓ−k) "
+         "leaves.",
+         "every 1 ≤ k_train < ℓ: in some layer, attention inside the query's block of 2^(ℓ−k) leaves ≥ "
+         "(1 + 2^−k)/2, halfway from uniform to block-diagonal")
+def _check_classifier_blocks(data: dict, out: Path) -> tuple:
+    """Fig. 11 (App. E.5). Rule: the block rule of Fig. 4 on the root classifiers of every 1 ≤ k_train < ℓ (the
+    paper claims no pattern for k = ℓ there)."""
+    return _blocks(data, structureless_top=False)
+
+
+# ---------------------------------------------------------------- Fig. 12: further probes
+
+
+@_figure("12 (left)", "probe/probe_ends.json", "probe",
+         "(App. E.7 left) Probes trained on the first and last positions only still show the layers climbing the "
+         "tree.",
+         f"the rule of Fig. 3b (layer j: ≥ chance + {PROBE_MARGIN} within height j, below a deeper layer above it)")
+def _check_probes_ends(data: dict, out: Path) -> tuple:
+    """Fig. 12, left (App. E.7). Rule: the rule of Fig. 3b on the probes trained on the first and last positions
+    and tested on all of them."""
+    return _check_probes(data, out)
+
+
+@_figure("12 (right)", "probe/probe_filtered.json", "probe_filtered",
+         "(App. E.7 right) An MLM trained on data filtered at k recovers ancestors up to level k and not the "
+         "filtered levels above it.",
+         f"model k: levels m ≥ k at ≥ chance + {PROBE_MARGIN}; levels 1 ≤ m < k at least {CHANGE} below the "
+         "k_train = 0 model")
+def _check_filtered_probes(data: dict, out: Path) -> tuple:
+    """Fig. 12, right (App. E.7). Rule, on the probes of the complete encoding of the MLM of each k_train on k = 0
+    data: for every model of k ≥ 1, every probed level m ≥ k is recovered (accuracy ≥ chance +
+    :data:`PROBE_MARGIN`) and every filtered level 1 ≤ m < k is read at least :data:`CHANGE` worse than by the
+    k_train = 0 model. Not run without both a k_train = 0 model and one of k ≥ 1."""
+    models = {m["model_filter_level"]: m for m in data["models"]}
+    if 0 not in models or not any(k >= 1 for k in models):
+        return {}, None, "the grid lacks the k_train = 0 model or a filtered one"
+    reference = dict(zip(models[0]["levels"], models[0]["accuracy"][0]))
+    measured, violations = {}, []
+    for k, model in sorted(models.items()):
+        accuracy = dict(zip(model["levels"], model["accuracy"][0]))
+        chance = dict(zip(model["levels"], model["chance"]))
+        measured[f"k_train={k}"] = {f"level {m}": a for m, a in accuracy.items()}
+        if k == 0:
+            continue
+        for m, value in accuracy.items():
+            if m >= k and value < chance[m] + PROBE_MARGIN:
+                violations.append(f"k_train={k}, level {m}: {value:.3f} < chance {chance[m]:.3f} + {PROBE_MARGIN}")
+            if 1 <= m < k and value > reference[m] - CHANGE:
+                violations.append(f"k_train={k}, level {m}: {value:.3f} not below k_train=0's {reference[m]:.3f} − "
+                                  f"{CHANGE}")
+    return {**_round(measured, 3), "violations": violations}, not violations, ""
+
+
+# ---------------------------------------------------------------- all of them
+
+
+def check_all(out, preset: Preset | None = None) -> list:
+    """The :class:`Finding` of every figure of :data:`CHECKS` in the reproduction folder ``out``, in figure order
+    (``preset``: see :meth:`FigureCheck.__call__`)."""
+    return [check(out, preset) for check in CHECKS]
+
+
+def write_findings(out, preset: Preset | None = None) -> tuple:
+    """Check every figure (:func:`check_all`) and write ``OUT/findings.json``; returns (findings, path)."""
+    findings = check_all(out, preset)
+    counts = {verdict: sum(f.verdict == verdict for f in findings) for verdict in VERDICTS}
+    path = write_json(Path(out) / FINDINGS_FILE, {"preset": None if preset is None else preset.name,
+                                                  "verdicts": counts,
+                                                  "findings": [f.to_dict() for f in findings]})
+    return findings, path
+
+
+def describe(value, top: bool = True) -> str:
+    """Measured numbers in one line for a table cell: floats to 3 digits, lists in brackets, ``key: value`` pairs
+    separated by ``;`` at the top and in braces below it."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, dict):
+        if not value:
+            return "–" if top else "{}"
+        pairs = [f"{key}: {describe(item, top=False)}" for key, item in value.items()]
+        return "; ".join(pairs) if top else "{" + ", ".join(pairs) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(describe(item, top=False) for item in value) + "]"
+    return str(value)
+
+
+__all__ = ["CHECKS", "FINDINGS_FILE", "Finding", "FigureCheck", "NOT_REPRODUCED", "NOT_RUN", "REPRODUCED",
+           "VERDICTS", "check_all", "describe", "write_findings"]
