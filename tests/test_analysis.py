@@ -143,6 +143,22 @@ def test_average_attention_rows_sum_to_one_with_one_row_per_model(checkpoints, t
         assert model["masked"] is True  # MLM inputs carry one mask, as in training
 
 
+def test_attention_grid_rows_name_their_checkpoint(tmp_path):
+    from hf_treelang.analysis.attention import AttentionResult
+    from hf_treelang.plotting import pyplot
+
+    maps = np.full((1, 1, 4, 4), 0.25)
+    rows = [AttentionResult(maps, str(tmp_path / "run" / name), "mlm", 2, 0, 10, True)
+            for name in ("checkpoint-100", "checkpoint-2000", "run")]
+    assert [row.label for row in rows] == ["MLM, k_train=0, step 100", "MLM, k_train=0, step 2000",
+                                           "MLM, k_train=0, run"]
+    figure = attention.plot_attention(rows)
+    try:
+        assert [figure.axes[i].get_ylabel().splitlines()[0] for i in range(3)] == [row.label for row in rows]
+    finally:
+        pyplot().close(figure)
+
+
 def test_probe_reads_the_leaf_symbol_off_the_embedding_and_reports_probabilities(checkpoints, tmp_path):
     result = probing.probe(checkpoints["mlm"], levels=[0, 2, 3], num_train=256, num_test=128, epochs=8,
                            batch_size=32, learning_rate=3e-3, seed=1, progress=False)

@@ -5,9 +5,12 @@ Shared parts: :mod:`~hf_treelang.analysis.checkpoint` (loading, with clear error
 figures use :mod:`hf_treelang.plotting`.
 
 * :func:`calibrate` — model vs BP probabilities, in-sample and uniform inputs (Fig. 1b): ``hf-treelang calibration``
-* :func:`average_attention` / :func:`attention_grid` — average attention per layer (Fig. 4): ``hf-treelang attention``
-* :func:`probe` — ancestor probes per (layer, level) (Fig. 3b, App. E.6-E.7): ``hf-treelang probe``
-* :func:`learning_dynamics` — KL-to-BP_k curves and the k_test staircase (Fig. 1c/d, 2b, 3a): ``hf-treelang dynamics``
+* :func:`average_attention` / :func:`attention_grid` — average attention per layer (Fig. 4): ``hf-treelang attention``;
+  :func:`template_dynamics` — each layer against App. F's attention templates along training (``--template``)
+* :func:`probe` — ancestor probes per (layer, level) (Figs. 3b, 12): ``hf-treelang probe``
+* :func:`learning_dynamics` — KL-to-BP_k curves and the accuracies per k_test (Figs. 1c/d, 2b, 3a, 10):
+  ``hf-treelang dynamics``
+* :func:`kl_vs_samples` — the sweep runs' KL to BP against P, in sample and on uniform inputs (Fig. 9)
 * :func:`sample_complexity_sweep` — accuracy vs labelled P, three arms (Fig. 1f): ``hf-treelang sample-complexity``
 """
 
@@ -15,9 +18,10 @@ from hf_treelang.core.metrics import DistributionComparison, compare_distributio
 
 from .activations import Activations, predict_probabilities, run_with_cache
 from .checkpoint import Checkpoint, load_checkpoint
-from .attention import AttentionResult, attention_grid, average_attention
+from .attention import AttentionResult, TemplateResult, attention_grid, average_attention, template_dynamics
 from .calibration import CalibrationResult, CalibrationSet, calibrate, calibrate_predictor
 from .dynamics import DynamicsResult, learning_dynamics
+from .kl_vs_samples import KLFigure, kl_vs_samples
 from .probing import ProbeResult, probe
 from .sample_complexity import SampleComplexityResult, sample_complexity_sweep
 
@@ -29,17 +33,21 @@ __all__ = [
     "Checkpoint",
     "DistributionComparison",
     "DynamicsResult",
+    "KLFigure",
     "ProbeResult",
     "SampleComplexityResult",
+    "TemplateResult",
     "attention_grid",
     "average_attention",
     "calibrate",
     "calibrate_predictor",
     "compare_distributions",
+    "kl_vs_samples",
     "learning_dynamics",
     "load_checkpoint",
     "predict_probabilities",
     "probe",
     "run_with_cache",
     "sample_complexity_sweep",
+    "template_dynamics",
 ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from hf_treelang.core.attention_template import template_attention, template_sim
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.core.masking import mask_evaluation_set
 from hf_treelang.plotting import level_color, pyplot, save_figure
-from hf_treelang.train.folders import CHECKPOINT_PREFIX, RUN_CONFIG, check_run_complete, is_run_folder
+from hf_treelang.train.folders import RUN_CONFIG, check_run_complete, checkpoints, is_run_folder
 
 from .activations import run_with_cache
 from .checkpoint import as_checkpoint
@@ -60,8 +61,12 @@ class AttentionResult:
 
     @property
     def label(self) -> str:
+        """The row's name in a grid: the task, k_train and which checkpoint (``step N`` for a ``checkpoint-N``
+        folder, else the folder's name), so that rows of one run's checkpoints are told apart."""
         task = {"mlm": "MLM", "root": "root"}.get(self.task, "encoder")
-        return f"{task}, k_train={self.filter_level}"
+        folder = Path(self.checkpoint).name
+        match = re.fullmatch(r"checkpoint-(\d+)", folder)
+        return f"{task}, k_train={self.filter_level}, " + (f"step {match.group(1)}" if match else folder)
 
     def to_dict(self) -> dict:
         return {
@@ -302,12 +307,7 @@ def run_checkpoints(run) -> list:
                          "folder: compare its maps without --template)")
     check_run_complete(folder, "run")
     final = _final_step(folder)
-    found = {}
-    for path in folder.glob(CHECKPOINT_PREFIX + "*"):
-        step = path.name[len(CHECKPOINT_PREFIX):]
-        if path.is_dir() and step.isdigit() and int(step) != final:
-            found[int(step)] = path
-    return [*sorted(found.items()), (final, folder)]
+    return [*((step, path) for step, path in checkpoints(folder) if step != final), (final, folder)]
 
 
 @torch.no_grad()

@@ -348,14 +348,19 @@ def completed_run(path) -> dict | None:
 # ---------------------------------------------------------------- a run's identity in its folder
 
 
-def last_checkpoint(output_dir) -> Path | None:
-    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
+def checkpoints(output_dir) -> list:
+    """Every ``checkpoint-<step>`` folder of ``output_dir`` as ``[(step, path)]`` in step order (complete or not)."""
     found = []
     for path in Path(output_dir).glob(CHECKPOINT_PREFIX + "*"):
         step = path.name[len(CHECKPOINT_PREFIX):]
-        if step.isdigit():
+        if path.is_dir() and step.isdigit():
             found.append((int(step), path))
-    for _, path in sorted(found, reverse=True):
+    return sorted(found)
+
+
+def last_checkpoint(output_dir) -> Path | None:
+    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
+    for _, path in reversed(checkpoints(output_dir)):
         try:
             check_resume_checkpoint(path)
         except ValueError:
