@@ -94,6 +94,10 @@ def _attention_arguments(parser: argparse.ArgumentParser) -> None:
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (an MLM model in the paper)")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--target", choices=("ancestors", "messages"), default="ancestors",  # probing.PROBE_TARGETS
+                        help="ancestors: the ancestor symbols (Fig. 3b, probe.png/json); messages: the BP upward "
+                             "messages of the level-m ancestor and of the level-m complementary subtree (App. F), "
+                             "KL to the exact message (probe_messages.png/json)")
     parser.add_argument("--levels", type=int, nargs="+", default=None,
                         help="ancestor levels to probe, 0 = root (default: every level < depth the data have)")
     parser.add_argument("--data-filter-level", type=int, default=None,

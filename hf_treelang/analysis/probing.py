@@ -21,6 +21,11 @@ on 10^4 validation sequences (epoch 0, before training, included). The notebook 
 last epoch's (:attr:`ProbeResult.final_accuracy`). As a reference, the exact BP posterior of each ancestor given the
 whole sequence gives the best accuracy any readout could reach.
 
+BP-message probes (:func:`probe_messages`, ``hf-treelang probe --target messages``, App. F): the same protocol with
+q-vector targets, the exact upward messages of the leaf's level-m ancestor and of its level-m complementary subtree
+(:func:`message_targets`), a softmax readout trained by KL to them, reported as test KL next to the KL of the mean
+message.
+
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``P`` probed layers, ``V`` ancestor levels, ``H`` probe
 hidden units, ``d`` model hidden size, ``q`` symbols, ``T`` tokens in a batch, ``E`` epochs.
 """
@@ -49,6 +54,7 @@ from .checkpoint import as_checkpoint
 from .io import check_positive, cli_error, prepare_output, write_json
 
 POSITION_MODES = ("all", "ends")
+PROBE_TARGETS = ("ancestors", "messages")  # what `hf-treelang probe --target` probes: probe or probe_messages
 
 
 @dataclass
@@ -221,23 +227,42 @@ class _BatchedProbes(torch.nn.Module):
 
 
 def _select(states: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor):
-    """Tokens of the given positions: states (b, P, L, d) -> (P, b*|pos|, d); labels (b, L, V) -> (b*|pos|, V)."""
+    """Tokens of the given positions: states (b, P, L, d) -> (P, b*|pos|, d); labels (b, L, V, ...) ->
+    (b*|pos|, V, ...) (symbols, or q-vectors for the message probes)."""
     x = states[:, :, positions].permute(1, 0, 2, 3).reshape(states.shape[1], -1, states.shape[-1])
-    return x, labels[:, positions].reshape(-1, labels.shape[-1])
+    return x, labels[:, positions].reshape(-1, *labels.shape[2:])
+
+
+def _hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(P, T, V) 1 where the probe's most probable symbol is the label: logits (P, T, V, q), labels (T, V)."""
+    return (logits.argmax(-1) == labels[None]).double()
+
+
+def _kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(P, T, V) KL(target ‖ softmax(logits)) in nats: logits (P, T, V, q), target (T, V, q) probabilities."""
+    # KL = Σ_s t[s] (log t[s] - log p[s]), with 0 log 0 = 0
+    log_p = torch.log_softmax(logits.float(), -1)  # (P, T, V, q)
+    return (torch.special.xlogy(target, target)[None] - target[None] * log_p).sum(-1)
 
 
 @torch.no_grad()
-def _accuracy(probes, states, labels, positions, batch_size, device) -> np.ndarray:
-    """(P, V) accuracy of every probe on ``states`` (n, P, L, d) at ``positions``."""
-    correct = None
+def _mean_score(score, probes, states, labels, positions, batch_size, device) -> np.ndarray:
+    """(P, V) mean over the tokens of ``score`` (:func:`_hits` or :func:`_kl`) of every probe on ``states``
+    (n, P, L, d) at ``positions``."""
+    total = None
     count = 0
     for part in batches(states.shape[0], batch_size):
         x, y = _select(states[part], labels[part], positions)
         x, y = x.to(device), y.to(device)
-        hits = (probes(x).argmax(-1) == y[None]).sum(1).double().cpu()  # (P, V)
-        correct = hits if correct is None else correct + hits
+        summed = score(probes(x), y).sum(1).double().cpu()  # (P, V)
+        total = summed if total is None else total + summed
         count += y.shape[0]
-    return (correct / count).numpy()
+    return (total / count).numpy()
+
+
+def _accuracy(probes, states, labels, positions, batch_size, device) -> np.ndarray:
+    """(P, V) accuracy of every probe on ``states`` (n, P, L, d) at ``positions``."""
+    return _mean_score(_hits, probes, states, labels, positions, batch_size, device)
 
 
 @dataclass
@@ -325,6 +350,118 @@ def estimate_probe(ckpt, leaves: np.ndarray, *, layers: list, num_levels: int, t
     return ProbeEstimate(seconds=sum(parts.values()), steps=steps, threads=torch.get_num_threads(), **parts)
 
 
+@dataclass
+class _ProbeData:
+    """What both kinds of probes train on: the checked setting, the sampled trees and their frozen hidden states."""
+
+    ckpt: object
+    data_filter_level: int
+    levels: list
+    layers: list
+    trees: object
+    states: torch.Tensor  # (n, P, L, d)
+    train: slice
+    validation: slice
+    test: slice
+    train_positions: torch.Tensor
+    all_positions: torch.Tensor
+
+
+def _check_training(num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate) -> tuple:
+    """The probes' training arguments checked (ValueError naming the parameter)."""
+    checked = tuple(check_positive(name, value) for name, value in (
+        ("num_train", num_train), ("num_validation", num_validation), ("num_test", num_test), ("epochs", epochs),
+        ("batch_size", batch_size)))
+    probe_hidden = check_positive("probe_hidden", probe_hidden, low=0)
+    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
+    return (*checked, probe_hidden, float(learning_rate))
+
+
+def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_train, num_validation, num_test, seed,
+             device, estimate: Callable | None) -> _ProbeData:
+    """Load and check, sample the trees, and collect the hidden states (``estimate(ckpt, leaves, layers, levels)``,
+    if given, is called before the hidden states are computed)."""
+    ckpt = as_checkpoint(checkpoint, device=device)
+    depth = ckpt.depth
+    k_data = ckpt.filter_level if data_filter_level is None else int(data_filter_level)
+    if not 0 <= k_data <= depth:
+        raise ValueError(f"data_filter_level must be in [0, depth={depth}], got {k_data}")
+    levels = check_levels(levels, depth, k_data)
+    layers = check_layers(layers, ckpt.num_layers)
+    if positions not in POSITION_MODES:
+        raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
+    n = num_train + num_validation + num_test
+    trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
+    if estimate is not None:
+        estimate(ckpt, trees.leaves, layers, levels)
+    states = hidden_states(ckpt, trees.leaves)[:, layers]  # (n, P, L, d)
+    length = trees.leaves.shape[1]
+    all_positions = torch.arange(length)
+    return _ProbeData(
+        ckpt=ckpt, data_filter_level=k_data, levels=levels, layers=layers, trees=trees, states=states,
+        train=slice(0, num_train), validation=slice(num_train, num_train + num_validation),
+        test=slice(num_train + num_validation, n), all_positions=all_positions,
+        train_positions=all_positions if positions == "all" else torch.tensor(sorted({0, length - 1})))
+
+
+@dataclass
+class _Fit:
+    """The outcome of :func:`_fit`: (P, V) scores per probe (V: the columns of the labels)."""
+
+    best: _BatchedProbes  # each probe's weights at its best validation epoch
+    last: _BatchedProbes
+    best_validation: np.ndarray  # (P, V)
+    best_epoch: np.ndarray  # (P, V)
+    history: np.ndarray  # (E + 1, P, V)
+
+
+def _fit(data: _ProbeData, labels: torch.Tensor, *, loss: Callable, score: Callable, higher_is_better: bool,
+         epochs: int, batch_size: int, learning_rate: float, probe_hidden: int, seed: int, progress: bool) -> _Fit:
+    """Train one batched readout per (layer, label column) on ``labels`` (n, L, V) or (n, L, V, q); each probe's
+    best epoch (0 = before training) is chosen by ``score`` on the validation sequences.
+
+    ``loss(logits (P, T, V, q), labels (T, V, ...))`` is the sum over the P*V probes of each one's mean loss over the
+    tokens (independent training, see the module docstring); ``score`` gives (P, T, V) per-token scores.
+    """
+    states, device = data.states, data.ckpt.device
+    num_layers, num_columns = states.shape[1], labels.shape[2]
+    num_train = data.train.stop - data.train.start
+    generator = torch.Generator().manual_seed(seed)
+    probes = _BatchedProbes(num_layers, num_columns, states.shape[-1], probe_hidden, data.ckpt.num_symbols, generator)
+    probes.to(device)
+    best = copy.deepcopy(probes)
+    optimizer = torch.optim.Adam(probes.parameters(), lr=learning_rate)
+    train_states, train_labels = states[data.train], labels[data.train]
+    eval_batch = max(batch_size, 1024)
+
+    def validation_score() -> np.ndarray:
+        return _mean_score(score, probes, states[data.validation], labels[data.validation], data.all_positions,
+                           eval_batch, device)
+
+    history = [validation_score()]  # (P, V) per epoch, epoch 0 first
+    best_score = history[0].copy()
+    best_epoch = np.zeros_like(best_score, dtype=np.int64)
+    for epoch in tqdm(range(1, epochs + 1), desc="probe epochs", disable=not progress, leave=False):
+        order = torch.randperm(num_train, generator=generator)
+        for part in batches(num_train, batch_size):
+            rows = order[part]
+            x, y = _select(train_states[rows], train_labels[rows], data.train_positions)
+            x, y = x.to(device), y.to(device)
+            value = loss(probes(x), y)  # probes(x): (P, T, V, q)
+            optimizer.zero_grad(set_to_none=True)
+            value.backward()
+            optimizer.step()
+        history.append(validation_score())
+        # ties keep the earlier epoch
+        improved = history[-1] > best_score if higher_is_better else history[-1] < best_score  # (P, V)
+        if improved.any():
+            best.copy_where(probes, torch.as_tensor(improved))
+            best_score = np.where(improved, history[-1], best_score)
+            best_epoch = np.where(improved, epoch, best_epoch)
+    return _Fit(best=best, last=probes, best_validation=best_score, best_epoch=best_epoch, history=np.stack(history))
+
+
 def probe(
     checkpoint,
     *,
@@ -367,89 +504,44 @@ def probe(
         log: called with one line, the estimated time (:class:`ProbeEstimate`), before the work starts; None
             (the default) skips the estimate and its measurement.
     """
-    ckpt = as_checkpoint(checkpoint, device=device)
-    depth = ckpt.depth
-    k_data = ckpt.filter_level if data_filter_level is None else int(data_filter_level)
-    if not 0 <= k_data <= depth:
-        raise ValueError(f"data_filter_level must be in [0, depth={depth}], got {k_data}")
-    levels = check_levels(levels, depth, k_data)
-    layers = check_layers(layers, ckpt.num_layers)
-    if positions not in POSITION_MODES:
-        raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
-    num_train = check_positive("num_train", num_train)
-    num_validation = check_positive("num_validation", num_validation)
-    num_test = check_positive("num_test", num_test)
-    epochs = check_positive("epochs", epochs)
-    batch_size = check_positive("batch_size", batch_size)
-    probe_hidden = check_positive("probe_hidden", probe_hidden, low=0)
-    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
+    num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate = _check_training(
+        num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate)
 
-    n = num_train + num_validation + num_test
-    trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
-    labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
-    length = trees.leaves.shape[1]
-    if log is not None:
-        log(estimate_probe(ckpt, trees.leaves, layers=layers, num_levels=len(levels),
+    def estimate(ckpt, leaves, layers, levels):
+        length = leaves.shape[1]
+        log(estimate_probe(ckpt, leaves, layers=layers, num_levels=len(levels),
                            train_positions=length if positions == "all" else min(2, length), num_train=num_train,
                            num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
                            probe_hidden=probe_hidden).describe())
-    states = hidden_states(ckpt, trees.leaves)[:, layers]  # (n, P, L, d)
-    num_layers = states.shape[1]
-    train = slice(0, num_train)
-    validation = slice(num_train, num_train + num_validation)
-    test = slice(num_train + num_validation, n)
-    all_positions = torch.arange(length)
-    train_positions = all_positions if positions == "all" else torch.tensor(sorted({0, length - 1}))
 
-    generator = torch.Generator().manual_seed(seed)
-    probes = _BatchedProbes(num_layers, len(levels), states.shape[-1], probe_hidden, ckpt.num_symbols, generator)
-    device = ckpt.device
-    probes.to(device)
-    best = copy.deepcopy(probes)  # each probe's weights at its best validation epoch so far
-    optimizer = torch.optim.Adam(probes.parameters(), lr=learning_rate)
-    weight = num_layers * len(levels)  # sum, not mean, of the P*V probe losses: independent training
-    train_states, train_labels = states[train], labels[train]
-    eval_batch = max(batch_size, 1024)
+    data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
+                    positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
+                    seed=seed, device=device, estimate=None if log is None else estimate)
+    ckpt, levels, trees, depth, k_data = data.ckpt, data.levels, data.trees, data.ckpt.depth, data.data_filter_level
+    labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
+    weight = data.states.shape[1] * len(levels)  # sum, not mean, of the P*V probe losses: independent training
 
-    def validation_accuracy() -> np.ndarray:
-        return _accuracy(probes, states[validation], labels[validation], all_positions, eval_batch, device)
+    def loss(logits, y):  # logits (P, T, V, q), y (T, V)
+        target = y[None].expand(logits.shape[0], -1, -1)  # (P, T, V)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)) * weight
 
-    history = [validation_accuracy()]  # (P, V) per epoch, epoch 0 first
-    best_accuracy = history[0].copy()
-    best_epoch = np.zeros_like(best_accuracy, dtype=np.int64)
-    for epoch in tqdm(range(1, epochs + 1), desc="probe epochs", disable=not progress, leave=False):
-        order = torch.randperm(num_train, generator=generator)
-        for part in batches(num_train, batch_size):
-            rows = order[part]
-            x, y = _select(train_states[rows], train_labels[rows], train_positions)
-            x, y = x.to(device), y.to(device)
-            logits = probes(x)  # (P, T, V, q)
-            target = y[None].expand(num_layers, -1, -1)  # (P, T, V)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            (loss * weight).backward()
-            optimizer.step()
-        history.append(validation_accuracy())
-        improved = history[-1] > best_accuracy  # (P, V); ties keep the earlier epoch
-        if improved.any():
-            best.copy_where(probes, torch.as_tensor(improved))
-            best_accuracy = np.where(improved, history[-1], best_accuracy)
-            best_epoch = np.where(improved, epoch, best_epoch)
-
+    fit = _fit(data, labels, loss=loss, score=_hits, higher_is_better=True, epochs=epochs, batch_size=batch_size,
+               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress)
+    eval_batch, states, test = max(batch_size, 1024), data.states, data.test
     test_states, test_labels = states[test], labels[test]
-    final_accuracy = _accuracy(probes, test_states, test_labels, all_positions, eval_batch, device)
-    best_test_accuracy = _accuracy(best, test_states, test_labels, all_positions, eval_batch, device)
-    train_accuracy = _accuracy(probes, train_states, train_labels, train_positions, eval_batch, device)
+    final_accuracy = _accuracy(fit.last, test_states, test_labels, data.all_positions, eval_batch, ckpt.device)
+    best_test_accuracy = _accuracy(fit.best, test_states, test_labels, data.all_positions, eval_batch, ckpt.device)
+    train_accuracy = _accuracy(fit.last, states[data.train], labels[data.train], data.train_positions, eval_batch,
+                               ckpt.device)
 
     bp_levels = BeliefPropagation(ckpt.grammar, depth, k_data).level_marginals(trees.leaves[test])
-    test_trees_levels = probe_targets(trees, levels)[test]  # (n_test, L, V)
-    index = np.arange(length)
+    test_trees_levels = test_labels.numpy()  # (n_test, L, V)
+    index = np.arange(trees.leaves.shape[1])
     bp_accuracy = np.array([
         float((bp_levels[m].argmax(-1).numpy()[:, index >> (depth - m)] == test_trees_levels[..., v]).mean())
         for v, m in enumerate(levels)
     ])
-    train_flat = labels[train].reshape(-1, len(levels)).numpy()
+    train_flat = labels[data.train].reshape(-1, len(levels)).numpy()
     test_flat = test_trees_levels.reshape(-1, len(levels))
     chance = np.array([
         float((test_flat[:, v] == np.bincount(train_flat[:, v], minlength=ckpt.num_symbols).argmax()).mean())
@@ -458,11 +550,11 @@ def probe(
     return ProbeResult(
         accuracy=best_test_accuracy,
         final_accuracy=final_accuracy,
-        validation_accuracy=best_accuracy,
-        best_epoch=best_epoch,
-        validation_history=np.stack(history),  # (E + 1, P, V)
+        validation_accuracy=fit.best_validation,
+        best_epoch=fit.best_epoch,
+        validation_history=fit.history,  # (E + 1, P, V)
         train_accuracy=train_accuracy,
-        layers=layers,
+        layers=data.layers,
         levels=levels,
         bp_accuracy=bp_accuracy,
         chance=chance,
@@ -476,7 +568,7 @@ def probe(
         num_test=num_test,
         epochs=epochs,
         batch_size=batch_size,
-        learning_rate=float(learning_rate),
+        learning_rate=learning_rate,
         probe_hidden=probe_hidden,
     )
 
@@ -522,6 +614,232 @@ def write_outputs(result: ProbeResult, out_dir, *, name: str | None = None) -> d
     out = prepare_output(out_dir)
     name = name or ("probe" if result.positions == "all" else "probe_ends")
     paths = {"figure": save_figure(plot_probes(result), out / f"{name}.png")}
+    paths["json"] = write_json(out / f"{name}.json", result.to_dict())
+    return paths
+
+
+MESSAGE_TARGETS = ("ancestor", "complement")
+
+
+@dataclass
+class MessageProbeResult:
+    """KL of the BP-message probes of every (target, layer, level) (App. F): (2, P, V) arrays have the targets
+    :data:`MESSAGE_TARGETS` first, then rows ``layers`` and columns ``levels``; NaN where a target does not exist
+    (the complement of level 0: the root has no sibling).
+
+    The two targets of leaf i at level m (:func:`message_targets`) are the normalised upward messages
+    (:meth:`~hf_treelang.core.bp.BeliefPropagation.upward_messages`) of BP_k with k = ``data_filter_level``:
+    ``"ancestor"``, that of leaf i's level-m ancestor, and ``"complement"``, that of its level-m complementary
+    subtree, the sibling of that ancestor.
+
+    Attributes:
+        kl: (2, P, V) held-out test KL(exact message ‖ probe) in nats, mean over tokens, at the best validation epoch.
+        final_kl: (2, P, V) the same after the last epoch.
+        validation_kl: (2, P, V) the best (lowest) validation KL over the epochs.
+        best_epoch: (2, P, V) the epoch of that validation KL (0 = before training; -1 where no target).
+        validation_history: (E + 1, 2, P, V) validation KL before training and after every epoch.
+        train_kl: (2, P, V) KL on the training sequences after the last epoch (the trained positions only).
+        baseline_kl: (2, V) test KL of the mean training message (what a probe that ignores the hidden state reaches).
+        targets: :data:`MESSAGE_TARGETS`.
+        layers, levels, positions, checkpoint, depth, model_filter_level, data_filter_level, num_train,
+        num_validation, num_test, epochs, batch_size, learning_rate, probe_hidden: as in :class:`ProbeResult`.
+    """
+
+    kl: np.ndarray
+    final_kl: np.ndarray
+    validation_kl: np.ndarray
+    best_epoch: np.ndarray
+    validation_history: np.ndarray
+    train_kl: np.ndarray
+    baseline_kl: np.ndarray
+    targets: list
+    layers: list
+    levels: list
+    positions: str
+    checkpoint: str
+    depth: int
+    model_filter_level: int
+    data_filter_level: int
+    num_train: int
+    num_validation: int
+    num_test: int
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    probe_hidden: int
+
+    def to_dict(self) -> dict:
+        setting = ("checkpoint", "positions", "depth", "model_filter_level", "data_filter_level", "num_train",
+                   "num_validation", "num_test", "epochs", "batch_size", "learning_rate", "probe_hidden", "targets",
+                   "layers", "levels", "kl", "final_kl", "validation_kl", "best_epoch", "validation_history",
+                   "train_kl", "baseline_kl")
+        return {"target": "messages", **{name: getattr(self, name) for name in setting}}
+
+
+def message_targets(upward: list, levels: list, depth: int) -> np.ndarray:
+    """(n, L, 2, V, q) the exact messages each leaf's probes predict, from the upward messages ``upward[m]``
+    (n, 2**m, q) of :meth:`~hf_treelang.core.bp.BeliefPropagation.upward_messages`.
+
+    For leaf i and level m, with ``a = i >> (ℓ - m)`` the index of its level-m ancestor::
+
+        [:, i, 0, v] = upward[m][:, a]        the ancestor's message,   P(leaves under a | a)
+        [:, i, 1, v] = upward[m][:, a ^ 1]    the complementary subtree's message (m >= 1): the other level-m
+                                              subtree under the leaf's level-(m-1) ancestor (App. F, Fig. 13)
+
+    The complement of level 0 does not exist and is NaN. At level m = k of filtered data the level-(m-1) parent is
+    filtered out; ``a ^ 1`` is still the sibling in the tree's indexing (the node the full tree would pair with a).
+    """
+    index = np.arange(1 << depth)
+    parts = []
+    for m in levels:
+        messages = np.asarray(upward[m], dtype=np.float64)  # (n, 2**m, q)
+        ancestor = index >> (depth - m)
+        complement = messages[:, ancestor ^ 1] if m > 0 else np.full_like(messages[:, ancestor], np.nan)
+        parts.append(np.stack([messages[:, ancestor], complement], 2))  # (n, L, 2, q)
+    return np.stack(parts, 3)  # (n, L, 2, V, q)
+
+
+def probe_messages(
+    checkpoint,
+    *,
+    levels=None,
+    layers=None,
+    data_filter_level: int | None = None,
+    positions: str = "all",
+    num_train: int = paper.PROBE_TRAIN,
+    num_validation: int = paper.PROBE_VALIDATION,
+    num_test: int = 2**12,
+    epochs: int = paper.PROBE_EPOCHS,
+    batch_size: int = paper.PROBE_BATCH_SIZE,
+    learning_rate: float = paper.PROBE_LEARNING_RATE,
+    probe_hidden: int = paper.PROBE_HIDDEN,
+    seed: int = 20_240_603,
+    device="cpu",
+    progress: bool = True,
+    log: Callable | None = None,
+) -> MessageProbeResult:
+    """Probe the BP messages App. F says the network carries, per (layer, level m): from the hidden state of leaf i,
+    the upward message of its level-m ancestor and that of its level-m complementary subtree
+    (:func:`message_targets`).
+
+    The protocol is that of :func:`probe` (same data, readout, optimiser, epochs and best-epoch choice), with the
+    readout's softmax trained by KL(exact message ‖ softmax) instead of cross-entropy to a symbol, and the best
+    epoch the one of lowest validation KL. The messages are BP_k's for k = ``data_filter_level`` on the fully
+    observed sequences. The arguments are those of :func:`probe`.
+    """
+    num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate = _check_training(
+        num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate)
+
+    def estimate(ckpt, leaves, layers, levels):
+        length = leaves.shape[1]
+        log(estimate_probe(ckpt, leaves, layers=layers, num_levels=2 * len(levels),
+                           train_positions=length if positions == "all" else min(2, length), num_train=num_train,
+                           num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
+                           probe_hidden=probe_hidden).describe())
+
+    data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
+                    positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
+                    seed=seed, device=device, estimate=None if log is None else estimate)
+    ckpt, levels, depth, k_data = data.ckpt, data.levels, data.ckpt.depth, data.data_filter_level
+    upward = BeliefPropagation(ckpt.grammar, depth, k_data).upward_messages(data.trees.leaves)
+    targets = message_targets(upward, levels, depth)  # (n, L, 2, V, q)
+    n, length, _, num_levels, q = targets.shape
+    # One probe per existing (target, level): the columns of the batched readout.
+    columns = [(t, v) for t in range(len(MESSAGE_TARGETS)) for v in range(num_levels) if t == 0 or levels[v] > 0]
+    t_index, v_index = (list(axis) for axis in zip(*columns))
+    labels = torch.as_tensor(targets[:, :, t_index, v_index], dtype=torch.float32)  # (n, L, C, q)
+
+    def loss(logits, y):  # logits (P, T, C, q), y (T, C, q): the sum over probes of each one's mean KL
+        return _kl(logits, y).mean(1).sum()
+
+    fit = _fit(data, labels, loss=loss, score=_kl, higher_is_better=False, epochs=epochs, batch_size=batch_size,
+               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress)
+    eval_batch, states, test, dev = max(batch_size, 1024), data.states, data.test, ckpt.device
+    test_kl = lambda probes: _mean_score(_kl, probes, states[test], labels[test], data.all_positions,  # noqa: E731
+                                         eval_batch, dev)
+    best_kl, final_kl = test_kl(fit.best), test_kl(fit.last)
+    train_kl = _mean_score(_kl, fit.last, states[data.train], labels[data.train], data.train_positions, eval_batch,
+                           dev)
+    # Baseline: the mean training message of each column (over the trained positions), scored on the test tokens.
+    mean_message = labels[data.train][:, data.train_positions].double().mean((0, 1))  # (C, q)
+    test_targets = labels[test].double()  # (n_test, L, C, q)
+    baseline = (torch.special.xlogy(test_targets, test_targets)
+                - torch.special.xlogy(test_targets, mean_message)).sum(-1).mean((0, 1)).numpy()  # (C,)
+
+    def by_target(values: np.ndarray, fill=np.nan) -> np.ndarray:
+        """(..., C) per column -> (..., 2, V), ``fill`` where no column."""
+        out = np.full((*values.shape[:-1], len(MESSAGE_TARGETS), num_levels), fill, dtype=values.dtype)
+        out[..., t_index, v_index] = values
+        return out
+
+    def layers_last(values: np.ndarray, fill=np.nan) -> np.ndarray:
+        """(..., P, C) -> (..., 2, P, V)."""
+        return np.moveaxis(by_target(values, fill), -3, -2)
+
+    return MessageProbeResult(
+        kl=layers_last(best_kl),
+        final_kl=layers_last(final_kl),
+        validation_kl=layers_last(fit.best_validation),
+        best_epoch=layers_last(fit.best_epoch, fill=-1),
+        validation_history=layers_last(fit.history),  # (E + 1, 2, P, V)
+        train_kl=layers_last(train_kl),
+        baseline_kl=by_target(baseline),
+        targets=list(MESSAGE_TARGETS),
+        layers=data.layers,
+        levels=levels,
+        positions=positions,
+        checkpoint=str(ckpt.path),
+        depth=depth,
+        model_filter_level=ckpt.filter_level,
+        data_filter_level=k_data,
+        num_train=num_train,
+        num_validation=num_validation,
+        num_test=num_test,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        probe_hidden=probe_hidden,
+    )
+
+
+def plot_message_probes(result: MessageProbeResult):
+    """One heat map per target: test KL to the exact message vs (layer, level), the mean message's KL under each
+    level; one colour scale, 0 to the largest baseline."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(result.targets), figsize=(5 * len(result.targets), 3.8), squeeze=False)
+    finite = result.baseline_kl[np.isfinite(result.baseline_kl)]
+    top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    titles = {"ancestor": "upward message of the level-m ancestor",
+              "complement": "upward message of the level-m complementary subtree"}
+    for t, (heat, target) in enumerate(zip(axes[0], result.targets)):
+        values = result.kl[t]  # (P, V)
+        image = heat.imshow(values, cmap="viridis_r", vmin=0.0, vmax=top, aspect="auto")
+        for (i, j), value in np.ndenumerate(values):
+            if np.isfinite(value):
+                heat.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=8,
+                          color="white" if value > 0.6 * top else "black")
+        ticks = [f"{m}\n(mean {b:.2f})" if np.isfinite(b) else f"{m}\n(none)"
+                 for m, b in zip(result.levels, result.baseline_kl[t])]
+        heat.set_xticks(range(len(result.levels)), ticks, fontsize=7)
+        heat.set_yticks(range(len(result.layers)), ["emb." if j == 0 else str(j) for j in result.layers])
+        heat.set_xlabel("level m (0 = root); KL of the mean message in brackets")
+        heat.set_ylabel("encoder layer")
+        heat.set_title(titles.get(target, target), fontsize=9)
+        fig.colorbar(image, ax=heat, label="held-out KL(exact ‖ probe), nats")
+    where = "all positions" if result.positions == "all" else "first and last positions only"
+    readout = "linear" if result.probe_hidden == 0 else f"{result.probe_hidden}-unit"
+    fig.suptitle(f"BP-message probes ({readout} readout trained on {where}; ℓ={result.depth}, "
+                 f"k_train={result.model_filter_level}, messages of BP_k with k={result.data_filter_level}, "
+                 f"{result.num_train} sequences, best of {result.epochs} epochs)", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_message_outputs(result: MessageProbeResult, out_dir, *, name: str | None = None) -> dict:
+    """Write probe_messages[_ends].png and probe_messages[_ends].json into ``out_dir``."""
+    out = prepare_output(out_dir)
+    name = name or ("probe_messages" if result.positions == "all" else "probe_messages_ends")
+    paths = {"figure": save_figure(plot_message_probes(result), out / f"{name}.png")}
     paths["json"] = write_json(out / f"{name}.json", result.to_dict())
     return paths
 
@@ -596,16 +914,33 @@ def write_filtered_outputs(result: FilteredProbeResult, out_dir, *, name: str = 
 
 def run(args) -> int:
     """``hf-treelang probe`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+    target = getattr(args, "target", "ancestors")
     try:
+        if target not in PROBE_TARGETS:
+            raise ValueError(f"target must be one of {PROBE_TARGETS}, got {target!r}")
         if args.threads is not None:
             torch.set_num_threads(check_positive("threads", args.threads))
-        result = probe(args.checkpoint, levels=args.levels, layers=args.layers,
-                       data_filter_level=args.data_filter_level, positions=args.positions, num_train=args.num_train,
-                       num_validation=args.num_validation, num_test=args.num_test, epochs=args.epochs,
-                       batch_size=args.batch_size, learning_rate=args.learning_rate, probe_hidden=args.probe_hidden,
-                       seed=args.seed, device=args.device, log=lambda line: print(line, flush=True))
+        result = (probe if target == "ancestors" else probe_messages)(
+            args.checkpoint, levels=args.levels, layers=args.layers, data_filter_level=args.data_filter_level,
+            positions=args.positions, num_train=args.num_train, num_validation=args.num_validation,
+            num_test=args.num_test, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+            probe_hidden=args.probe_hidden, seed=args.seed, device=args.device,
+            log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)
+    if target == "messages":
+        paths = write_message_outputs(result, args.out)
+        print("held-out KL(exact message ‖ probe) in nats at the best validation epoch (last epoch in brackets); "
+              "rows: layers, columns: levels " + str(result.levels))
+        for t, name in enumerate(result.targets):
+            print(f"  {name} message:")
+            for layer, row, final in zip(result.layers, result.kl[t], result.final_kl[t]):
+                print(f"    layer {layer}: " + "  ".join(f"{a:.4f} ({b:.4f})" if np.isfinite(a) else "none"
+                                                          for a, b in zip(row, final)))
+            print("    mean message: "
+                  + "  ".join(f"{b:.4f}" if np.isfinite(b) else "none" for b in result.baseline_kl[t]))
+        print(f"wrote {paths['figure']} and {paths['json']}")
+        return 0
     paths = write_outputs(result, args.out)
     print("held-out accuracy at the best validation epoch (last epoch in brackets); rows: layers, columns: ancestor "
           "levels " + str(result.levels))

@@ -14,6 +14,9 @@ ones for a mask), one upward pass and one downward pass give every marginal exac
 * downward, full part: ``downward_left[b] ∝ Σ_ac M[a,b,c] downward[a] right[c]`` (and symmetrically)
 * marginal of a node ∝ ``downward * upward``.
 
+The normalised upward messages, ``upward[a] ∝ P_k(leaves under a | a)`` (the root's: ``∝ Π_j to_root_j``), are
+returned by :meth:`BeliefPropagation.upward_messages` (the targets of the BP-message probes of App. F).
+
 Messages are normalised at every node and the logarithms of the normalisers are accumulated per subtree, so
 ``log_likelihood = log P_k(observed leaves)`` is exact in nats at any depth (65 536 leaves included).
 
@@ -67,6 +70,8 @@ class BPResult:
         leaves: (n, 2**ℓ, q) posterior of every leaf (observed leaves are one-hot); ``None`` if not computed.
         levels: ``levels[m]`` (n, 2**m, q) posterior of the nodes of level m for m = 0 and k .. ℓ (``None`` for the
             levels 1 .. k-1 that the filtered model does not have); ``None`` if not computed.
+        upward: ``upward[m]`` (n, 2**m, q) normalised upward message of the nodes of level m, for the same levels as
+            ``levels`` (see :meth:`BeliefPropagation.upward_messages`); ``None`` unless asked for (``keep_upward``).
     """
 
     root: torch.Tensor
@@ -74,6 +79,7 @@ class BPResult:
     impossible: torch.Tensor
     leaves: torch.Tensor | None = None
     levels: list | None = None
+    upward: list | None = None
 
 
 class BeliefPropagation:
@@ -170,7 +176,8 @@ class BeliefPropagation:
             raise ValueError(f"leaves must be symbols in [0, {q - 1}] or the mask id {self.mask_id}, got {value}")
         return torch.where(is_mask, torch.full_like(leaves, q), leaves)  # mask -> row q of the evidence table
 
-    def infer(self, leaves, *, downward: bool = True, batch_size: int | None = None) -> BPResult:
+    def infer(self, leaves, *, downward: bool = True, keep_upward: bool = False,
+              batch_size: int | None = None) -> BPResult:
         """Run BP_k on a batch of sequences.
 
         Args:
@@ -178,6 +185,7 @@ class BeliefPropagation:
                 n = 0 gives results with no rows.
             downward: also run the downward pass (leaf and level marginals); the root and the likelihood need
                 only the upward pass.
+            keep_upward: also return every level's upward messages (:attr:`BPResult.upward`).
             batch_size: sequences per internal pass (memory and cache use only; results do not depend on it).
                 Default: :meth:`default_batch_size`, sized by the pass's working set (q² numbers per node).
 
@@ -189,14 +197,14 @@ class BeliefPropagation:
         n = ids.shape[0]
         if n == 0:  # empty results of the right shapes, from one all-masked row
             masked = ids.new_full((1, ids.shape[1]), self.num_symbols)  # (1, 2**l)
-            return _empty_like_rows(self._infer_exact(masked, downward), 0)
+            return _empty_like_rows(self._infer_exact(masked, downward, keep_upward), 0)
         if n <= batch_size:
-            result = self._infer_exact(ids, downward)
+            result = self._infer_exact(ids, downward, keep_upward)
         else:
             # The outputs are allocated once and filled pass by pass (no concatenation holding them twice).
             result = None
             for start in range(0, n, batch_size):
-                part = self._infer_exact(ids[start : start + batch_size], downward)
+                part = self._infer_exact(ids[start : start + batch_size], downward, keep_upward)
                 if result is None:
                     result = _empty_like_rows(part, n)
                 _assign_rows(result, slice(start, start + batch_size), part)
@@ -208,10 +216,10 @@ class BeliefPropagation:
             )
         return result
 
-    def _infer_exact(self, ids: torch.Tensor, downward: bool) -> BPResult:
+    def _infer_exact(self, ids: torch.Tensor, downward: bool, keep_upward: bool = False) -> BPResult:
         """BP on validated ids: the plain kernels, then the log-domain ones on the rows the plain ones mark fragile
         (in passes whose per-node working set fits :data:`WORKING_SET_BYTES`)."""
-        result, fragile = self._infer(ids, downward, log_domain=False)
+        result, fragile = self._infer(ids, downward, log_domain=False, keep_upward=keep_upward)
         rows = torch.nonzero(fragile).flatten()
         if rows.numel():
             tables = self._grammar_tensors(ids.device, self.dtype)
@@ -219,10 +227,11 @@ class BeliefPropagation:
             per_node = max(tables.log_rules.num_rules * largest_level, q * q << self.filter_level)
             per_sequence = per_node * _RULE_BUFFERS * tables.itemsize
             for part in torch.split(rows, max(1, WORKING_SET_BYTES // per_sequence)):
-                _assign_rows(result, part, self._infer(ids[part], downward, log_domain=True)[0])
+                again = self._infer(ids[part], downward, log_domain=True, keep_upward=keep_upward)[0]
+                _assign_rows(result, part, again)
         return result
 
-    def _infer(self, ids: torch.Tensor, downward: bool, log_domain: bool):
+    def _infer(self, ids: torch.Tensor, downward: bool, log_domain: bool, keep_upward: bool = False):
         """BP on validated ids (n, 2**ℓ) whose masks are mapped to q, with the plain or the log-domain kernels.
 
         Returns (BPResult, fragile): ``fragile`` (n,) marks the rows where a normaliser fell below the dtype's
@@ -236,7 +245,7 @@ class BeliefPropagation:
 
         # Upward pass through the full part of the tree, levels ℓ-1 .. k.
         upward = [None] * (l + 1)
-        if downward or k == l:
+        if downward or keep_upward or k == l:
             upward[l] = kernels.evidence(ids)  # (n, 2**l, q)
         if k < l:
             # The level above the leaves is a lookup: upward[a] ∝ M[a, left, right], a masked child summed out.
@@ -266,6 +275,8 @@ class BeliefPropagation:
             log_to_root = torch.where(impossible[:, None, None], torch.zeros_like(log_to_root), log_to_root)
         root = torch.softmax(log_root, -1)  # (n, q)
         result = BPResult(root=root, log_likelihood=log_likelihood, impossible=impossible)
+        if keep_upward:
+            result.upward = self._upward_probabilities(kernels, upward, log_to_root, impossible)
         if not downward:
             return result, kernels.fragile | smallest.fragile()
 
@@ -292,6 +303,42 @@ class BeliefPropagation:
         result.levels = levels
         result.leaves = levels[l]
         return result, kernels.fragile | smallest.fragile()
+
+    def _upward_probabilities(self, kernels, upward: list, log_to_root: torch.Tensor, impossible: torch.Tensor):
+        """The upward messages of one pass as probabilities: levels k..ℓ as computed, the root's from the level-k
+        nodes' messages to it, uniform on ``impossible`` rows (as the marginals)."""
+        q = self.num_symbols
+        messages = [None if m is None else kernels.probabilities(m) for m in upward]  # (n, 2**m, q) for m >= k
+        messages[-1] = messages[-1] / messages[-1].sum(-1, keepdim=True)  # the evidence of a masked leaf: uniform
+        # upward[root][a] ∝ Π_j to_root_j[a] = P_k(leaves | root = a), to_root_j[a] ∝ Σ_b P_k[a,b,j] upward_j[b]
+        messages[0] = _softmax(log_to_root.sum(1))[:, None, :]  # (n, 1, q); = upward[0] itself when k = 0
+        if bool(impossible.any()):
+            uniform = torch.full_like(messages[0][0, 0], 1.0 / q)
+            messages = [None if m is None else torch.where(impossible[:, None, None], uniform, m) for m in messages]
+        return messages
+
+    def upward_messages(self, leaves, *, batch_size: int | None = None) -> list:
+        """The normalised upward message of every node of every level the filtered model has.
+
+        The upward message of node a is its likelihood of the evidence below it::
+
+            upward[m][:, a, s] ∝ P_k(leaves under node a | node a = s)        (normalised over s)
+
+        computed by the upward pass of :meth:`infer`. Level ℓ gives the leaf evidence (one-hot, uniform for a mask);
+        levels k..ℓ-1 the messages of the full part of the tree; level 0 the root's, ``P_k(leaves | root)``, which in
+        the filtered model (k > 0) collects the level-k messages through the path factors P_k (the root prior is
+        *not* included: that would be the root's posterior, :attr:`BPResult.root`). The levels 1..k-1 that the
+        filtered model does not have are ``None``. Rows of probability zero under the grammar follow
+        ``on_impossible`` (uniform messages when flagged).
+
+        Args:
+            leaves: integer array or tensor (n, 2**ℓ) of symbols in [0, q) or ``mask_id``.
+            batch_size: sequences per internal pass (as in :meth:`infer`).
+
+        Returns:
+            A list over m = 0..ℓ of (n, 2**m, q) tensors in the dtype of this oracle, or ``None``.
+        """
+        return self.infer(leaves, downward=False, keep_upward=True, batch_size=batch_size).upward
 
     def root_marginals(self, leaves) -> torch.Tensor:
         """P_k(root | observed leaves), (n, q)."""
@@ -551,6 +598,8 @@ def _empty_like_rows(part: BPResult, n: int) -> BPResult:
     if part.levels is not None:
         result.levels = [empty(level) for level in part.levels]
         result.leaves = result.levels[-1]
+    if part.upward is not None:
+        result.upward = [empty(level) for level in part.upward]
     return result
 
 
@@ -559,10 +608,11 @@ def _assign_rows(result: BPResult, rows, part: BPResult) -> None:
     result.root[rows] = part.root.to(result.root.dtype)
     result.log_likelihood[rows] = part.log_likelihood.to(result.log_likelihood.dtype)
     result.impossible[rows] = part.impossible
-    if result.levels is not None:
-        for level, values in zip(result.levels, part.levels):
-            if level is not None:
-                level[rows] = values.to(level.dtype)
+    for mine, theirs in ((result.levels, part.levels), (result.upward, part.upward)):
+        if mine is not None:
+            for level, values in zip(mine, theirs):
+                if level is not None:
+                    level[rows] = values.to(level.dtype)
 
 
 class _GrammarTensors:
