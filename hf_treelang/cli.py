@@ -132,6 +132,22 @@ def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="figure title (default: none)")
 
 
+GENERATE_MAX_SAMPLES = 10**6  # hf_treelang.analysis.generation.MAX_SAMPLES
+
+
+def _generate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="a TreeLangForCausalLM training run or checkpoint folder")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--num-samples", type=int, default=10_000,
+                        help=f"N generated and N true sequences, 1 .. {GENERATE_MAX_SAMPLES:,} (default: 10^4)")
+    parser.add_argument("--seed", type=int, default=20_240_604,
+                        help="seed of the model's samples; the true sequences use seed + 1")
+    parser.add_argument("--batch-size", type=int, default=4096, help="sequences per generate / forward / BP pass")
+    parser.add_argument("--device", default="cpu", help="torch device of the model")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads, >= 1: torch.set_num_threads (default: torch's own setting)")
+
+
 def _parse_sizes(text: str) -> list:
     """``"256,1024"`` or ``"2^8,2^10"`` as a list of ints (argparse reports a ValueError as an invalid value)."""
     sizes = []
@@ -262,6 +278,16 @@ COMMANDS = {
         "KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines (Fig. 2b, 3a) "
         "from a run's BP-KL history. Writes dynamics.png and dynamics.json.",
         _dynamics_arguments,
+    ),
+    "generate": (
+        "hf_treelang.analysis.generation",
+        "sample a causal model; KL(model ‖ data) and KL(data ‖ model)",
+        "Sample N sequences from a TreeLangForCausalLM run and score them with the exact oracle BP_{k_train}: the "
+        "estimated KL(model ‖ data) = E_model[log Q − log P] over the samples and KL(data ‖ model) = E_data[log P − "
+        "log Q] over N true sequences, each ± its standard error, with the mean log-likelihoods under the grammar "
+        "and the entropy rate. Samples of probability zero under the grammar make KL(model ‖ data) +inf (counted). "
+        "Writes generate.png and generate.json.",
+        _generate_arguments,
     ),
     "sample-complexity": (
         "hf_treelang.analysis.sample_complexity",

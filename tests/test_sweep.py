@@ -93,7 +93,7 @@ def test_the_spec_tasks_are_the_training_tasks():
 BAD_SPECS = [
     ({"task": "root", "grid": {"seed": [0]}, "seeds": [1]}, ValueError, r"unknown keys \['seeds'\]"),
     ({"task": "regression", "grid": {"seed": [0]}}, ValueError, r"`task` must be one of \('root', 'mlm', "
-                                                                r"'finetune'\), got 'regression'"),
+                                                                r"'finetune', 'clm'\), got 'regression'"),
     (_spec({}), ValueError, "`grid` is empty"),
     (_spec({"seed": []}), ValueError, "grid axis `seed` must be a non-empty list"),
     (_spec({"seed": [0, 0]}), ValueError, "grid axis `seed` repeats a value"),

@@ -12,12 +12,14 @@ import torch
 
 from hf_treelang import models
 from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.oracle import NEXT_LEAF_TASK
 from hf_treelang.models.loading import load_pretrained
 from hf_treelang.train.folders import TASK_ARCHITECTURES, check_run_complete, read_model_config
 
 from .io import check_device
 
-TASK_DESCRIPTIONS = {"mlm": "masked language modelling", "root": "root classification"}
+TASK_DESCRIPTIONS = {"mlm": "masked language modelling", "root": "root classification",
+                     NEXT_LEAF_TASK: "next-leaf prediction"}
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Checkpoint:
     Attributes:
         path: the folder it was loaded from.
         model: the loaded model (a task head, or the bare encoder when the folder holds one).
-        task: ``"mlm"``, ``"root"`` or ``None`` for a bare encoder.
+        task: ``"mlm"``, ``"root"``, ``"clm"`` (the causal LM) or ``None`` for a bare encoder.
         grammar: the grammar the checkpoint's data were drawn from (rebuilt from its config).
     """
 
@@ -116,6 +118,22 @@ def load_checkpoint(path, *, task: str | None = None, device: str | torch.device
     model = load_pretrained(getattr(models, class_name), folder)
     model.to(device).eval()
     return Checkpoint(path=folder, model=model, task=found, grammar=_grammar_of(folder, model.config))
+
+
+def load_causal_checkpoint(path, *, device: str | torch.device = "cpu", needed_by: str = "this analysis"
+                           ) -> Checkpoint:
+    """Load a causal-LM checkpoint (TreeLangForCausalLM; a run or model folder) for analysis: task ``"clm"``.
+
+    Any other checkpoint is refused before its weights are read, with one line naming what it holds and what
+    ``needed_by`` (e.g. ``"generate"``) needs.
+    """
+    folder, config = read_checkpoint_config(path)
+    found = checkpoint_task(config)
+    if found != NEXT_LEAF_TASK:
+        have = TASK_DESCRIPTIONS.get(found, "a bare encoder without a task head")
+        raise ValueError(f"checkpoint {str(folder)!r} holds {have} ({config.get('architectures')}); {needed_by} "
+                         f"needs a {TASK_ARCHITECTURES[NEXT_LEAF_TASK]} run ({TASK_DESCRIPTIONS[NEXT_LEAF_TASK]})")
+    return load_checkpoint(folder, task=NEXT_LEAF_TASK, device=device)
 
 
 def _grammar_of(folder: Path, config) -> Grammar:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
 from hf_treelang.train.loop import build_model
 
@@ -32,7 +33,7 @@ def epoch_steps(num_train: int, batch_size: int, epochs: float) -> int:
 def architecture_key(run) -> tuple:
     """What a step's cost depends on: task head, sizes, batch and the frozen encoder (runs sharing it share a rate)."""
     m, d = run.model_args, run.data_args
-    return ("mlm" if run.task == "mlm" else "root", d.depth, d.num_symbols, m.hidden_size,
+    return (run.task if run.task in ("mlm", "clm") else "root", d.depth, d.num_symbols, m.hidden_size,
             m.model_kwargs(d.depth)["num_hidden_layers"], m.num_attention_heads, m.intermediate_size,
             run.training_args.per_device_train_batch_size, bool(m.freeze_encoder) and run.task == "finetune")
 
@@ -80,6 +81,9 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
             rows = torch.arange(b, device=device)
             labels[rows, positions] = input_ids[rows, positions]
             input_ids[rows, positions] = q  # the mask id
+        elif run.task == "clm":
+            labels = input_ids.clone()  # (b, L): every leaf, predicted from [BOS, x_0 .. x_{L-2}]
+            input_ids = next_leaf_inputs(labels, q)  # (b, L): BOS = q
         else:
             labels = torch.randint(0, q, (b,), device=device)  # (b,) roots
         trainable = [p for p in model.parameters() if p.requires_grad]

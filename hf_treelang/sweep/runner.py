@@ -165,14 +165,15 @@ def pack_jobs(runs: list, states: dict, together: bool = True) -> list:
 
     With ``together``, fresh root / mlm runs (state ``"new"`` / ``"stale"``) whose resolved configurations differ
     only in ``seed`` and ``k_train`` form one job when they are the full product seeds × k_train, else one job per
-    k_train; a run resuming from a checkpoint, and a fine-tuning run, is its own job. Without, one job per run.
+    k_train; a run resuming from a checkpoint, a fine-tuning run and a causal (clm) run is its own job. Without, one job
+    per run.
     """
     if not together:
         return [Job(run.name, [run]) for run in runs]
     jobs, groups = [], {}
     for run in runs:
         if states[run.name].status == "resume" or run.task not in ("root", "mlm"):
-            jobs.append(Job(run.name, [run]))  # resumed runs, and fine-tuning, train alone
+            jobs.append(Job(run.name, [run]))  # resumed runs, fine-tuning and causal runs train alone
         else:
             groups.setdefault(_together_key(run), []).append(run)
     for group in groups.values():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SPEC_KEYS = ("task", "base", "grid")
-SPEC_TASKS = ("root", "mlm", "finetune")  # hf_treelang.train.arguments.TASKS (tests check they stay equal)
+SPEC_TASKS = ("root", "mlm", "finetune", "clm")  # hf_treelang.train.arguments.TASKS (tests check they stay equal)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
 
 
@@ -30,7 +30,7 @@ class SweepSpec:
     """A validated SPEC.
 
     Attributes:
-        task: ``"root"``, ``"mlm"`` or ``"finetune"``.
+        task: ``"root"``, ``"mlm"``, ``"finetune"`` or ``"clm"``.
         base: run arguments shared by every run.
         grid: ``{argument: [values]}``: one run per element of the product, axes in their written order.
     """

@@ -1,4 +1,5 @@
-"""Arguments of the training scripts (``training/run_root.py``, ``run_mlm.py``, ``run_finetune.py``).
+"""Arguments of the training scripts (``training/run_root.py``, ``run_mlm.py``, ``run_finetune.py``,
+``run_clm.py``).
 
 Three ``HfArgumentParser`` dataclasses: :class:`DataArguments` (the data: grammar seed, σ, q, ℓ, k_train, sizes, k_test
 sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to start from) and
@@ -37,7 +38,7 @@ TASK_CONFIG_FIELDS = ("is_causal",)  # set by the task's model class, not a run 
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
 
-TASKS = ("root", "mlm", "finetune")
+TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
 STEP_MODES = ("auto", "eager", "cuda_graph")
 ENSEMBLE_MODES = ("auto", "stacked", "sequential")
@@ -70,6 +71,17 @@ PRESETS = {
                   "num_evaluations": paper.NUM_EVALUATIONS,
                   "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
     },
+    # Next-leaf prediction (the causal LM) is not a task of the paper. "paper" is a choice, stated as one: the paper's
+    # model and optimiser on the paper's MLM data and schedule (P = 2**18, 2000 epochs, the MLM checkpoint epochs), so
+    # that the two self-supervised objectives are compared on the same data at the same number of steps.
+    "clm": {
+        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "lr_scheduler_type": "cosine", "num_train": 2**16,
+                   "num_eval": 1000, "num_test": 1000, "num_train_epochs": 4.0, "num_evaluations": 16},
+        "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
+                  "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
+                  "num_evaluations": paper.NUM_EVALUATIONS,
+                  "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
+    },
     "finetune": {
         "laptop": {**LAPTOP_OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
                    "num_evaluations": 8},
@@ -86,7 +98,8 @@ def _from_preset(name: str) -> str:
     return f"(default: from --preset; laptop: {PRESETS['root']['laptop'][name]})"
 
 
-DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune"}
+DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune",
+                       "clm": "outputs/run_clm"}
 
 
 @dataclass
@@ -240,7 +253,8 @@ class TreeLangTrainingArguments(TrainingArguments):
         metadata={"help": "Settings for every field left unset: 'laptop' (the run found to show the paper's findings "
                   "on a 2-core CPU in <= 15 minutes: d = 64, d' = 256, no dropout, Adam 1e-3, P = 2**17) or 'paper' "
                   "(the authors' scripts: the paper's model, Adam 1e-4, P = 2**17 root / 2**18 MLM, 10**4 test "
-                  "sequences, the paper's epochs); 'default' is the laptop preset's former name."},
+                  "sequences, the paper's epochs; for run_clm.py, a task the paper has not, a choice: the paper's "
+                  "model and optimiser on its MLM data and epochs); 'default' is the laptop preset's former name."},
     )
     per_device_train_batch_size: int = field(
         default=32, metadata={"help": f"Batch size (paper: 32). {_from_preset('per_device_train_batch_size')}"}

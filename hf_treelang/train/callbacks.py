@@ -8,7 +8,12 @@
   BP's reference accuracy comes from at least ``reference_size`` sequences per k_test (2,000 in a training run,
   :data:`REFERENCE_SIZE`): the first ``max(n_test, reference_size)`` trees of the test set's own split stream, of
   which the run's test set is the prefix, so that BP's number is not the noisy estimate a 256-sequence test set
-  gives (±0.03); the network's accuracy stays on the run's test set.
+  gives (±0.03); the network's accuracy stays on the run's test set. Next-leaf prediction (task ``"clm"``, the
+  causal LM) predicts every leaf of a sequence from the leaves before it: the same keys average over the sequences
+  *and* their 2**ℓ positions (BP_k's targets are its next-leaf distributions,
+  :func:`hf_treelang.core.oracle.bp_distributions`), and ``eval_excess_loss`` is the model's cross-entropy per leaf
+  on the in-sample sequences minus their exact loss under the matched BP_{k_train}, −log P(x) / 2**ℓ averaged over
+  them (:func:`hf_treelang.core.oracle.next_leaf_loss`): 0 for the exact model.
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
 * :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
@@ -39,7 +44,15 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilities
-from hf_treelang.core.oracle import TASKS, TaskInputs, bp_accuracy, predicted_marginals, task_inputs
+from hf_treelang.core.oracle import (
+    NEXT_LEAF_TASK,
+    TASKS,
+    TaskInputs,
+    bp_accuracy,
+    bp_distributions,
+    next_leaf_loss,
+    task_inputs,
+)
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import write_json_atomic
@@ -54,7 +67,8 @@ class BPTargets:
 
     Attributes:
         in_sample: the in-sample inputs (the training distribution, one masked leaf for MLM).
-        marginals: ``marginals[k]`` (n, q) float64, BP_k's distribution of the predicted variable, k = 0..ℓ.
+        marginals: ``marginals[k]`` (n, q) float64, BP_k's distribution of the predicted variable, k = 0..ℓ;
+            (n, 2**ℓ, q) BP_k's next-leaf distributions for next-leaf prediction.
         tests: ``tests[k_test]`` the inputs, masked positions and labels of the k_test set (the network's).
         bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test reference set.
         reference_sizes: ``reference_sizes[k_test]`` the sequences of that reference set (``len(tests[k_test])``
@@ -66,6 +80,7 @@ class BPTargets:
     tests: dict = field(default_factory=dict)
     bp_accuracy: dict = field(default_factory=dict)
     reference_sizes: dict = field(default_factory=dict)
+    exact_loss: float | None = None  # next-leaf prediction: -log P_{k_train}(x) / 2**l, mean over the in-sample set
 
 
 def reference_count(num_test: int, depth: int, reference_size: int | None) -> int:
@@ -98,7 +113,8 @@ class BPKLCallback(TrainerCallback):
         grammar: the grammar of the data.
         depth: ℓ.
         k_train: the filter level of the training data (the matched BP).
-        task: ``"root"`` (root classification: the prediction is the root) or ``"mlm"`` (one masked leaf).
+        task: ``"root"`` (root classification: the prediction is the root), ``"mlm"`` (one masked leaf) or ``"clm"``
+            (next-leaf prediction: every leaf from the leaves before it).
         in_sample: held-out sequences drawn like the training data (k = k_train), on which the KL curves are
             computed: an :class:`hf_treelang.train.data.EvaluationSet` or the leaves (n, 2**ℓ).
         test_sets: ``{k_test: EvaluationSet}`` (or ``(leaves, roots[, sampling_seed])``) held-out sets of every
@@ -130,8 +146,8 @@ class BPKLCallback(TrainerCallback):
     ):
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if task not in TASKS + (NEXT_LEAF_TASK,):
+            raise ValueError(f"task must be one of {TASKS + (NEXT_LEAF_TASK,)}, got {task!r}")
         self.grammar = grammar
         self.depth = check_param("depth", depth)
         self.k_train = check_int("k_train", k_train, 0, self.depth)
@@ -164,8 +180,10 @@ class BPKLCallback(TrainerCallback):
         if roots is None:
             roots = np.zeros(len(leaves), dtype=np.int64)  # the in-sample KL curves need no labels
         in_sample = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
-        marginals = {k: predicted_marginals(bp, in_sample.inputs, in_sample.positions) for k, bp in bps.items()}
-        targets = BPTargets(in_sample=in_sample, marginals=marginals)  # marginals[k]: (n, q)
+        marginals = {k: bp_distributions(bp, in_sample) for k, bp in bps.items()}  # (n, q) or (n, 2**l, q)
+        targets = BPTargets(in_sample=in_sample, marginals=marginals)
+        if self.task == NEXT_LEAF_TASK:
+            targets.exact_loss = next_leaf_loss(bps[self.k_train], in_sample.leaves)
         for k_test, (leaves, roots, seed) in self.test_sets.items():
             data = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
             targets.tests[k_test] = data
@@ -198,7 +216,8 @@ class BPKLCallback(TrainerCallback):
 
     @torch.no_grad()
     def model_log_probabilities(self, model, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        """(n, q) float64 log-probabilities of the network for the predicted variable (eval mode, batched)."""
+        """(n, q) float64 log-probabilities of the network for the predicted variable, (n, 2**ℓ, q) for every next
+        leaf (eval mode, batched)."""
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
@@ -219,9 +238,16 @@ class BPKLCallback(TrainerCallback):
         """Every comparison with BP for the current ``model``: a flat dict of floats (keys in the module docstring)."""
         targets = self.prepare()
         out = {}
-        log_model = self.model_log_probabilities(model, targets.in_sample.inputs, targets.in_sample.positions)
+        in_sample = targets.in_sample
+        log_model = self.model_log_probabilities(model, in_sample.inputs, in_sample.positions)  # (n, [2**l,] q)
+        if targets.exact_loss is not None:
+            # the model's cross-entropy per leaf on the in-sample sequences, less their exact one under BP_{k_train}
+            log_true = log_model.gather(-1, in_sample.labels.unsqueeze(-1).to(log_model.device))  # (n, 2**l, 1)
+            out[f"{prefix}excess_loss"] = float(-log_true.mean()) - targets.exact_loss
+        q = log_model.shape[-1]
+        log_model = log_model.reshape(-1, q)  # (n [* 2**l], q): one row per prediction
         for k, marginals in targets.marginals.items():
-            result = compare_with_bp(log_model, marginals)
+            result = compare_with_bp(log_model, marginals.reshape(-1, q))
             out[f"{prefix}kl_bp_k{k}"] = result["kl"]
             out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
             out[f"{prefix}spearman_bp_k{k}"] = result["spearman"]
@@ -229,8 +255,9 @@ class BPKLCallback(TrainerCallback):
                 out[f"{prefix}match_bp"] = result["argmax_agreement"]
                 out[f"{prefix}spearman_bp"] = result["spearman"]
         for k_test, data in targets.tests.items():
-            log_test = self.model_log_probabilities(model, data.inputs, data.positions)
-            out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test, data.labels)
+            log_test = self.model_log_probabilities(model, data.inputs, data.positions)  # (n, [2**l,] q)
+            out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test.reshape(-1, log_test.shape[-1]),
+                                                         data.labels.reshape(-1))
             out[f"{prefix}bp_acc_ktest{k_test}"] = targets.bp_accuracy[k_test]
         return out
 
@@ -338,7 +365,8 @@ def _level_range(levels: list) -> str:
 
 
 def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str:
-    """One console line for one evaluation, from the merged metrics of the Trainer and :class:`BPKLCallback`.
+    """One console line for one evaluation, from the merged metrics of the Trainer and :class:`BPKLCallback` (a
+    causal run's adds ``excess loss`` after the loss).
 
     Example:
         >>> evaluation_line({"eval_loss": 0.41, "eval_kl_bp_k0": 0.31, "eval_kl_bp_k1": 0.05,
@@ -348,6 +376,8 @@ def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str
     parts = [f"step {step}"]
     if "eval_loss" in metrics:
         parts.append(f"loss {_number(metrics['eval_loss'])}")
+    if "eval_excess_loss" in metrics:  # next-leaf prediction: the loss above the exact entropy per leaf
+        parts.append(f"excess loss {_number(metrics['eval_excess_loss'])}")
     kl_levels = _levels(metrics, "eval_kl_bp_k")
     if kl_levels:
         kl = {k: float(metrics[f"eval_kl_bp_k{k}"]) for k in kl_levels}

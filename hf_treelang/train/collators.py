@@ -1,4 +1,5 @@
-"""Batch collators for the two tasks of the paper (Sec. 3.2 root classification, Sec. 3.3 masked language modelling).
+"""Batch collators for the two tasks of the paper (Sec. 3.2 root classification, Sec. 3.3 masked language modelling)
+and for next-leaf prediction (the causal LM, :class:`NextLeafCollator`).
 
 The library's ``DataCollatorForLanguageModeling`` needs a tokenizer and does BERT's 80/10/10 masking; the paper
 masks exactly one leaf per sequence, at a uniformly random position (:mod:`hf_treelang.core.masking`), and always
@@ -17,6 +18,7 @@ import torch
 from transformers import TrainerCallback
 
 from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
+from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 
 EXAMPLE_INDEX = "example_index"  # the training set's row number, the key of an example's training masks
@@ -151,3 +153,23 @@ class PremaskedCollator:
             check_input_ids(input_ids, self.num_symbols)
             check_labels(labels, self.num_symbols, tuple(input_ids.shape), allow_ignored=True)
         return {"input_ids": input_ids, "labels": labels}
+
+
+@dataclass
+class NextLeafCollator:
+    """Collate ``{"input_ids": [2**ℓ leaves]}`` examples for next-leaf prediction: ``input_ids`` (b, 2**ℓ)
+    ``[BOS, x_0 .. x_{L-2}]`` with BOS = q (:func:`hf_treelang.core.oracle.next_leaf_inputs`) and ``labels`` (b, 2**ℓ)
+    the leaves, unshifted (position i predicts leaf i). Nothing is random: training and evaluation batches alike.
+
+    Example:
+        >>> batch = NextLeafCollator(num_symbols=3)([{"input_ids": [2, 0, 1, 1]}])
+        >>> batch["input_ids"].tolist(), batch["labels"].tolist()
+        ([[3, 2, 0, 1]], [[2, 0, 1, 1]])
+    """
+
+    num_symbols: int
+
+    def __call__(self, features: list) -> dict:
+        leaves = _stack_input_ids(features)  # (b, 2**l)
+        check_input_ids(leaves, self.num_symbols, allow_mask=False)  # the leaves: symbols in [0, q)
+        return {"input_ids": next_leaf_inputs(leaves, self.num_symbols), "labels": leaves}

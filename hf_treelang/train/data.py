@@ -140,8 +140,10 @@ def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
 def to_datasets(task: str, data: RunData, mask_token_id: int):
     """``datasets.Dataset`` objects for the Trainer: ``(train, validation)``.
 
-    The MLM validation set is premasked at its fixed evaluation positions; root tasks carry the root as ``labels``.
-    Every split is checked first (:func:`check_split`, with q = ``mask_token_id``).
+    The MLM validation set is premasked at its fixed evaluation positions; root tasks carry the root as ``labels``;
+    the causal task (``"clm"``) keeps the leaves alone, which its collator shifts behind BOS
+    (:class:`~hf_treelang.train.collators.NextLeafCollator`). Every split is checked first (:func:`check_split`, with
+    q = ``mask_token_id``).
     """
     import datasets
 
@@ -149,7 +151,10 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
         (f"k_test={k} test", test) for k, test in data.tests.items()
     ]:
         check_split(name, split, mask_token_id)
-    if task == "mlm":
+    if task == "clm":
+        train = datasets.Dataset.from_dict({"input_ids": data.train.leaves})
+        validation = datasets.Dataset.from_dict({"input_ids": data.validation.leaves})
+    elif task == "mlm":
         train = datasets.Dataset.from_dict({"input_ids": data.train.leaves})
         masked, labels, _ = mask_evaluation_set(data.validation.leaves, mask_token_id, data.validation.sampling_seed)
         validation = datasets.Dataset.from_dict({"input_ids": masked.numpy(), "labels": labels.numpy()})

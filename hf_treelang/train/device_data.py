@@ -13,7 +13,9 @@ CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
 3. with ``mask_rate``, the Bernoulli draws of every leaf (the rule of
    :func:`hf_treelang.core.masking.mask_training_batch`, shared with the collator);
 
-then moves the epoch to the device (a few hundred kilobytes once per epoch). Why on the CPU: the draws are then the
+then moves the epoch to the device (a few hundred kilobytes once per epoch). Next-leaf prediction (``"clm"``) draws
+the order only: its inputs are the rows shifted behind BOS (:func:`hf_treelang.core.oracle.next_leaf_inputs`), its
+labels the rows themselves. Why on the CPU: the draws are then the
 same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
 is a function of (seed, e) alone, so resuming at any step re-creates every generator exactly (nothing to save).
 
@@ -32,10 +34,11 @@ import numpy as np
 import torch
 
 from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
+from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.core.params import check_int, check_param
 
 EPOCH_STREAM_TAG = 0x7E90  # the training order and masks: never shared with the trees', the evaluation masks' streams
-TASKS = ("mlm", "root")
+TASKS = ("mlm", "root", "clm")
 
 
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
@@ -76,7 +79,7 @@ def optimizer_steps(training_args, num_train: int) -> int:
 
 @dataclass
 class EpochBatches:
-    """One epoch on the device: ``inputs`` (N, n, T), ``labels`` (N, n) roots or (N, n, T) masked leaves, where n is
+    """One epoch on the device: ``inputs`` (N, n, T), ``labels`` (N, n) roots or (N, n, T) leaves, where n is
     the number of rows served (``steps * batch`` for this process); :meth:`batch` is step ``s``'s slice (a view).
     With ``stacked=False`` (a single run) the member axis is absent: (n, T) and (n,) or (n, T)."""
 
@@ -97,7 +100,8 @@ class TrainingStream:
     """The training sets of N runs (or one) on ``device``, served in per-epoch seeded order with on-device masking.
 
     Args:
-        task: ``"mlm"`` (one masked leaf per sequence, or ``mask_rate``) or ``"root"`` (labels are the roots).
+        task: ``"mlm"`` (one masked leaf per sequence, or ``mask_rate``), ``"root"`` (labels are the roots) or
+            ``"clm"`` (inputs ``[BOS, x_0 .. x_{T-2}]``, labels the leaves).
         leaves: (N, P, T) or (P, T) integer symbols in [0, q): the training sequences of each member.
         roots: (N, P) or (P,) root symbols (root task; ignored for MLM).
         seeds: the N model seeds (each member's order and masks come from :func:`epoch_generator`).
@@ -164,7 +168,7 @@ class TrainingStream:
             raise ValueError(f"`num_train` = {P} is smaller than one batch ({global_batch} rows) with drop_last")
         self.steps_per_epoch = steps_per_epoch(P, global_batch, self.drop_last)
         self.leaves = leaves.to(self.device)  # (N, P, T)
-        self.roots = None if task == "mlm" else roots.to(self.device)  # (N, P)
+        self.roots = roots.to(self.device) if task == "root" else None  # (N, P)
 
     def __len__(self) -> int:
         """Optimiser steps per epoch."""
@@ -197,6 +201,10 @@ class TrainingStream:
             if self.task == "root":
                 inputs.append(rows)
                 labels.append(self.roots[member, order])  # (n,)
+                continue
+            if self.task == "clm":
+                inputs.append(next_leaf_inputs(rows, self.num_symbols))  # (n, T): [BOS, x_0 .. x_{T-2}]
+                labels.append(rows)  # (n, T): position i predicts leaf i
                 continue
             draws = None if extra is None else to_device(extra, self.device)  # (n, T)
             masked, target = mask_training_batch(rows, self.num_symbols, to_device(positions, self.device), draws)

@@ -60,7 +60,8 @@ RUN_WRITES = RUN_FILES + (RUN_COMPLETE, "training_args.bin", "curves.png", "kl_c
 RUN_WRITE_FOLDERS = ("tensorboard",)
 CHECKPOINT_PREFIX = "checkpoint-"
 # task -> the head class a model folder of that task is saved with (config.json's "architectures")
-TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification"}
+TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification",
+                      "clm": "TreeLangForCausalLM"}
 
 MODEL_FOLDER = "a TreeLang checkpoint folder written by save_pretrained (config.json with model_type 'treelang' + weights)"
 

@@ -47,7 +47,11 @@ from transformers.trainer_utils import TrainOutput
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.models.loading import load_pretrained
-from hf_treelang.models.modeling_treelang import TreeLangForMaskedLM, TreeLangForSequenceClassification
+from hf_treelang.models.modeling_treelang import (
+    TreeLangForCausalLM,
+    TreeLangForMaskedLM,
+    TreeLangForSequenceClassification,
+)
 from hf_treelang.models.stacked import StackedTreeLang
 
 from .callbacks import (
@@ -62,7 +66,13 @@ from .callbacks import (
     reference_count,
     write_history,
 )
-from .collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback, RootClassificationCollator
+from .collators import (
+    EXAMPLE_INDEX,
+    MaskedLeafCollator,
+    MaskEpochCallback,
+    NextLeafCollator,
+    RootClassificationCollator,
+)
 from .data import to_datasets
 from .device_data import TrainingStream
 from .folders import (
@@ -121,9 +131,12 @@ class EnsembleResult:
 # ---------------------------------------------------------------- model, metrics and callbacks
 
 
+MODEL_CLASSES = {"root": TreeLangForSequenceClassification, "mlm": TreeLangForMaskedLM, "clm": TreeLangForCausalLM}
+
+
 def build_model(run: Run):
-    """A fresh model for ``root`` / ``mlm``, or the root classifier initialised from an MLM checkpoint (its encoder;
-    a new root readout of ``classifier_hidden_size`` hidden units, 0: linear)."""
+    """A fresh model for ``root`` / ``mlm`` / ``clm``, or the root classifier initialised from an MLM checkpoint (its
+    encoder; a new root readout of ``classifier_hidden_size`` hidden units, 0: linear)."""
     data_args, model_args = run.data_args, run.model_args
     if run.task == "finetune":
         # the new root readout is part of the architecture: the config says which head to build (and to reload)
@@ -135,12 +148,11 @@ def build_model(run: Run):
             model.freeze_encoder()
             keep_frozen_in_eval_mode(model)
         return model
-    model_class = TreeLangForMaskedLM if run.task == "mlm" else TreeLangForSequenceClassification
-    return model_class(model_args.config(data_args))
+    return MODEL_CLASSES[run.model_task](model_args.config(data_args))
 
 
 def argmax_logits(logits, labels):
-    """``preprocess_logits_for_metrics``: keep only the argmax, (b,) or (b, 2**ℓ)."""
+    """``preprocess_logits_for_metrics``: keep only the argmax, (b,) or (b, 2**ℓ) (MLM, next leaf)."""
     if isinstance(logits, tuple):
         logits = logits[0]
     return logits.argmax(-1)
@@ -264,6 +276,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=()) -> Training
         train_set = train_set.add_column(EXAMPLE_INDEX, np.arange(len(train_set), dtype=np.int64))
         collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate, seed=args.seed)
         mask_epochs = [MaskEpochCallback(collator)]
+    elif task == "clm":
+        collator, mask_epochs = NextLeafCollator(data_args.num_symbols), []
     else:
         collator, mask_epochs = RootClassificationCollator(), []
     callbacks = [*schedule_callbacks(args), *mask_epochs,
@@ -542,8 +556,10 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
         bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
         print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
-        print(f"(accuracy per k_test: the model on {data_args.num_test} test sequences, BP_{data_args.k_train} on "
-              f"{bp_size}; KL on {data_args.num_eval} in-sample sequences)")
+        leaves = " (every leaf from the leaves before it)" if task == "clm" else ""
+        excess = ", excess loss = model cross-entropy per leaf - the exact -log P(x)/2**depth" if task == "clm" else ""
+        print(f"(accuracy per k_test{leaves}: the model on {data_args.num_test} test sequences, BP_{data_args.k_train} "
+              f"on {bp_size}; KL{excess} on {data_args.num_eval} in-sample sequences)")
     return 0
 
 

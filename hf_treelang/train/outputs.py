@@ -2,7 +2,8 @@
 
 * :func:`write_outputs` — every file below, from the run's arguments, final metrics and evaluation history;
 * :func:`plot_curves` — ``kl_curves.png`` (mean D_KL(BP_k || model) against the step, every k) and ``curves.png``
-  (KL, the k_test accuracies, the loss and the agreement with the matched BP, each on its own axes); a run without
+  (KL, the k_test accuracies, the loss — with a causal run's excess loss — and the agreement with the matched BP,
+  each on its own axes); a run without
   evaluations during training (``--num_evaluations 0``) has no curves, and its card says so;
 * :func:`render_model_card` — ``README.md`` from the template ``model_cards/treelang_model_card.md``.
 """
@@ -27,13 +28,33 @@ CURVES_TEXT = """![KL curves](kl_curves.png)
 matched BP; `eval_history.json` and `tensorboard/` hold every evaluation."""
 NO_CURVES_TEXT = """No curves: the run was not evaluated during training (`--num_evaluations 0`); the numbers above come
 from one evaluation after its last step."""
-PIPELINE_TAGS = {"root": "text-classification", "mlm": "fill-mask", "finetune": "text-classification"}
-TASK_TAGS = {"root": "root-classification", "mlm": "masked-language-modeling", "finetune": "root-classification"}
+PIPELINE_TAGS = {"root": "text-classification", "mlm": "fill-mask", "finetune": "text-classification",
+                 "clm": "text-generation"}
+TASK_TAGS = {"root": "root-classification", "mlm": "masked-language-modeling", "finetune": "root-classification",
+             "clm": "causal-language-modeling"}
 TASK_TITLES = {
     "root": "root classification",
     "mlm": "masked language modelling (one masked leaf)",
     "finetune": "root classification fine-tuned from an MLM checkpoint",
+    "clm": "next-leaf prediction (causal language modelling)",
 }
+MODEL_CLASSES = {"root": "AutoModelForSequenceClassification", "mlm": "AutoModelForMaskedLM",
+                 "finetune": "AutoModelForSequenceClassification", "clm": "AutoModelForCausalLM"}
+ARCHITECTURES = {"clm": "A causal transformer"}
+USAGE = {
+    "clm": """bos = torch.full((1, 1), ${num_symbols})  # the beginning-of-sequence id is q = ${num_symbols}
+leaves = model.generate(bos, do_sample=True)[:, 1:]  # (1, 2**${depth}): a sequence sampled from the model
+logits = model(input_ids=torch.cat([bos, leaves[:, :-1]], 1)).logits  # (1, 2**${depth}, q): row i is P(x_i | x_<i)""",
+}
+DEFAULT_USAGE = (  # the encoder heads: 2**depth symbols in [0, q), the mask id q
+    "input_ids = torch.randint(0, ${num_symbols}, (1, 2**${depth}))  # symbols in [0, q); the mask id is q = "
+    "${num_symbols}\nlogits = model(input_ids=input_ids).logits")
+EXCESS_LOSS_TEXT = """
+Next-leaf prediction is not a task of the paper: every leaf is predicted from the leaves before it, and the numbers
+above average over the sequences and their 2^ℓ positions (KL to BP_k's exact next-leaf distributions). Excess loss
+on the same in-sample sequences — the model's cross-entropy per leaf minus their exact loss −log P(x)/2^ℓ under
+BP_${k_train} (0 for the exact model): ${excess_loss} nats per leaf, the exact loss being ${exact_loss}.
+"""
 
 
 def _series(history: list, key: str) -> tuple:
@@ -106,11 +127,16 @@ def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path
 
     ax = axes[1, 0]
     x, y = _series(history, "eval_loss")
-    ax.plot(x, y, marker="o", ms=3, color="black")
+    ax.plot(x, y, marker="o", ms=3, color="black", label="validation loss")
+    x, y = _series(history, "eval_excess_loss")  # next-leaf prediction only
+    if x:
+        ax.plot(x, y, marker="o", ms=3, ls="--", color="tab:red", label="excess loss (in-sample, above the exact "
+                                                                          "entropy)")
+        ax.legend(fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("training step (step 0 drawn at 0.5)")
-    ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title("Validation loss", fontsize=10)
+    ax.set_ylabel("cross-entropy (nats" + (" per leaf)" if x else ")"))
+    ax.set_title("Validation loss" + (" and excess loss" if x else ""), fontsize=10)
     ax.grid(alpha=0.3)
 
     ax = axes[1, 1]
@@ -156,7 +182,8 @@ def schedule_text(training_args) -> str:
 def render_model_card(task: str, data_args: DataArguments, model_args: ModelArguments,
                       training_args: TreeLangTrainingArguments, final: dict, train_runtime: float,
                       global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE, *,
-                      reference_sizes: dict | None = None, has_curves: bool = True) -> str:
+                      reference_sizes: dict | None = None, has_curves: bool = True,
+                      exact_loss: float | None = None) -> str:
     """The model card (README.md) of a finished run, from ``model_cards/treelang_model_card.md``.
 
     ``has_curves``: the run drew ``curves.png`` / ``kl_curves.png`` (False: it had no evaluation during training,
@@ -165,6 +192,9 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
     ``reference_sizes``: ``{k_test: n}``, the sequences behind BP's reference accuracy of each k_test set
     (:attr:`~.callbacks.BPTargets.reference_sizes`; default: the test sets themselves, ``num_test``). The card
     states both sizes and the largest sampling standard error they allow, 0.5/sqrt(n).
+
+    ``exact_loss``: a causal run's exact loss per leaf of its in-sample sequences (:attr:`~.callbacks.BPTargets.
+    exact_loss`), stated beside the excess loss.
     """
     rows = [
         f"| {k} | {format_value(final.get(f'eval_acc_ktest{k}'))} | {format_value(final.get(f'eval_bp_acc_ktest{k}'))} |"
@@ -174,13 +204,19 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
                for k in range(data_args.depth + 1)]
     sizes = sorted({int(n) for n in (reference_sizes or {}).values()} or {int(data_args.num_test)})
     num_reference = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
-    model_class = "AutoModelForMaskedLM" if task == "mlm" else "AutoModelForSequenceClassification"
+    model_class = MODEL_CLASSES[task]
     if task == "finetune":
         origin = (f"initialised from the MLM checkpoint `{model_args.model_name_or_path}`, encoder "
                   f"{'frozen' if model_args.freeze_encoder else 'trained'} during fine-tuning")
     else:
         origin = "trained from scratch"
+    sizes_of = {"num_symbols": data_args.num_symbols, "depth": data_args.depth}
     values = {
+        "architecture": ARCHITECTURES.get(task, "An encoder-only transformer"),
+        "usage": string.Template(USAGE.get(task, DEFAULT_USAGE)).substitute(sizes_of),
+        "task_evaluation": string.Template(EXCESS_LOSS_TEXT).substitute(
+            k_train=data_args.k_train, excess_loss=format_value(final.get("eval_excess_loss")),
+            exact_loss=format_value(exact_loss)) if task == "clm" else "",
         "pipeline_tag": PIPELINE_TAGS[task],
         "task": task,
         "task_tag": TASK_TAGS[task],
@@ -240,6 +276,8 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
         "num_eval": data_args.num_eval,
         "history": history,
     }
+    if targets.exact_loss is not None:  # next-leaf prediction: -log P_{k_train}(x) / 2**l of the in-sample sequences
+        summary["exact_loss_per_leaf"] = targets.exact_loss
     with open(os.path.join(output_dir, "metrics.json"), "w") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
     if history:  # none with num_evaluations=0: the card says there are no curves
@@ -247,6 +285,7 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
                     os.path.join(output_dir, "curves.png"), os.path.join(output_dir, "kl_curves.png"),
                     num_eval=data_args.num_eval, num_test=data_args.num_test, reference_sizes=targets.reference_sizes)
     card = render_model_card(task, data_args, model_args, training_args, final, train_runtime, global_step,
-                             reference_sizes=targets.reference_sizes, has_curves=bool(history))
+                             reference_sizes=targets.reference_sizes, has_curves=bool(history),
+                             exact_loss=targets.exact_loss)
     with open(os.path.join(output_dir, "README.md"), "w") as handle:
         handle.write(card)

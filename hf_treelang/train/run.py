@@ -90,7 +90,7 @@ UNKEYED_TRAINING_FIELDS = (
 RESERVED_ARGUMENTS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir")
 WEIGHT_FILE_PREFIXES = ("model", "pytorch_model")  # model.safetensors, model-00001-of-00002.safetensors, ...
 MEMBERS_DIR = "members"  # a scripts' ensemble writes member (S, K) to OUTPUT_DIR/members/seed{S}-k{K}
-MODEL_TASKS = ("root", "mlm")  # the tasks a model is trained from scratch for, alone or in an ensemble
+MODEL_TASKS = ("root", "mlm")  # the tasks an ensemble trains (from scratch; the stacked model has no causal head)
 # arguments in which the runs of one ensemble may differ (everything else is shared: one batched model)
 MEMBER_FIELDS = {"data_args": ("k_train", "grammar_seed", "sigma"), "model_args": (),
                  "training_args": ("seed", "output_dir", "logging_dir", "run_name", "resume_from_checkpoint",
@@ -102,8 +102,9 @@ class Run:
     """One training run, resolved and checked (:func:`resolve`).
 
     Attributes:
-        task: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence) or ``"finetune"`` (root
-            classification from an MLM checkpoint).
+        task: ``"root"`` (root classification), ``"mlm"`` (one masked leaf per sequence), ``"finetune"`` (root
+            classification from an MLM checkpoint) or ``"clm"`` (next-leaf prediction, every leaf from the leaves
+            before it; a single run: the stacked ensemble model has no causal head).
         data_args, model_args, training_args: the scripts' three argument dataclasses, the preset applied.
         arguments: the arguments given (the scripts' names, JSON-ready); the preset decided the rest.
         config: what the identity hashes (:func:`identity_config`); ``identity`` its sha256.
@@ -120,7 +121,7 @@ class Run:
     identity: str
     name: str = ""
     tags: dict = field(default_factory=dict)
-    model_task: str = field(init=False)  # the head: "mlm", or "root" (root classification and fine-tuning)
+    model_task: str = field(init=False)  # the head: "mlm", "clm", or "root" (root classification and fine-tuning)
 
     def __post_init__(self):
         object.__setattr__(self, "model_task", model_task_of(self.task))
@@ -223,8 +224,8 @@ def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
 
 
 def model_task_of(task: str) -> str:
-    """The head a task trains: ``"mlm"``, or ``"root"`` (root classification and fine-tuning)."""
-    return "mlm" if task == "mlm" else "root"
+    """The head a task trains: ``"mlm"``, ``"clm"``, or ``"root"`` (root classification and fine-tuning)."""
+    return task if task in ("mlm", "clm") else "root"
 
 
 def check_task(task: str) -> None:
@@ -345,7 +346,12 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
                              "folder>") from None
         _check_saved_model("model_name_or_path", path, saved, data_args)
     elif model_args.model_name_or_path is not None:
-        raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
+        trained = " (a causal run trains its model from scratch)" if task == "clm" else ""
+        raise ValueError(f"model_name_or_path is only used by run_finetune.py{trained}, got "
+                         f"{model_args.model_name_or_path!r}")
+    if task == "clm" and data_args.mask_rate is not None:
+        raise ValueError(f"`mask_rate` is only used by MLM (a causal run predicts every leaf from the leaves before "
+                         f"it, nothing is masked), got {data_args.mask_rate!r}")
     if task == "mlm":
         if training_args.remove_unused_columns:
             raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
@@ -444,7 +450,8 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
     task = runs[0].task
     if task not in MODEL_TASKS or any(run.task != task for run in runs):
         raise ValueError(f"an ensemble trains {' or '.join(MODEL_TASKS)} models from scratch (run_root.py, "
-                         f"run_mlm.py), all of one task; got tasks {sorted({run.task for run in runs})}")
+                         f"run_mlm.py), all of one task (the stacked model has no causal head: train run_clm.py "
+                         f"runs one by one); got tasks {sorted({run.task for run in runs})}")
     seen = {}
     for run in runs:
         if run.member_key in seen:

@@ -525,7 +525,8 @@ class RunDataCache:
 
 
 def single_run_stream(task: str, data, data_args, training_args) -> TrainingStream:
-    """The training stream of a single run (model task ``"root"`` / ``"mlm"``) on ``training_args.device``."""
+    """The training stream of a single run (model task ``"root"`` / ``"mlm"`` / ``"clm"``) on
+    ``training_args.device``."""
     return TrainingStream(
         task, data.train.leaves, data.train.roots, seeds=[training_args.seed], num_symbols=data_args.num_symbols,
         batch_size=training_args.per_device_train_batch_size, mask_rate=data_args.mask_rate if task == "mlm" else None,
@@ -535,7 +536,7 @@ def single_run_stream(task: str, data, data_args, training_args) -> TrainingStre
 
 
 def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
-    """The Trainer of a single run (model task ``"root"`` / ``"mlm"``): :class:`TreeLangTrainer` fed by
+    """The Trainer of a single run (model task ``"root"`` / ``"mlm"`` / ``"clm"``): :class:`TreeLangTrainer` fed by
     :func:`single_run_stream` with ``--train_engine device`` (the default), the stock ``Trainer`` (a DataLoader and
     the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
     (``model``, ``args``, datasets, callbacks, ...)."""
