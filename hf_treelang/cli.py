@@ -276,7 +276,8 @@ COMMANDS = {
         "hf_treelang.analysis.dynamics",
         "KL-to-BP_k and k_test curves of a run (Fig. 1c/d, 2b, 3a)",
         "KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines (Fig. 2b, 3a) "
-        "from a run's BP-KL history. Writes dynamics.png and dynamics.json.",
+        "from a run's BP-KL history. Writes dynamics.png and dynamics.json; for a causal run also "
+        "dynamics_positions.png, the KL to the matched BP per leaf position over training.",
         _dynamics_arguments,
     ),
     "generate": (

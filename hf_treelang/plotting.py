@@ -1,5 +1,5 @@
 """Plotting shared by training outputs and analyses (matplotlib only, loaded on use): a headless pyplot,
-reproducible PNGs and the paper's colours.
+reproducible PNGs, the paper's colours and the tree's block boundaries on a per-position axis.
 
 The paper's colour scheme (Fig. 1c/d, 2b, 3a): BP_k and k_test curves run from light green (k = 1) to purple
 (k = ℓ), with the full hierarchy k = 0 in black; :func:`level_color` is the one place that defines it.
@@ -37,3 +37,21 @@ def level_color(k: int, depth: int):
     if k == 0:
         return "black"
     return matplotlib.colormaps["viridis_r"](0.15 + 0.85 * (k - 1) / max(1, depth - 1))
+
+
+def draw_block_boundaries(ax, depth: int, levels: int = 3, *, horizontal: bool = True, color: str = "white",
+                          lw: float = 0.8, alpha: float = 0.5) -> None:
+    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of 2**(ℓ-m) leaves), level m
+    drawn ``lw / m`` wide at opacity ``alpha / m``, on an axis of leaf positions 0 .. 2**ℓ − 1 drawn at integers
+    (``imshow``): vertical lines, and horizontal ones too for a position × position map (attention) when
+    ``horizontal``."""
+    num_leaves = 2**depth
+    for m in range(1, min(levels, depth - 1) + 1):
+        block = 2 ** (depth - m)
+        for edge in range(block, num_leaves, block):
+            if edge % (2 * block) == 0 and m > 1:
+                continue  # already drawn, stronger, by a higher level
+            style = {"color": color, "lw": lw / m, "alpha": alpha / m}
+            ax.axvline(edge - 0.5, **style)
+            if horizontal:
+                ax.axhline(edge - 0.5, **style)

@@ -308,3 +308,50 @@ def test_dynamics_draws_the_paper_colours_and_states_the_sizes_of_the_run(tmp_pa
         assert len({line.get_marker() for line in kl.lines}) == 3
     finally:
         pyplot().close(figure)
+
+
+def _causal_history(num_leaves=8):
+    """Synthetic causal log (ℓ = 3): position i's KL halves by step 10 for even i, by step 100 for odd i but 7."""
+    entries = _history("eval_")
+    for t, entry in enumerate(entries):
+        for i in range(num_leaves):
+            halved = t >= (1 if i % 2 == 0 else 2) and i != num_leaves - 1
+            entry[f"eval_kl_position{i}"] = 1.0 + i if not halved else (1.0 + i) / 4
+    return entries
+
+
+def test_dynamics_of_a_causal_run_draws_the_kl_per_position_and_writes_the_matrix(tmp_path, capsys):
+    (tmp_path / "eval_history.json").write_text(json.dumps({"history": _causal_history()}))
+    assert run_command("dynamics", [str(tmp_path / "eval_history.json"), "--out", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "dynamics.json").read_text())
+    assert np.array(saved["kl_position"]).shape == (3, 8)
+    assert saved["kl_position"][0] == [1.0 + i for i in range(8)] and saved["kl_position"][2][0] == 0.25
+    assert saved["half_kl_step_per_position"] == [10, 100, 10, 100, 10, 100, 10, None]
+    assert (tmp_path / "out" / "dynamics_positions.png").stat().st_size > 1000
+    out = capsys.readouterr().out
+    assert "first at step 10 (positions 0,2,4,6), last at step 100 (positions 1,3,5); 1 of 8 positions never" in out
+
+
+def test_the_position_heat_map_marks_the_block_boundaries_of_the_tree(tmp_path):
+    from hf_treelang.plotting import pyplot
+
+    (tmp_path / "eval_history.json").write_text(json.dumps({"history": _causal_history()}))
+    figure = dynamics.plot_positions(dynamics.learning_dynamics(tmp_path / "eval_history.json"))
+    try:
+        ax = figure.axes[0]
+        assert ax.images[0].get_array().shape == (3, 8)
+        vertical = sorted(line.get_xdata()[0] for line in ax.lines)
+        assert vertical == [1.5, 3.5, 5.5]  # ℓ = 3: level 1 (the halves), level 2 (the quarters); no horizontal line
+        assert [label.get_text() for label in ax.get_yticklabels()] == ["1", "10", "100"]
+    finally:
+        pyplot().close(figure)
+
+
+def test_dynamics_of_a_run_without_positions_draws_no_heat_map(tmp_path):
+    (tmp_path / "eval_history.json").write_text(json.dumps({"history": _history("eval_")}))
+    result = dynamics.learning_dynamics(tmp_path / "eval_history.json")
+    assert result.kl_position is None
+    paths = dynamics.write_outputs(result, tmp_path / "out")
+    assert "positions" not in paths and not (tmp_path / "out" / "dynamics_positions.png").exists()
+    saved = json.loads(paths["json"].read_text())
+    assert saved["kl_position"] is None and saved["half_kl_step_per_position"] is None

@@ -59,6 +59,19 @@ def test_a_tiny_causal_run_writes_the_bp_kl_curves_and_the_excess_loss(tmp_path,
     assert (tmp_path / "run_complete.json").is_file()
 
 
+def test_a_tiny_causal_run_logs_the_kl_per_position_whose_mean_is_the_matched_kl(tmp_path):
+    """ℓ = 2: four positions per evaluation, averaging to eval_kl_bp_k{k_train} within 1e-12."""
+    k_train = 1
+    run_tiny("clm", tmp_path, "--num_evaluations", "2", "--k_train", str(k_train))
+    history = json.loads((tmp_path / "eval_history.json").read_text())["history"]
+    assert len(history) >= 2
+    for entry in history:
+        positions = sorted(key for key in entry if key.startswith("eval_kl_position"))
+        assert positions == [f"eval_kl_position{i}" for i in range(4)]
+        mean = sum(entry[key] for key in positions) / 4
+        assert mean == pytest.approx(entry[f"eval_kl_bp_k{k_train}"], rel=0, abs=1e-12)
+
+
 # ---------------------------------------------------------------- the callback against the exact model
 
 
@@ -98,12 +111,16 @@ def test_the_exact_next_leaf_model_has_zero_kl_to_the_matched_bp_and_zero_excess
     metrics = callback.compute(ExactNextLeafModel(bp))
     assert abs(metrics[f"eval_kl_bp_k{k_train}"]) < 1e-10
     assert abs(metrics["eval_excess_loss"]) < 1e-10
+    assert all(abs(metrics[f"eval_kl_position{i}"]) < 1e-10 for i in range(2**depth))
     assert metrics["eval_match_bp"] == 1.0
     assert min(metrics[f"eval_kl_bp_k{k}"] for k in range(depth + 1) if k != k_train) > 1e-3  # the others differ
     for k in range(depth + 1):  # BP's accuracy on the same test sets: the same argmax
         assert metrics[f"eval_acc_ktest{k}"] == metrics[f"eval_bp_acc_ktest{k}"]
     uniform = callback.compute(UniformModel())  # log q per leaf, less the exact loss
     assert uniform["eval_excess_loss"] == pytest.approx(math.log(3) - callback.prepare().exact_loss, abs=1e-12)
+    per_position = [uniform[f"eval_kl_position{i}"] for i in range(2**depth)]  # the mean over positions
+    assert sum(per_position) / 2**depth == pytest.approx(uniform[f"eval_kl_bp_k{k_train}"], rel=0, abs=1e-12)
+    assert len(set(per_position)) > 1  # positions differ: one row per position, not the mean repeated
 
 
 # ---------------------------------------------------------------- resume

@@ -26,6 +26,8 @@ TRAIN = (
 TINY = {
     "accelerate launch training/run_mlm.py": TRAIN,
     "python training/run_root.py": TRAIN,
+    "python training/run_clm.py": TRAIN,
+    "hf-treelang generate outputs/run_clm --out figures/generate": "--num-samples 64",
     "python training/run_finetune.py --model_name_or_path outputs/run_mlm --freeze_encoder true": TRAIN,
     "hf-treelang calibration outputs/run_mlm --out figures/calibration": "--num-samples 64",
     "hf-treelang attention outputs/run_mlm --out figures/attention": "--num-samples 64",

@@ -28,7 +28,7 @@ import torch
 from hf_treelang.core.attention_template import template_attention, template_similarity, uniform_similarity
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.core.masking import mask_evaluation_set
-from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.train.folders import RUN_CONFIG, check_run_complete, checkpoints, is_run_folder
 
 from .activations import run_with_cache
@@ -126,27 +126,13 @@ def attention_grid(checkpoints, **kwargs) -> list:
     return [average_attention(c, **kwargs) for c in loaded]
 
 
-def _block_boundaries(ax, depth: int, levels: int = 3) -> None:
-    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of 2**(ℓ-m) leaves), fainter
-    for deeper levels, on both axes of an attention map."""
-    num_leaves = 2**depth
-    for m in range(1, min(levels, depth - 1) + 1):
-        block = 2 ** (depth - m)
-        for edge in range(block, num_leaves, block):
-            if edge % (2 * block) == 0 and m > 1:
-                continue  # already drawn, stronger, by a higher level
-            style = {"color": "white", "lw": 0.8 / m, "alpha": 0.5 / m}
-            ax.axvline(edge - 0.5, **style)
-            ax.axhline(edge - 0.5, **style)
-
-
 def _draw_map(fig, ax, matrix: np.ndarray, depth: int) -> None:
     """One (L, L) attention map as every figure here draws it: viridis from 0, position ticks, its own colour bar and
     the tree's blocks drawn faintly."""
     num_leaves = matrix.shape[-1]
     ticks = list(range(0, num_leaves, max(1, num_leaves // 8)))
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, interpolation="nearest")
-    _block_boundaries(ax, depth)
+    draw_block_boundaries(ax, depth)
     ax.set_xticks(ticks)
     ax.set_yticks(ticks)
     ax.tick_params(labelsize=6, length=2)

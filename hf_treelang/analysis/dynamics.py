@@ -4,7 +4,10 @@ The BP-KL training callback logs, at every evaluation, ``kl_bp_k{k}`` = mean D_K
 k = 0 … ℓ, ``acc_ktest{k}`` = the model's accuracy on test data of filter level k and ``bp_acc_ktest{k}`` = the
 accuracy of the matched oracle BP_{k_train} on the same data (keys may carry the Trainer's ``eval_`` prefix). This
 module turns that history into the KL-to-BP_k curves (the sequential alignment: BP_ℓ first, BP_0 last when
-k_train = 0) and the k_test accuracy "staircase" with the BP reference lines.
+k_train = 0) and the k_test accuracy "staircase" with the BP reference lines. A causal run (next-leaf prediction)
+also logs ``kl_position{i}``, the KL to the matched BP_{k_train} at leaf position i (its mean over positions is
+``kl_bp_k{k_train}``); those become a heat map, positions × evaluations, with the tree's block boundaries marked: which
+positions (the ones that close a subtree, the ones that open one) are learned first.
 
 A history is read from the callback's JSON file, from a ``trainer_state.json`` (its ``log_history``) or from a run
 folder holding either.
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
 
 from .io import cli_error, prepare_output, write_json
@@ -29,6 +32,7 @@ _ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
 _BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
 _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
+_POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
 _HISTORY_FILE_HINTS = ("bp_kl", "bpkl", "bp_history", "kl_history", "history")
 
 
@@ -47,6 +51,8 @@ class DynamicsResult:
         source: the file the history was read from.
         num_test: test sequences per k_test behind the model's accuracies, when the run's ``metrics.json`` says.
         reference_sizes: k_test -> sequences behind BP's reference accuracy, when the run's ``metrics.json`` says.
+        kl_position: (E, 2**ℓ) mean D_KL(BP_{k_train}(x_i | x_<i) ‖ model) per leaf position i (a causal run), NaN
+            where an evaluation did not log it; ``None`` for a run that logs no positions (root, MLM).
     """
 
     steps: np.ndarray
@@ -59,6 +65,7 @@ class DynamicsResult:
     source: str = ""
     num_test: int | None = None
     reference_sizes: dict = field(default_factory=dict)
+    kl_position: np.ndarray | None = None
 
     @property
     def closest_bp(self) -> list:
@@ -78,6 +85,21 @@ class DynamicsResult:
             if not sequence or sequence[-1] != k:
                 sequence.append(k)
         return sequence
+
+    def half_kl_steps(self) -> list:
+        """Per position, the first step at which its KL is at most half its first logged value (``None`` where it
+        never is, or starts at 0); empty without per-position KL."""
+        if self.kl_position is None:
+            return []
+        steps = []
+        for column in self.kl_position.T:  # (E,) one position along training
+            finite = np.flatnonzero(np.isfinite(column))
+            if finite.size == 0 or column[finite[0]] <= 0:  # nothing to learn from the first evaluation on
+                steps.append(None)
+                continue
+            reached = finite[column[finite] <= 0.5 * column[finite[0]]]
+            steps.append(int(self.steps[reached[0]]) if reached.size else None)
+        return steps
 
     def to_dict(self) -> dict:
         def last(values):
@@ -101,6 +123,8 @@ class DynamicsResult:
             "alignment_sequence": self.alignment_sequence,
             "num_test": self.num_test,
             "bp_reference_size_ktest": {f"k{k}": n for k, n in sorted(self.reference_sizes.items())},
+            "kl_position": self.kl_position,  # (E, 2**l) or null
+            "half_kl_step_per_position": self.half_kl_steps() if self.kl_position is not None else None,
         }
 
 
@@ -187,6 +211,12 @@ def learning_dynamics(run) -> DynamicsResult:
             bp_accuracy[k] = float(finite[-1])
     epochs = np.array([float(row["epoch"]) if row.get("epoch") is not None else np.nan for row in rows])
     num_test, reference_sizes = _sizes(source.parent / "metrics.json")
+    positions = series(_POSITION)
+    kl_position = None
+    if positions:
+        kl_position = np.full((len(rows), max(positions) + 1), np.nan)  # (E, 2**l)
+        for i, values in positions.items():
+            kl_position[:, i] = values
     return DynamicsResult(
         steps=steps,
         epochs=epochs,
@@ -198,6 +228,7 @@ def learning_dynamics(run) -> DynamicsResult:
         source=str(source),
         num_test=num_test,
         reference_sizes=reference_sizes,
+        kl_position=kl_position,
     )
 
 
@@ -272,11 +303,71 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
     return fig
 
 
+def plot_positions(result: DynamicsResult, title: str = ""):
+    """The KL to the matched BP per leaf position over training: a heat map with the positions on x, one row per
+    evaluation (labelled by its step, training going up), a log colour scale, and the boundaries of the tree's
+    subtrees of levels 1..3 as vertical lines."""
+    if result.kl_position is None:
+        raise ValueError(f"history {result.source!r} logs no per-position KL (kl_position<i>: causal runs only)")
+    from matplotlib.colors import LogNorm
+
+    plt = pyplot()
+    matrix = result.kl_position  # (E, L)
+    num_evaluations, num_leaves = matrix.shape
+    positive = matrix[np.isfinite(matrix) & (matrix > 0)]
+    top = float(positive.max()) if positive.size else 1.0
+    floor = max(float(positive.min()), top * 1e-6) if positive.size else 1e-6  # a KL of 0 drawn at the floor
+    shown = np.where(np.isfinite(matrix), np.clip(matrix, floor, None), np.nan)
+    fig, ax = plt.subplots(figsize=(max(5.0, min(12.0, 0.18 * num_leaves + 2.5)),
+                                    max(2.5, min(9.0, 0.22 * num_evaluations + 1.5))))
+    image = ax.imshow(shown, cmap="magma", norm=LogNorm(vmin=floor, vmax=max(top, floor * 10)), aspect="auto",
+                      origin="lower", interpolation="nearest")
+    depth = int(round(np.log2(num_leaves)))
+    if 2**depth == num_leaves:
+        draw_block_boundaries(ax, depth, horizontal=False, color="white", lw=2.0, alpha=0.9)
+    ax.set_xticks(list(range(0, num_leaves, max(1, num_leaves // 16))))
+    every = max(1, num_evaluations // 12)
+    ax.set_yticks(list(range(0, num_evaluations, every)))
+    ax.set_yticklabels([str(int(s)) for s in result.steps[::every]])
+    ax.tick_params(labelsize=6, length=2)
+    ax.set_xlabel("leaf position $i$ (lines: subtrees of levels 1–3)")
+    ax.set_ylabel("training step")
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+    bar.set_label("mean $D_{KL}$(BP$_{k_{train}}$($x_i$ | $x_{<i}$) ‖ model)", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+    ax.set_title("KL to the matched BP per position", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def half_kl_line(result: DynamicsResult) -> str:
+    """The console line on the per-position heat map: which positions reach half their initial KL first, which
+    last, and how many never do."""
+    steps = result.half_kl_steps()
+    reached = {i: s for i, s in enumerate(steps) if s is not None}
+    if not reached:
+        return f"no position reaches half its initial KL to the matched BP (of {len(steps)})"
+    first, last = min(reached.values()), max(reached.values())
+
+    def at(step):
+        return ",".join(str(i) for i, s in reached.items() if s == step)
+
+    never = len(steps) - len(reached)
+    return (f"half the initial KL to the matched BP per position: first at step {first} (positions {at(first)}), last "
+            f"at step {last} (positions {at(last)})" + (f"; {never} of {len(steps)} positions never" if never else ""))
+
+
 def write_outputs(result: DynamicsResult, out_dir, *, name: str = "dynamics", title: str = "") -> dict:
-    """Write <name>.png and <name>.json into ``out_dir``."""
+    """Write <name>.png and <name>.json into ``out_dir``, and <name>_positions.png when the run logs the KL per
+    position (a causal run)."""
     fig = plot_dynamics(result, title)
+    positions = plot_positions(result, title) if result.kl_position is not None else None
     out = prepare_output(out_dir)
     paths = {"figure": save_figure(fig, out / f"{name}.png")}
+    if positions is not None:
+        paths["positions"] = save_figure(positions, out / f"{name}_positions.png")
     paths["json"] = write_json(out / f"{name}.json", result.to_dict())
     return paths
 
@@ -290,5 +381,8 @@ def run(args) -> int:
         return cli_error("dynamics", error)
     print(f"read {result.source}: {len(result.steps)} evaluations; closest BP_k along training: "
           f"{result.alignment_sequence}")
-    print(f"wrote {paths['figure']} and {paths['json']}")
+    if "positions" in paths:
+        print(half_kl_line(result))
+    figures = " and ".join(str(paths[key]) for key in ("figure", "positions") if key in paths)
+    print(f"wrote {figures} and {paths['json']}")
     return 0

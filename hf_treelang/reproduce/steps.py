@@ -20,10 +20,11 @@ from hf_treelang.analysis import accuracy_curves
 from hf_treelang.analysis import attention as attention_analysis
 from hf_treelang.analysis import calibration as calibration_analysis
 from hf_treelang.analysis import dynamics as dynamics_analysis
-from hf_treelang.analysis import kl_vs_samples
 from hf_treelang.analysis import probing as probing_analysis
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
 from hf_treelang.analysis.io import write_json
+from hf_treelang.analysis.kl_vs_samples import kl_vs_samples
+from hf_treelang.analysis.kl_vs_samples import write_outputs as write_kl_outputs
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import bp_accuracy, task_inputs
@@ -301,11 +302,11 @@ def _step_root_sweep(ctx: Context) -> dict:
         ],
     )
     accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "fig2a_e3")
-    kl = kl_vs_samples.kl_vs_samples(
+    kl = kl_vs_samples(
         points, depth=p.depth, num_samples=p.analysis_samples,
         title=f"Fig. 9: KL(BP_k_train ‖ model) of the root vs P (ℓ={p.depth}, q={p.num_symbols}, {p.sweep_epochs:g} "
         "epochs)")
-    kl_vs_samples.write_outputs(kl, ctx.out / "accuracy_vs_samples", "fig9_kl")
+    write_kl_outputs(kl, ctx.out / "accuracy_vs_samples", "fig9_kl")
     return {**_curves_summary(figure), "Fig. 9": kl.to_dict()["curves"]}
 
 

@@ -13,7 +13,10 @@
   *and* their 2**ℓ positions (BP_k's targets are its next-leaf distributions,
   :func:`hf_treelang.core.oracle.bp_distributions`), and ``eval_excess_loss`` is the model's cross-entropy per leaf
   on the in-sample sequences minus their exact loss under the matched BP_{k_train}, −log P(x) / 2**ℓ averaged over
-  them (:func:`hf_treelang.core.oracle.next_leaf_loss`): 0 for the exact model.
+  them (:func:`hf_treelang.core.oracle.next_leaf_loss`): 0 for the exact model. A causal run also logs the KL to the
+  matched BP_{k_train} per position, ``eval_kl_position{i}`` for i = 0 .. 2**ℓ − 1 = the mean over the in-sample
+  sequences of D_KL(BP_{k_train}(x_i | x_<i) ‖ model), from the same arrays as ``eval_kl_bp_k{k_train}`` (which is
+  their mean over positions); ``hf-treelang dynamics`` draws them as a heat map over training.
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
 * :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
@@ -43,7 +46,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
-from hf_treelang.core.metrics import accuracy, compare_with_bp, log_probabilities
+from hf_treelang.core.metrics import accuracy, compare_with_bp, kl_divergence, log_probabilities
 from hf_treelang.core.oracle import (
     NEXT_LEAF_TASK,
     TASKS,
@@ -57,6 +60,7 @@ from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import write_json_atomic
 
+KL_POSITION_KEY = "kl_position"  # next-leaf prediction: eval_kl_position{i}, the KL to BP_{k_train} at position i
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
 
@@ -245,6 +249,13 @@ class BPKLCallback(TrainerCallback):
             log_true = log_model.gather(-1, in_sample.labels.unsqueeze(-1).to(log_model.device))  # (n, 2**l, 1)
             out[f"{prefix}excess_loss"] = float(-log_true.mean()) - targets.exact_loss
         q = log_model.shape[-1]
+        if self.task == NEXT_LEAF_TASK:
+            # which positions are learned first: the matched BP's KL per position, a mean over the sequences only
+            n, num_leaves = log_model.shape[:2]
+            matched = targets.marginals[self.k_train].reshape(-1, q)  # (n * 2**l, q)
+            per_position = kl_divergence(matched, log_model.reshape(-1, q)).reshape(n, num_leaves).mean(0)  # (2**l,)
+            for i, value in enumerate(per_position.tolist()):
+                out[f"{prefix}{KL_POSITION_KEY}{i}"] = value
         log_model = log_model.reshape(-1, q)  # (n [* 2**l], q): one row per prediction
         for k, marginals in targets.marginals.items():
             result = compare_with_bp(log_model, marginals.reshape(-1, q))
