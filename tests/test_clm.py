@@ -185,3 +185,19 @@ def test_resuming_a_causal_run_from_another_heads_checkpoint_is_refused(tmp_path
                                          "trains a TreeLangForCausalLM"):
         runs_from_command_line("clm", TINY + ["--output_dir", str(tmp_path / "clm"), "--resume_from_checkpoint",
                                               str(tmp_path / "root" / "checkpoint-1")])
+
+
+def test_the_attention_of_a_causal_model_reads_its_input_layout_and_is_lower_triangular(tmp_path):
+    from hf_treelang.analysis.attention import average_attention
+    from hf_treelang.models.configuration_treelang import TreeLangConfig
+    from hf_treelang.models.modeling_treelang import TreeLangForCausalLM
+
+    config = TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=8, num_hidden_layers=2, intermediate_size=8)
+    TreeLangForCausalLM(config).save_pretrained(tmp_path / "clm")
+    result = average_attention(tmp_path / "clm", num_samples=50)
+    assert result.task == "clm" and result.masked is False
+    assert result.maps.shape == (2, 1, 4, 4)
+    assert abs(result.maps[..., 0, 1:]).max() == 0.0 and abs(result.maps[..., 1, 2:]).max() == 0.0  # causal
+    assert result.maps.sum(-1) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="a causal .* never a masked leaf"):
+        average_attention(tmp_path / "clm", num_samples=50, mask=True)

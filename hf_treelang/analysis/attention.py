@@ -28,6 +28,7 @@ import torch
 from hf_treelang.core.attention_template import template_attention, template_similarity, uniform_similarity
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.core.masking import mask_evaluation_set
+from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
 from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.train.folders import RUN_CONFIG, check_run_complete, checkpoints, is_run_folder
 
@@ -96,16 +97,22 @@ def average_attention(
         checkpoint: a TreeLang checkpoint folder (any task) or a loaded checkpoint.
         num_samples: inputs averaged over.
         seed: seed of the inputs (and of the masked positions).
-        mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training.
+        mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training. A causal
+            checkpoint reads its own input layout ``[BOS, x_0 .. x_{L-2}]`` (row i predicts leaf i; no mask).
         batch_size: inference batch size.
     """
     ckpt = as_checkpoint(checkpoint, device=device)
     num_samples = check_positive("num_samples", num_samples)
     batch_size = check_positive("batch_size", batch_size)
+    causal = ckpt.task == NEXT_LEAF_TASK
+    if causal and mask:
+        raise ValueError("mask: a causal (next-leaf) model reads whole prefixes, never a masked leaf; leave mask unset")
     masked = ckpt.task == "mlm" if mask is None else bool(mask)
     leaves = sample_trees(ckpt.grammar, num_samples, ckpt.depth, ckpt.filter_level, seed).leaves  # (n, L)
     if masked:
         leaves, _, _ = mask_evaluation_set(leaves, ckpt.mask_token_id, seed)
+    if causal:  # [BOS, x_0 .. x_{L-2}]: row i is the attention of the position that predicts leaf i
+        leaves = next_leaf_inputs(leaves, ckpt.grammar.num_symbols)  # (n, L)
     cache = run_with_cache(ckpt, leaves, logits=False, attentions=True, batch_size=batch_size)
     return AttentionResult(
         maps=(cache.attention_sum / num_samples).numpy(),  # (layers, h, L, L)
