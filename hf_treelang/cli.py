@@ -126,7 +126,9 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a training output folder, its trainer_state.json, or the BP-KL history JSON")
+    parser.add_argument("run", nargs="+",
+                        help="a training output folder, its trainer_state.json, or the BP-KL history JSON; several "
+                             "(e.g. one training over several model seeds) for their spread")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--name", default="dynamics", help="base name of the output files")
     parser.add_argument("--title", default="", help="figure title (default: none)")
@@ -198,7 +200,8 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                         "feeds, its optimizer steps) and print the total steps and the estimated time on this machine "
                         "and on one GPU (default: none, run the reproduction)")
     parser.add_argument("--preset", default="quick", metavar="{" + ",".join(PUBLIC_PRESETS) + "}",
-                        help="quick: about 20 min on a 2-core CPU, no sweeps; paper: the authors' settings for every "
+                        help="quick: the training scripts' laptop runs, one filtered MLM and the analyses, at most 45 min "
+                        "on a 2-core CPU, no sweeps; paper: the authors' settings for every "
                         "figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs a part)")
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
@@ -274,10 +277,12 @@ COMMANDS = {
     ),
     "dynamics": (
         "hf_treelang.analysis.dynamics",
-        "KL-to-BP_k and k_test curves of a run (Fig. 1c/d, 2b, 3a)",
+        "KL-to-BP_k and k_test curves of a run, or the spread over several (Fig. 1c/d, 2b, 3a)",
         "KL-to-BP_k curves (Fig. 1c/d) and the k_test accuracy staircase with BP reference lines (Fig. 2b, 3a) "
         "from a run's BP-KL history. Writes dynamics.png and dynamics.json; for a causal run also "
-        "dynamics_positions.png, the KL to the matched BP per leaf position over training.",
+        "dynamics_positions.png, the KL to the matched BP per leaf position over training. With several runs (one "
+        "training over several model seeds): each run's files as dynamics_<i>.*, plus dynamics_seeds.json and "
+        "dynamics_seeds.png, the spread of the closest BP_k, the climb times and the final accuracy and KL.",
         _dynamics_arguments,
     ),
     "generate": (

@@ -266,12 +266,12 @@ def test_config_accepts_the_cloned_initialiser_and_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("task", ["root", "mlm"])
-def test_paper_preset_clones_the_layers_and_laptop_keeps_torch(task):
+def test_paper_preset_and_laptop_root_clone_the_layers_and_laptop_mlm_keeps_torch(task):
     paper = parse_values(task, {"preset": "paper"})
     laptop = parse_values(task, {})
     chosen = parse_values(task, {"preset": "paper", "initializer": "torch"})
     assert paper[1].initializer == "torch_cloned_layers"
-    assert laptop[1].initializer == "torch"
+    assert laptop[1].initializer == {"root": "torch_cloned_layers", "mlm": "torch"}[task]
     assert chosen[1].initializer == "torch"  # a flag given explicitly wins
     assert paper[1].config(paper[0]).initializer == "torch_cloned_layers"
     # the initialiser is part of a run's identity: the two runs are never mistaken for each other

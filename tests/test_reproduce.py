@@ -214,6 +214,29 @@ def test_paper_preset_follows_the_authors_scripts():
         assert training["num_train_epochs"] == epochs and max(training["checkpoint_epochs"]) == epochs
 
 
+def test_quick_preset_trains_the_training_scripts_default_runs(tmp_path):
+    """One home for the laptop settings: quick's main runs resolve to the identity of `python training/run_root.py`
+    and `run_mlm.py` with no arguments (a change of the laptop preset changes both), and its filtered MLM is that
+    MLM run at k_train = 2 for the preset's shorter epochs."""
+    from hf_treelang.reproduce.plan import planned_runs
+    from hf_treelang.reproduce.steps import Context
+    from hf_treelang.train import laptop_settings as laptop
+
+    quick = PRESETS["quick"]
+    ctx = Context(tmp_path / "out", quick, progress=False)
+    for task in ("root", "mlm"):
+        assert ctx.spec(task, task).identity == resolve(task, {}, tmp_path / task).identity
+    filtered = ctx.spec("mlm", "mlm_k2", 2)
+    assert filtered.identity == resolve("mlm", {"k_train": 2, "k_test": [2, 0, 1, 3, 4], "num_train_epochs":
+                                                quick.filtered_mlm_epochs}, tmp_path / "k2").identity
+    assert filtered.identity != ctx.spec("mlm", "mlm").identity
+    assert (quick.root_train, quick.root_epochs) == (laptop.ROOT["num_train"], laptop.ROOT["num_train_epochs"])
+    assert (quick.mlm_train, quick.mlm_epochs) == (laptop.MLM["num_train"], laptop.MLM["num_train_epochs"])
+    assert TRAINING_PRESETS["root"]["laptop"] is laptop.ROOT and TRAINING_PRESETS["mlm"]["laptop"] is laptop.MLM
+    names = [entry["name"] for entry in planned_runs(ctx)]
+    assert names[:3] == ["root", "mlm", "mlm_k2"] and quick.figure_steps() == ("probe_filtered",)
+
+
 def test_no_gradient_clipping_by_default(tmp_path):
     assert TreeLangTrainingArguments(output_dir=str(tmp_path)).max_grad_norm == 0
     for preset in ("laptop", "paper"):

@@ -16,7 +16,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 import hf_treelang  # noqa: F401  (registers the Auto classes)
 from hf_treelang.train.collators import MaskedLeafCollator, RootClassificationCollator
 from hf_treelang.train.loop import main
+from hf_treelang.core.masking import mask_training_batch
 from hf_treelang.train.arguments import PRESETS, parse_command_line
+from hf_treelang.train.run import resolve
 from tiny_run import TINY, run_tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +86,28 @@ def test_the_laptop_preset_is_the_default_and_explicit_flags_win():
     assert args.preset == "laptop"
     with pytest.raises(ValueError, match="`preset` must be one of"):
         parse_command_line("root", ["--preset", "huge"])[:3]
+
+
+def test_mask_rate_comes_from_the_preset_and_zero_is_the_papers_single_leaf(tmp_path):
+    laptop_rate = PRESETS["mlm"]["laptop"].get("mask_rate")
+    assert parse_command_line("mlm", [])[0].mask_rate == laptop_rate
+    assert parse_command_line("mlm", ["--preset", "paper"])[0].mask_rate is None  # the authors' single_mask=True
+    single = parse_command_line("mlm", ["--mask_rate", "0"])[0]
+    assert single.mask_rate is None  # 0 names the single leaf where None cannot be written
+    assert parse_command_line("mlm", ["--mask_rate", "0.3"])[0].mask_rate == 0.3
+    # a run asking for rate 0 is the run with one masked leaf per sequence: one identity
+    zero = resolve("mlm", {"preset": "paper", "mask_rate": 0}, tmp_path / "a")
+    assert zero.identity == resolve("mlm", {"preset": "paper"}, tmp_path / "b").identity
+    for task in ("root", "clm", "finetune"):
+        assert "mask_rate" not in PRESETS[task]["laptop"]
+    with pytest.raises(ValueError, match="mask_rate"):
+        parse_command_line("mlm", ["--mask_rate", "1.5"])
+    # the rule at rate 0 masks the single random leaf of each row, the same batch as no rate
+    leaves = torch.arange(32).reshape(2, 16) % 4
+    positions = torch.tensor([3, 9])
+    none = mask_training_batch(leaves, 4, positions)
+    zero_draws = mask_training_batch(leaves, 4, positions, torch.rand(2, 16) < 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(none, zero_draws))
 
 
 def test_paper_preset_is_the_papers_model_and_optimiser_and_explicit_flags_win():

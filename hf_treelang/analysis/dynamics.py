@@ -10,7 +10,8 @@ also logs ``kl_position{i}``, the KL to the matched BP_{k_train} at leaf positio
 positions (the ones that close a subtree, the ones that open one) are learned first.
 
 A history is read from the callback's JSON file, from a ``trainer_state.json`` (its ``log_history``) or from a run
-folder holding either.
+folder holding either. Several runs (the same training over several model seeds) are summarised together by
+:func:`seed_summary`: how far each seed's alignment sequence, climb times and final accuracy spread.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
 
-from .io import cli_error, prepare_output, write_json
+from .io import check_output_dir, cli_error, prepare_output, write_json
 
 _KL = re.compile(r"^(?:eval_)?kl_bp_k(\d+)$")
 _ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
@@ -101,6 +102,30 @@ class DynamicsResult:
             steps.append(int(self.steps[reached[0]]) if reached.size else None)
         return steps
 
+    def climb_times(self) -> dict:
+        """k -> t_k, the first evaluation step from which the closest BP_k' stays at k' <= k for every later
+        evaluation (``None`` where the closest BP at the last evaluation is above k), for every k of the KL curves.
+
+        The climb down the hierarchy as one number per level: the paper's ordering t_ℓ < … < t_0 (BP_ℓ reached
+        first, BP_0 last) is what several seeds can confirm or refute. A return to a larger k after reaching k moves
+        t_k to after that return. By this definition t_{k+1} <= t_k wherever both exist (staying at k' <= k implies
+        staying at k' <= k + 1): the paper's order is the strict one, every level left at its own evaluation.
+        """
+        closest = self.closest_bp  # (E,)
+        times = {}
+        for k in sorted(self.kl):
+            above = [i for i, c in enumerate(closest) if c > k]
+            start = above[-1] + 1 if above else 0  # the first evaluation after the last one closest to a BP above k
+            times[k] = int(self.steps[start]) if start < len(closest) else None
+        return times
+
+    def closest_at_end(self, count: int = 3) -> list:
+        """The closest BP_k at the last ``count`` evaluations (fewer when the run has fewer): whether a run has
+        settled on a BP or still moves between two at the end."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"`count` must be an int >= 1, got {count!r}")
+        return self.closest_bp[-count:]
+
     def to_dict(self) -> dict:
         def last(values):
             finite = values[np.isfinite(values)]
@@ -121,6 +146,8 @@ class DynamicsResult:
             },
             "closest_bp": self.closest_bp,
             "alignment_sequence": self.alignment_sequence,
+            "climb_times": {f"k{k}": t for k, t in self.climb_times().items()},
+            "closest_at_last_3": self.closest_at_end(3),
             "num_test": self.num_test,
             "bp_reference_size_ktest": {f"k{k}": n for k, n in sorted(self.reference_sizes.items())},
             "kl_position": self.kl_position,  # (E, 2**l) or null
@@ -246,6 +273,75 @@ def _sizes(path: Path) -> tuple:
     return (int(num_test) if isinstance(num_test, int) else None), sizes
 
 
+def _last_finite(values) -> float | None:
+    """The last finite value of a curve; None when it has none."""
+    values = np.asarray(values, dtype=float)
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else None
+
+
+def _spread(values: list) -> dict:
+    """Mean and sample standard deviation (ddof=1) of the values that exist; std None with fewer than two."""
+    present = np.array([v for v in values if v is not None], dtype=float)
+    return {"mean": float(present.mean()) if present.size else None,
+            "std": float(present.std(ddof=1)) if present.size > 1 else None,
+            "runs": int(present.size)}
+
+
+def seed_summary(results: list, names: list) -> dict:
+    """The spread of several runs of one training (e.g. the default run over 5 model seeds).
+
+    Per run: its name, alignment sequence, closest BP_k at the last 3 evaluations, climb times
+    (:meth:`DynamicsResult.climb_times`), final accuracy on k_test = 0 (the smallest k_test logged when 0 is not)
+    with BP's reference accuracy there, and final KL to BP_{min k}. Over the runs: mean and sample standard
+    deviation (ddof=1; None with one value) of that accuracy and KL and of each t_k (over the runs where it exists);
+    the number of runs whose closest BP at the last 3 evaluations is their smallest k throughout (BP_0 for
+    k_train = 0: the run has settled on the exact BP); and the number whose climb times are in the paper's order
+    t_ℓ < … < t_0: every t_k exists and t_{k+1} < t_k for every k (every BP_k was the closest in turn; a run that
+    skips a level, e.g. 4 → 3 → 2 → 0, has t_1 = t_0 and is not counted).
+    """
+    results, names = list(results), list(names)
+    if not results:
+        raise ValueError("seed_summary needs at least one run")
+    if len(names) != len(results):
+        raise ValueError(f"seed_summary needs one name per run: got {len(names)} names for {len(results)} runs")
+    runs = []
+    for name, result in zip(names, results):
+        times = result.climb_times()  # k -> step | None
+        k_test = 0 if 0 in result.accuracy else min(result.accuracy, default=None)
+        k_bp = min(result.kl, default=None)
+        last_3 = result.closest_at_end(3)
+        ordered_times = [times[k] for k in sorted(times)]  # t_0, t_1, ... (ascending k)
+        complete = bool(times) and all(t is not None for t in ordered_times)
+        runs.append({
+            "name": str(name),
+            "source": result.source,
+            "evaluations": int(len(result.steps)),
+            "alignment_sequence": result.alignment_sequence,
+            "closest_at_last_3": last_3,
+            "climb_times": {f"k{k}": t for k, t in times.items()},
+            "k_test": k_test,
+            "final_accuracy": None if k_test is None else _last_finite(result.accuracy[k_test]),
+            "bp_accuracy": result.bp_accuracy.get(k_test),
+            "k_bp": k_bp,
+            "final_kl": None if k_bp is None else _last_finite(result.kl[k_bp]),
+            "settled_at_min_bp": bool(last_3) and all(k == k_bp for k in last_3),
+            "climb_times_ordered": complete and all(a > b for a, b in zip(ordered_times, ordered_times[1:])),
+        })
+    levels = sorted({k for result in results for k in result.kl})
+    return {
+        "num_runs": len(runs),
+        "runs": runs,
+        "final_accuracy": _spread([r["final_accuracy"] for r in runs]),
+        "k_test": sorted({r["k_test"] for r in runs if r["k_test"] is not None}),
+        "final_kl": _spread([r["final_kl"] for r in runs]),
+        "k_bp": sorted({r["k_bp"] for r in runs if r["k_bp"] is not None}),
+        "runs_settled_at_min_bp": sum(r["settled_at_min_bp"] for r in runs),
+        "runs_climb_times_ordered": sum(r["climb_times_ordered"] for r in runs),
+        "climb_times": {f"k{k}": _spread([r["climb_times"].get(f"k{k}") for r in runs]) for k in levels},
+    }
+
+
 LEVEL_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h")
 
 
@@ -342,6 +438,40 @@ def plot_positions(result: DynamicsResult, title: str = ""):
     return fig
 
 
+def plot_seeds(results: list, title: str = ""):
+    """Which BP_k each run is closest to along training: one row per run, x = step + 1 on a log axis, each
+    evaluation a band in the colour of its closest BP_k (up to the next evaluation) with a marker at the evaluation
+    itself, so that seeds that climb down the hierarchy at different times, or return to a larger k, stand out."""
+    from matplotlib.patches import Patch
+
+    plt = pyplot()
+    if not any(result.kl for result in results):
+        raise ValueError("no run has KL-to-BP_k curves to draw the closest BP from")
+    k_max = max([k for result in results for k in result.kl] + [1])
+    fig, ax = plt.subplots(figsize=(7.0, max(2.0, 0.45 * len(results) + 1.4)))
+    for row, result in enumerate(results):
+        closest = result.closest_bp  # (E,)
+        x = result.steps[:len(closest)].astype(float) + 1.0  # (E,) step + 1: step 0 drawn at 1
+        ends = np.append(x[1:], x[-1] * 1.15) if len(x) else x  # (E,) each band runs to the next evaluation
+        for start, end, k in zip(x, ends, closest):
+            ax.barh(row, end - start, left=start, height=0.6, color=level_color(k, k_max), alpha=0.85, lw=0)
+        ax.scatter(x, np.full(len(x), row), c=[level_color(k, k_max) for k in closest], s=12, edgecolors="white",
+                   linewidths=0.5, zorder=3)
+    levels = sorted({k for result in results for k in result.kl})
+    ax.legend(handles=[Patch(color=level_color(k, k_max), label=f"BP$_{{{k}}}$") for k in levels], fontsize=7,
+              title="closest", title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_xscale("log")
+    ax.set_xlabel("training step + 1")
+    ax.set_yticks(list(range(len(results))))
+    ax.set_yticklabels([f"run {i}" for i in range(len(results))], fontsize=7)
+    ax.set_ylim(len(results) - 0.5, -0.5)  # run 0 on top
+    ax.set_title(f"closest BP$_k$ along training, {len(results)} runs", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def half_kl_line(result: DynamicsResult) -> str:
     """The console line on the per-position heat map: which positions reach half their initial KL first, which
     last, and how many never do."""
@@ -372,10 +502,49 @@ def write_outputs(result: DynamicsResult, out_dir, *, name: str = "dynamics", ti
     return paths
 
 
+def _number(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def seed_lines(summary: dict) -> list:
+    """The console lines of :func:`seed_summary`: one per run, then one over the runs."""
+    lines = []
+    for index, entry in enumerate(summary["runs"]):
+        sequence = " → ".join(str(k) for k in entry["alignment_sequence"]) or "none"
+        last = ",".join(str(k) for k in entry["closest_at_last_3"]) or "none"
+        times = " ".join(f"t{key[1:]}={'none' if t is None else t}"
+                         for key, t in sorted(entry["climb_times"].items(), key=lambda item: -int(item[0][1:])))
+        reference = "" if entry["bp_accuracy"] is None else f" (BP {entry['bp_accuracy']:.3f})"
+        lines.append(f"run {index} ({entry['name']}): closest BP_k {sequence}; last 3: {last}; t_k: {times or 'none'}; "
+                     f"acc k_test={entry['k_test']} {_number(entry['final_accuracy'])}{reference}; "
+                     f"KL BP_{entry['k_bp']} {_number(entry['final_kl'])}")
+
+    def spread(stats):
+        return _number(stats["mean"]) + ("" if stats["std"] is None else f" ± {stats['std']:.3f}")
+
+    def level(keys):
+        return "/".join(str(k) for k in keys) or "?"
+
+    count = summary["num_runs"]
+    lines.append(f"over {count} runs: acc k_test={level(summary['k_test'])} {spread(summary['final_accuracy'])}, "
+                 f"KL BP_{level(summary['k_bp'])} {spread(summary['final_kl'])}; BP_{level(summary['k_bp'])} closest "
+                 f"at the last 3 evaluations in {summary['runs_settled_at_min_bp']} of {count}; every level "
+                 f"closest in turn (t_ℓ < … < t_0) in {summary['runs_climb_times_ordered']} of {count}")
+    return lines
+
+
 def run(args) -> int:
-    """``hf-treelang dynamics`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+    """``hf-treelang dynamics`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status.
+
+    One run: <name>.png/.json as always. Several runs (e.g. one training over several model seeds): every run's
+    files as <name>_<i>.* (i its position on the command line), plus <name>_seeds.json (:func:`seed_summary`) and
+    <name>_seeds.png (:func:`plot_seeds`). All runs are read before anything is written.
+    """
+    runs = [args.run] if isinstance(args.run, (str, Path)) or args.run is None else list(args.run)
+    if len(runs) > 1:
+        return _run_seeds(args, runs)
     try:
-        result = learning_dynamics(args.run)
+        result = learning_dynamics(runs[0] if runs else None)
         paths = write_outputs(result, args.out, name=args.name, title=args.title)
     except (ValueError, TypeError) as error:
         return cli_error("dynamics", error)
@@ -385,4 +554,26 @@ def run(args) -> int:
         print(half_kl_line(result))
     figures = " and ".join(str(paths[key]) for key in ("figure", "positions") if key in paths)
     print(f"wrote {figures} and {paths['json']}")
+    return 0
+
+
+def _run_seeds(args, runs: list) -> int:
+    """``hf-treelang dynamics RUN RUN ...``: every run's outputs and the summary over the runs."""
+    try:
+        check_output_dir(args.out)
+        results = [learning_dynamics(run) for run in runs]
+        summary = seed_summary(results, [str(run) for run in runs])
+        figure = plot_seeds(results, args.title)
+        written = []
+        for index, result in enumerate(results):
+            paths = write_outputs(result, args.out, name=f"{args.name}_{index}", title=args.title)
+            written += [paths[key] for key in ("figure", "positions", "json") if key in paths]
+        out = prepare_output(args.out)
+        written += [save_figure(figure, out / f"{args.name}_seeds.png"),
+                    write_json(out / f"{args.name}_seeds.json", summary)]
+    except (ValueError, TypeError) as error:
+        return cli_error("dynamics", error)
+    for line in seed_lines(summary):
+        print(line)
+    print(f"wrote {len(written)} files into {out}: {', '.join(path.name for path in written)}")
     return 0

@@ -81,13 +81,13 @@ def mask_single_leaf(input_ids, mask_token_id: int, positions) -> tuple[torch.Te
 
 
 def check_mask_rate(mask_rate) -> float | None:
-    """``mask_rate``: None (one masked leaf per sequence, the paper) or a real number in (0, 1]; returns it as a float."""
+    """``mask_rate``: None (one masked leaf per sequence, the paper) or a real number in [0, 1]; returns it as a
+    float, or None for 0 — the rule of :func:`mask_training_batch` at rate 0 masks no drawn leaf and falls back on
+    the single random one, so 0 names the paper's masking where None cannot be written (a command line, a preset)."""
     if mask_rate is None:
         return None
     check_real("mask_rate", mask_rate, 0.0, 1.0)
-    if mask_rate == 0:
-        raise ValueError("`mask_rate` must be None or a real number in (0, 1], got 0.0")
-    return float(mask_rate)
+    return None if mask_rate == 0 else float(mask_rate)
 
 
 def mask_training_batch(input_ids: torch.Tensor, mask_token_id: int, positions: torch.Tensor,

@@ -22,7 +22,8 @@ and once a run is trained again the steps after it are redone. ``--plan OUT`` li
    numbers and a verdict (:mod:`hf_treelang.reproduce.findings`, also written as ``OUT/findings.json``), every
    figure embedded and the model-vs-BP tables (rewritten on every call).
 
-Presets: ``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU, no sweeps) and ``paper`` (the
+Presets: ``quick`` (the training scripts' laptop runs, :mod:`hf_treelang.train.laptop_settings`, one MLM on data
+filtered at k = 2 and every analysis; at most 45 minutes on a 2-core CPU, no sweeps) and ``paper`` (the
 authors' settings, figure by figure, listed with their sources in training/README.md; GPU-weeks for every sweep).
 ``tiny`` is the smoke-test preset of the test suite (every step, toy sizes).
 """
@@ -105,7 +106,7 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
 
     from hf_treelang.analysis.io import write_json
 
-    from .plan import EngineRunner, marker_record, marker_valid
+    from .plan import EngineRunner, marker_record, marker_valid, remaining_lines
     from .report import DONE_DIR, read_json, write_report
     from .steps import Context, steps_of
 
@@ -134,6 +135,9 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         # Small models on a few shared cores: one thread avoids OpenMP oversubscription, which can be 10x slower.
         torch.set_num_threads(spec.cpu_threads)
     try:
+        if only is None or any(name.startswith("train") for name in only):
+            for line in remaining_lines(ctx):
+                log(line)
         bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
         for name, function in bar:
             if only is not None and name not in only:

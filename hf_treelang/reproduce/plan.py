@@ -23,7 +23,7 @@ from typing import Callable
 
 from hf_treelang.analysis import sample_complexity
 from hf_treelang.jsonio import read_json_object, write_json_atomic
-from hf_treelang.sweep.estimate import estimate, estimate_lines, optimizer_steps
+from hf_treelang.sweep.estimate import estimate, estimate_lines, format_duration, optimizer_steps
 from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs
 from hf_treelang.train.folders import finished_run
 from hf_treelang.train.run import resolve
@@ -149,6 +149,25 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
     return write_plan_file(out, _json(plan), lines, log)
 
 
+def remaining_lines(ctx, *, measure_steps: int = 4) -> list:
+    """The lines ``reproduce`` prints before it starts: how many of the preset's runs are left to train in
+    ``ctx.out`` (a finished run of the same identity is reused) and the time their optimizer steps take on this
+    machine, one run after the other, from steps/s measured on their models; the analyses come on top."""
+    planned = planned_runs(ctx)
+    resolved = [resolve_for_plan(entry, ctx.out) for entry in planned]
+    left = [run for run in resolved if finished_run(run.output_dir, run.identity) is None]
+    if not left:
+        return [f"every one of the {len(planned)} training runs is finished: only the analyses are left"]
+    import torch
+
+    devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    result = estimate(left, workers=1, threads=ctx.preset.cpu_threads, devices=devices, measure_steps=measure_steps)
+    device = "cuda" if "cuda" in result.seconds else "cpu"
+    where = "one GPU" if device == "cuda" else f"this CPU ({result.threads} thread(s))"
+    return [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps, about "
+            f"{format_duration(result.seconds[device])} on {where}, evaluations and analyses not counted"]
+
+
 # ---------------------------------------------------------------- execution
 
 
@@ -218,5 +237,5 @@ def marker_valid(marker: dict | None, preset, out) -> bool:
     return True
 
 
-__all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs",
+__all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs", "remaining_lines",
            "write_plan"]

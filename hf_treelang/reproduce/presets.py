@@ -1,9 +1,11 @@
 """The presets of ``hf-treelang reproduce``: the sizes of one reproduction (data, model, training, analyses).
 
-``quick`` (a reduced model and data, about 20 minutes on a 2-core CPU), ``paper`` (the authors' settings, figure by
+``quick`` (the training scripts' laptop runs, :mod:`hf_treelang.train.laptop_settings`, plus one MLM on filtered
+data and the analyses; at most 45 minutes on a 2-core CPU), ``paper`` (the authors' settings, figure by
 figure; weeks of GPU time for every sweep) and ``tiny`` (the smoke test of the test suite, every step at toy sizes).
 The ``paper`` values and their sources (the authors' scripts) are listed in ``training/README.md``, "Paper vs code".
-With the step names, this module imports nothing but ``dataclasses`` and :mod:`hf_treelang.train.paper_settings`:
+With the step names, this module imports nothing but ``dataclasses`` and the two settings modules of
+:mod:`hf_treelang.train`:
 ``hf-treelang reproduce --help`` lists presets and steps from it without importing torch.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hf_treelang.train import laptop_settings as laptop
 from hf_treelang.train import paper_settings as paper
 
 # The steps of every reproduction, in order; the functions are in :mod:`hf_treelang.reproduce.steps`.
@@ -44,7 +47,11 @@ class Preset:
     Fig. 6; ``grammar_seeds`` the other grammars of Fig. 7; ``probe_*`` the probes of Figs. 3b / 12
     (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_classifier_hidden_size`` the
     hidden units of the new root readout of Fig. 1f's pre-trained arms (0 = linear, as Sec. 3.2). An empty sweep
-    setting leaves its step out of the preset.
+    setting leaves its step out of the preset. ``training_preset`` is the training scripts' preset the runs start
+    from: ``"laptop"`` makes the main root and MLM runs *be* the scripts' default runs (only the data, k_train and
+    k_test are given; everything else comes from :mod:`hf_treelang.train.laptop_settings`), ``"paper"`` gives every
+    size and setting of this preset explicitly on top of the paper's model and optimiser. ``filtered_mlm_epochs``
+    shortens the MLM runs on filtered data (``attention_filter_levels``; None: the main MLM's epochs).
     """
 
     name: str
@@ -87,6 +94,8 @@ class Preset:
     grammar_seeds: tuple = ()
     use_dataset_builder: bool = True
     cpu_threads: int | None = None
+    training_preset: str = "paper"
+    filtered_mlm_epochs: float | None = None
 
     def figure_steps(self) -> tuple:
         """The :data:`FIGURE_STEPS` this preset runs (those whose sweep it sizes)."""
@@ -139,17 +148,34 @@ def check_figures(figures) -> tuple:
     return tuple(figures)
 
 
+QUICK_FILTER_LEVEL = 2  # the one MLM on filtered data of the quick preset (Fig. 4, Fig. 12 right) ...
+QUICK_FILTERED_EPOCHS = 4.0  # ... trained for 4 of the laptop MLM's epochs: its blocks of 2^(ℓ-k) leaves are local
+
+
+def _quick_description() -> str:
+    root, mlm = laptop.ROOT, laptop.MLM
+    model = laptop.MODEL
+    return (f"the training scripts' laptop runs (ℓ=4, q=4, d={model['hidden_size']}, d'={model['intermediate_size']}, "
+            f"4 layers; root P=2^{root['num_train'].bit_length() - 1}, {root['num_train_epochs']:g} epochs; MLM "
+            f"P=2^{mlm['num_train'].bit_length() - 1}, {mlm['num_train_epochs']:g} epochs) and one MLM on data "
+            f"filtered at k={QUICK_FILTER_LEVEL} ({QUICK_FILTERED_EPOCHS:g} epochs), then the analyses; at most 45 min on a 2-core CPU; no sweeps "
+            "(Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)")
+
+
 PRESETS = {
     "quick": Preset(
         name="quick",
-        description="ℓ=4, q=4, a reduced encoder (d=64, d'=256, 4 layers); P=2^14 root (6 epochs), P=2^14 MLM "
-        "(20 epochs); 12-20 min on a 2-core CPU; no sweeps (Figs. 2a, 6, 7, 8, 11 and 12 right need --preset "
-        "paper)",
-        model={"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 1, "intermediate_size": 256},
-        root_train=2**14, root_epochs=6.0, mlm_train=2**14, mlm_epochs=20.0, num_test=2048, num_evaluations=12,
+        description=_quick_description(),
+        model={**laptop.MODEL, "num_hidden_layers": 4, "num_attention_heads": 1},
+        root_train=laptop.ROOT["num_train"], root_epochs=laptop.ROOT["num_train_epochs"],
+        mlm_train=laptop.MLM["num_train"], mlm_epochs=laptop.MLM["num_train_epochs"],
+        num_test=laptop.EVALUATION["num_test"], num_evaluations=laptop.EVALUATION["num_evaluations"],
+        batch_size=laptop.OPTIMISER["per_device_train_batch_size"], learning_rate=laptop.OPTIMISER["learning_rate"],
         analysis_samples=10_000, probe_train=2**13, probe_validation=2**11, probe_test=2**11, probe_epochs=8,
         probe_batch_size=64, probe_learning_rate=1e-3,
-        sample_sizes=(2**7, 2**9, 2**11), sample_epochs=20.0, sample_max_steps=400, cpu_threads=1,
+        sample_sizes=(2**7, 2**9, 2**11), sample_epochs=20.0, sample_max_steps=400,
+        attention_filter_levels=(QUICK_FILTER_LEVEL,), filtered_mlm_epochs=QUICK_FILTERED_EPOCHS,
+        training_preset="laptop",
     ),
     "paper": Preset(
         name="paper",

@@ -63,26 +63,41 @@ class Context:
         return self.out / "runs" / name
 
     def arguments(self, **values) -> dict:
-        """A run of this reproduction in the training scripts' names: the ``paper`` preset (the paper's model and
-        optimiser) with the preset's data, sizes, model and optimiser settings, then ``values``."""
+        """A run of this reproduction in the training scripts' names, then ``values``: the data of the preset on the
+        scripts' preset :attr:`Preset.training_preset` — ``"laptop"``: nothing else (the laptop preset sets the
+        model, optimiser and sizes); ``"paper"``: the paper's model and optimiser with this preset's model, sizes,
+        batch and learning rate."""
         p = self.preset
-        return {"preset": "paper", "grammar_seed": int(p.grammar_seed), "sigma": float(p.sigma),
-                "num_symbols": int(p.num_symbols), "depth": int(p.depth), "num_test": int(p.num_test),
-                "num_eval": int(p.num_test), "use_dataset_builder": bool(p.use_dataset_builder), **p.model,
-                "per_device_train_batch_size": int(p.batch_size), "learning_rate": float(p.learning_rate),
-                "max_steps": -1, "seed": 0, "num_checkpoints": 0, "checkpoint_epochs": None, "report_to": "none",
-                "logging_steps": 10**9, "disable_tqdm": not self.progress, **values}
+        arguments = {"preset": p.training_preset, "grammar_seed": int(p.grammar_seed), "sigma": float(p.sigma),
+                     "num_symbols": int(p.num_symbols), "depth": int(p.depth),
+                     "use_dataset_builder": bool(p.use_dataset_builder), "report_to": "none",
+                     "logging_steps": 10**9, "disable_tqdm": not self.progress}
+        if p.training_preset != "laptop":
+            arguments.update({"num_test": int(p.num_test), "num_eval": int(p.num_test), **p.model,
+                              "per_device_train_batch_size": int(p.batch_size),
+                              "learning_rate": float(p.learning_rate), "max_steps": -1, "seed": 0,
+                              "num_checkpoints": 0, "checkpoint_epochs": None})
+        return {**arguments, **values}
 
     def spec(self, task: str, name: str, filter_level: int | None = None) -> Run:
-        """The main run ``name`` of ``task`` (``root`` or ``mlm``) at k_train ``filter_level`` (default: preset's)."""
+        """The main run ``name`` of ``task`` (``root`` or ``mlm``) at k_train ``filter_level`` (default: preset's),
+        tested on every k_test (k_train's first); an MLM given a ``filter_level`` is one of the filtered models
+        (:attr:`Preset.filtered_mlm_epochs`). With the ``laptop`` training preset, the run at the default data
+        is the training script's run with no arguments (``python training/run_root.py``)."""
         p = self.preset
         k = p.filter_level if filter_level is None else filter_level
-        epochs = p.root_epochs if task == "root" else p.mlm_epochs
+        k_test = [int(k), *[j for j in self.k_tests if j != k]]
+        filtered = task == "mlm" and filter_level is not None and p.filtered_mlm_epochs is not None
+        if p.training_preset == "laptop":
+            values = {} if (k, k_test) == (0, list(self.k_tests)) else {"k_train": int(k), "k_test": k_test}
+            if filtered:
+                values["num_train_epochs"] = float(p.filtered_mlm_epochs)
+            return sweep_run(task, self.arguments(**values), self.out, name)
+        epochs = p.root_epochs if task == "root" else p.filtered_mlm_epochs if filtered else p.mlm_epochs
         checkpoint_epochs = p.root_checkpoint_epochs if task == "root" else p.mlm_checkpoint_epochs
         return sweep_run(task, self.arguments(
             k_train=int(k), num_train=int(p.root_train if task == "root" else p.mlm_train),
-            k_test=[int(k), *[j for j in self.k_tests if j != k]], num_train_epochs=float(epochs),
-            num_evaluations=int(p.num_evaluations),
+            k_test=k_test, num_train_epochs=float(epochs), num_evaluations=int(p.num_evaluations),
             checkpoint_epochs=[int(e) for e in checkpoint_epochs if e <= epochs] or None), self.out, name)
 
     def sweep_spec(self, filter_level: int, num_train: int, *, num_layers: int | None = None,

@@ -27,6 +27,7 @@ from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, ch
 from hf_treelang.help_format import HelpFormatter
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
+from . import laptop_settings as laptop
 from . import paper_settings as paper
 from .folders import check_output_folder
 
@@ -45,27 +46,21 @@ ENSEMBLE_MODES = ("auto", "stacked", "sequential")
 CAPTURABLE_OPTIMIZERS = ("adamw_torch",)  # torch's Adam(W) with capturable=True: its update can be captured
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
-# does with no arguments on a 2-core CPU in <= 15 minutes, found by the search in training/README.md ("The laptop
-# preset"); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
+# does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
+# search in training/README.md, "The laptop preset"; reproduce --preset quick trains the same runs); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
 # "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says.
 PAPER_MODEL = paper.MODEL
 PAPER_OPTIMISER = paper.OPTIMISER
-LAPTOP_MODEL = {"hidden_size": 64, "intermediate_size": 256, "hidden_dropout_prob": 0.0,
-                "attention_probs_dropout_prob": 0.0}
-LAPTOP_OPTIMISER = {"learning_rate": 1e-3, "lr_scheduler_type": "constant", "warmup_steps": 0,
-                    "per_device_train_batch_size": 32}
 PRESETS = {
     "root": {
-        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "num_train": 2**17, "num_eval": 1000, "num_test": 1000,
-                   "num_train_epochs": 12.0, "num_evaluations": 16},
+        "laptop": laptop.ROOT,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.ROOT_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
     "mlm": {
-        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "lr_scheduler_type": "cosine", "num_train": 2**17,
-                   "num_eval": 1000, "num_test": 1000, "num_train_epochs": 12.0, "num_evaluations": 16},
+        "laptop": laptop.MLM,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
@@ -75,16 +70,14 @@ PRESETS = {
     # model and optimiser on the paper's MLM data and schedule (P = 2**18, 2000 epochs, the MLM checkpoint epochs), so
     # that the two self-supervised objectives are compared on the same data at the same number of steps.
     "clm": {
-        "laptop": {**LAPTOP_MODEL, **LAPTOP_OPTIMISER, "lr_scheduler_type": "cosine", "num_train": 2**16,
-                   "num_eval": 1000, "num_test": 1000, "num_train_epochs": 4.0, "num_evaluations": 16},
+        "laptop": laptop.CLM,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
                   "checkpoint_epochs": list(paper.MLM_CHECKPOINT_EPOCHS)},
     },
     "finetune": {
-        "laptop": {**LAPTOP_OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
-                   "num_evaluations": 8},
+        "laptop": laptop.FINETUNE,
         "paper": {**PAPER_OPTIMISER, "num_train": 2**12, "num_eval": paper.NUM_VALIDATION, "num_test": paper.NUM_TEST,
                   "num_train_epochs": float(paper.FINETUNE_EPOCHS), "num_evaluations": paper.NUM_EVALUATIONS,
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
@@ -137,8 +130,9 @@ class DataArguments:
     )
     mask_rate: float | None = field(
         default=None,
-        metadata={"help": "MLM only: None (default, the paper) masks one leaf per sequence at a random position; a "
-                  "rate in (0, 1] masks each leaf independently with that probability."},
+        metadata={"help": "MLM only: 0 (or None) masks one leaf per sequence at a random position (the paper, and "
+                  "--preset paper); a rate in (0, 1] masks each leaf independently with that probability (a row "
+                  "with none drawn masks its random leaf). Default: from --preset."},
     )
     use_dataset_builder: bool = field(
         default=True,
@@ -209,7 +203,7 @@ class ModelArguments:
                   "'torch_cloned_layers' (the paper's code: PyTorch's defaults with all blocks starting as copies of "
                   "one layer, as nn.TransformerEncoder(layer, n_L) builds them, drawn in the authors' order so that "
                   "one seed gives their initial weights) or 'xavier' (App. D's text) (default: from --preset; "
-                  "laptop: torch, paper: torch_cloned_layers)."},
+                  "laptop root: torch_cloned_layers, laptop MLM and causal: torch; paper: torch_cloned_layers)."},
     )
     model_name_or_path: str | None = field(
         default=None,
@@ -568,6 +562,7 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
     if "output_dir" not in explicit:
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
+    data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
     return data_args, model_args, training_args, ensemble_args, frozenset(explicit)

@@ -152,12 +152,12 @@ class TrainingStream:
         if mask_rate is not None:
             if task != "mlm":
                 raise ValueError(f"`mask_rate` is only used by the MLM task, got {mask_rate!r} for task {task!r}")
-            check_mask_rate(mask_rate)
+            mask_rate = check_mask_rate(mask_rate)  # 0: the single random leaf, as None
         self.task = task
         self.seeds = seeds
         self.num_symbols = q
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.mask_rate = None if mask_rate is None else float(mask_rate)
+        self.mask_rate = mask_rate
         self.drop_last = bool(drop_last)
         self.world_size = check_int("world_size", world_size, 1)
         self.process_index = check_int("process_index", process_index, 0, self.world_size - 1)

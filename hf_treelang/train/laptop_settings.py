@@ -1,0 +1,34 @@
+"""The laptop preset: the one home of the settings each script runs with no arguments, and of ``reproduce --preset
+quick``'s main runs.
+
+They were found by the search of ``training/README.md`` ("The laptop preset") so that every default run shows the
+paper's findings on a 2-core CPU in at most 15 minutes; the data are the paper's (q = 4, ℓ = 4, σ = 1, grammar seed 0,
+k_train = 0), the model and optimiser are smaller and faster. Like :mod:`hf_treelang.train.paper_settings`, this
+module imports nothing, so that the presets of ``hf-treelang reproduce`` read it without torch.
+"""
+
+# d = 64, d' = 256 (n_L = ℓ, one head), no dropout (a third of a small model's CPU step), PyTorch's default
+# initialisation drawn block by block.
+MODEL = {"hidden_size": 64, "intermediate_size": 256, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# Adam 1e-3, batches of 32 (the paper's batch: the most steps per second on a CPU), no warm-up, no clipping.
+OPTIMISER = {"learning_rate": 1e-3, "lr_scheduler_type": "constant", "warmup_steps": 0,
+             "per_device_train_batch_size": 32}
+# 1000 in-sample and 1000 test sequences per k_test, 16 log-spaced evaluations.
+EVALUATION = {"num_eval": 1000, "num_test": 1000, "num_evaluations": 16}
+
+# Root classification: P = 2**17, 12 epochs (49,152 steps) at a constant rate; identical initial blocks (the
+# authors' initialisation, "torch_cloned_layers"), with which the run reaches BP_0 an evaluation earlier.
+ROOT = {**MODEL, **OPTIMISER, **EVALUATION, "initializer": "torch_cloned_layers", "num_train": 2**17,
+        "num_train_epochs": 12.0}
+# Masked language modelling: P = 2**17, 12 epochs, the rate decayed to 0 on a cosine, and each leaf masked with
+# probability 0.4 (a row with none drawn masks one random leaf) instead of the paper's one leaf per sequence: more
+# masked leaves per step, and a masked leaf whose neighbours are masked too can only be predicted from higher levels
+# of the tree. Evaluation masks one leaf per sequence, as the paper.
+MLM = {**MODEL, **OPTIMISER, **EVALUATION, "lr_scheduler_type": "cosine", "mask_rate": 0.4, "num_train": 2**17,
+       "num_train_epochs": 12.0}
+# Next-leaf prediction (not in the paper): P = 2**16, 4 epochs, cosine.
+CLM = {**MODEL, **OPTIMISER, **EVALUATION, "lr_scheduler_type": "cosine", "num_train": 2**16,
+       "num_train_epochs": 4.0}
+# Fine-tuning from an MLM checkpoint (the architecture is the checkpoint's): P = 2**11 labelled sequences, 10 epochs.
+FINETUNE = {**OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
+            "num_evaluations": 8}
