@@ -83,6 +83,18 @@ def test_rerun_skips_finished_steps_and_keeps_their_results(tiny_run):
     assert "done earlier" in second.report.read_text()
 
 
+def test_the_estimate_printed_first_counts_only_the_runs_left_to_train(tiny_run, tmp_path):
+    from hf_treelang.reproduce.plan import planned_runs, remaining_lines
+    from hf_treelang.reproduce.steps import Context
+
+    out, _, _, _ = tiny_run
+    total = len(planned_runs(Context(out, TINY, progress=False)))
+    assert remaining_lines(Context(out, TINY, progress=False)) == [
+        f"every one of the {total} training runs is finished: only the analyses are left"]
+    (line,) = remaining_lines(Context(tmp_path / "fresh", TINY, progress=False), measure_steps=1)
+    assert line.startswith(f"{total} of {total} training runs to train: ") and "optimizer steps, about" in line
+
+
 def test_a_folder_of_another_preset_or_an_unknown_preset_is_refused(tmp_path, capsys):
     (tmp_path / "preset.json").write_text(json.dumps({"name": "quick"}))
     with pytest.raises(ValueError, match="preset 'quick'"):
