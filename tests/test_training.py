@@ -110,6 +110,17 @@ def test_mask_rate_comes_from_the_preset_and_zero_is_the_papers_single_leaf(tmp_
     assert all(torch.equal(a, b) for a, b in zip(none, zero_draws))
 
 
+def test_the_long_mlm_preset_is_the_laptop_run_trained_longer():
+    laptop = parse_command_line("mlm", [])
+    long = parse_command_line("mlm", ["--preset", "laptop_long"])
+    assert long[2].num_train_epochs == 40.0 > laptop[2].num_train_epochs
+    for part in range(2):  # the same data (mask rate included) and model
+        assert long[part] == laptop[part]
+    assert (long[2].learning_rate, long[2].lr_scheduler_type) == (laptop[2].learning_rate, laptop[2].lr_scheduler_type)
+    with pytest.raises(ValueError, match="`preset` must be one of"):
+        parse_command_line("root", ["--preset", "laptop_long"])
+
+
 def test_paper_preset_is_the_papers_model_and_optimiser_and_explicit_flags_win():
     for task in ("root", "mlm"):
         data_args, model_args, args = parse_command_line(task, ["--preset", "paper"])[:3]

@@ -61,6 +61,7 @@ PRESETS = {
     },
     "mlm": {
         "laptop": laptop.MLM,
+        "laptop_long": laptop.MLM_LONG,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
@@ -248,7 +249,9 @@ class TreeLangTrainingArguments(TrainingArguments):
                   "on a 2-core CPU in <= 15 minutes: d = 64, d' = 256, no dropout, Adam 1e-3, P = 2**17) or 'paper' "
                   "(the authors' scripts: the paper's model, Adam 1e-4, P = 2**17 root / 2**18 MLM, 10**4 test "
                   "sequences, the paper's epochs; for run_clm.py, a task the paper has not, a choice: the paper's "
-                  "model and optimiser on its MLM data and epochs); 'default' is the laptop preset's former name."},
+                  "model and optimiser on its MLM data and epochs); run_mlm.py also has 'laptop_long' (the laptop "
+                  "run for 40 epochs, under an hour: it ends closest to BP_0); 'default' is the laptop preset's "
+                  "former name."},
     )
     per_device_train_batch_size: int = field(
         default=32, metadata={"help": f"Batch size (paper: 32). {_from_preset('per_device_train_batch_size')}"}
