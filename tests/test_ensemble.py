@@ -84,8 +84,15 @@ def runs(tmp_path_factory):
 def _assert_member_is_single_run(member_dir, single_dir, model_class, inputs):
     member, single = load_file(member_dir / "model.safetensors"), load_file(single_dir / "model.safetensors")
     assert sorted(member) == sorted(single)
+    config = json.loads((single_dir / "run_config.json").read_text())
+    training = config.get("training_args", config)
+    # The key part of in_proj.bias has no gradient in exact arithmetic (adding it shifts every score of a query
+    # alike): Adam normalises its rounding noise into steps of up to the learning rate, so the stacked and single
+    # runs may drift apart there by at most learning rate x steps; every other parameter agrees to rounding.
+    steps = json.loads((single_dir / "eval_history.json").read_text())["history"][-1]["step"]
+    drift = float(training["learning_rate"]) * steps
     for name in member:
-        tolerance = 1e-3 if name.endswith("attention.in_proj.bias") else 1e-5
+        tolerance = drift if name.endswith("attention.in_proj.bias") else 1e-5
         assert torch.allclose(member[name], single[name], atol=tolerance, rtol=0), name
     for name in (n for n in member if n.endswith("attention.in_proj.bias")):
         d = member[name].shape[0] // 3
