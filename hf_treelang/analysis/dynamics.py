@@ -127,10 +127,6 @@ class DynamicsResult:
         return self.closest_bp[-count:]
 
     def to_dict(self) -> dict:
-        def last(values):
-            finite = values[np.isfinite(values)]
-            return float(finite[-1]) if finite.size else None
-
         return {
             "source": self.source,
             "steps": self.steps,
@@ -141,8 +137,8 @@ class DynamicsResult:
             "match_bp": {f"k{k}": v for k, v in sorted(self.match.items())},
             "spearman_bp": {f"k{k}": v for k, v in sorted(self.spearman.items())},
             "final": {
-                "kl_bp": {f"k{k}": last(v) for k, v in sorted(self.kl.items())},
-                "accuracy_ktest": {f"k{k}": last(v) for k, v in sorted(self.accuracy.items())},
+                "kl_bp": {f"k{k}": _last_finite(v) for k, v in sorted(self.kl.items())},
+                "accuracy_ktest": {f"k{k}": _last_finite(v) for k, v in sorted(self.accuracy.items())},
             },
             "closest_bp": self.closest_bp,
             "alignment_sequence": self.alignment_sequence,
@@ -540,11 +536,11 @@ def run(args) -> int:
     files as <name>_<i>.* (i its position on the command line), plus <name>_seeds.json (:func:`seed_summary`) and
     <name>_seeds.png (:func:`plot_seeds`). All runs are read before anything is written.
     """
-    runs = [args.run] if isinstance(args.run, (str, Path)) or args.run is None else list(args.run)
+    runs = [args.run] if isinstance(args.run, (str, Path)) else list(args.run)  # the parser gives a list
     if len(runs) > 1:
         return _run_seeds(args, runs)
     try:
-        result = learning_dynamics(runs[0] if runs else None)
+        result = learning_dynamics(runs[0])
         paths = write_outputs(result, args.out, name=args.name, title=args.title)
     except (ValueError, TypeError) as error:
         return cli_error("dynamics", error)
