@@ -85,6 +85,9 @@ def test_seed_summary_counts_and_spread(tmp_path):
     kl = np.array([0.05, 1.2, 0.08, 0.03])  # "ends_at_1" is 1 away from BP_0 at the end
     assert summary["final_accuracy"]["mean"] == pytest.approx(accuracy.mean())
     assert summary["final_accuracy"]["std"] == pytest.approx(accuracy.std(ddof=1))
+    assert [r["accuracy_gap"] for r in summary["runs"]] == pytest.approx(list(1.0 - accuracy))  # BP_0's 1.0 − model
+    assert summary["accuracy_gap"]["mean"] == pytest.approx(1.0 - accuracy.mean())
+    assert summary["accuracy_gap"]["std"] == pytest.approx(accuracy.std(ddof=1))
     assert summary["final_kl"]["mean"] == pytest.approx(kl.mean())
     assert summary["final_kl"]["std"] == pytest.approx(kl.std(ddof=1))
     t0 = np.array([3000, 100, 2000])  # over the three runs that reach BP_0
@@ -120,8 +123,10 @@ def test_cli_over_two_runs_writes_every_run_and_the_summary(tmp_path, capsys):
     assert (f"run 0 ({first}): closest BP_k 4 → 3 → 2 → 3 → 1 → 0; last 3: 3,1,0; t_k: t4=0 t3=10 t2=2000 "
             "t1=2000 t0=3000; acc k_test=0 0.950 (BP 1.000); KL BP_0 0.050") in printed
     assert "t1=1000 t0=none;" in printed
-    # acc: mean(0.95, 0.90) = 0.925, std 0.035; KL to BP_0: mean(0.05, 1.2) = 0.625, std 0.813
-    assert ("over 2 runs: acc k_test=0 0.925 ± 0.035, KL BP_0 0.625 ± 0.813; BP_0 closest at the last 3 evaluations "
+    # acc: mean(0.95, 0.90) = 0.925, std 0.035 (BP's 1.0 − acc: 0.075 ± 0.035); KL to BP_0: mean(0.05, 1.2) = 0.625,
+    # std 0.813
+    assert ("over 2 runs: acc k_test=0 0.925 ± 0.035 (BP − model 0.075 ± 0.035), KL BP_0 0.625 ± 0.813; BP_0 closest "
+            "at the last 3 evaluations "
             "in 0 of 2; every level closest in turn (t_ℓ < … < t_0) in 0 of 2") in printed
     assert "wrote 6 files" in printed
 

@@ -289,8 +289,9 @@ def seed_summary(results: list, names: list) -> dict:
 
     Per run: its name, alignment sequence, closest BP_k at the last 3 evaluations, climb times
     (:meth:`DynamicsResult.climb_times`), final accuracy on k_test = 0 (the smallest k_test logged when 0 is not)
-    with BP's reference accuracy there, and final KL to BP_{min k}. Over the runs: mean and sample standard
-    deviation (ddof=1; None with one value) of that accuracy and KL and of each t_k (over the runs where it exists);
+    with BP's reference accuracy there and the gap BP − model (how far the run ends from the optimum: an MLM's
+    accuracy stays well below 1), and final KL to BP_{min k}. Over the runs: mean and sample standard deviation
+    (ddof=1; None with one value) of that accuracy, gap and KL and of each t_k (over the runs where it exists);
     the number of runs whose closest BP at the last 3 evaluations is their smallest k throughout (BP_0 for
     k_train = 0: the run has settled on the exact BP); and the number whose climb times are in the paper's order
     t_ℓ < … < t_0: every t_k exists and t_{k+1} < t_k for every k (every BP_k was the closest in turn; a run that
@@ -307,6 +308,8 @@ def seed_summary(results: list, names: list) -> dict:
         k_test = 0 if 0 in result.accuracy else min(result.accuracy, default=None)
         k_bp = min(result.kl, default=None)
         last_3 = result.closest_at_end(3)
+        accuracy = None if k_test is None else _last_finite(result.accuracy[k_test])
+        reference = result.bp_accuracy.get(k_test)
         ordered_times = [times[k] for k in sorted(times)]  # t_0, t_1, ... (ascending k)
         complete = bool(times) and all(t is not None for t in ordered_times)
         runs.append({
@@ -317,8 +320,9 @@ def seed_summary(results: list, names: list) -> dict:
             "closest_at_last_3": last_3,
             "climb_times": {f"k{k}": t for k, t in times.items()},
             "k_test": k_test,
-            "final_accuracy": None if k_test is None else _last_finite(result.accuracy[k_test]),
-            "bp_accuracy": result.bp_accuracy.get(k_test),
+            "final_accuracy": accuracy,
+            "bp_accuracy": reference,
+            "accuracy_gap": None if accuracy is None or reference is None else float(reference - accuracy),
             "k_bp": k_bp,
             "final_kl": None if k_bp is None else _last_finite(result.kl[k_bp]),
             "settled_at_min_bp": bool(last_3) and all(k == k_bp for k in last_3),
@@ -329,6 +333,7 @@ def seed_summary(results: list, names: list) -> dict:
         "num_runs": len(runs),
         "runs": runs,
         "final_accuracy": _spread([r["final_accuracy"] for r in runs]),
+        "accuracy_gap": _spread([r["accuracy_gap"] for r in runs]),
         "k_test": sorted({r["k_test"] for r in runs if r["k_test"] is not None}),
         "final_kl": _spread([r["final_kl"] for r in runs]),
         "k_bp": sorted({r["k_bp"] for r in runs if r["k_bp"] is not None}),
@@ -522,7 +527,8 @@ def seed_lines(summary: dict) -> list:
         return "/".join(str(k) for k in keys) or "?"
 
     count = summary["num_runs"]
-    lines.append(f"over {count} runs: acc k_test={level(summary['k_test'])} {spread(summary['final_accuracy'])}, "
+    gap = "" if summary["accuracy_gap"]["mean"] is None else f" (BP − model {spread(summary['accuracy_gap'])})"
+    lines.append(f"over {count} runs: acc k_test={level(summary['k_test'])} {spread(summary['final_accuracy'])}{gap}, "
                  f"KL BP_{level(summary['k_bp'])} {spread(summary['final_kl'])}; BP_{level(summary['k_bp'])} closest "
                  f"at the last 3 evaluations in {summary['runs_settled_at_min_bp']} of {count}; every level "
                  f"closest in turn (t_ℓ < … < t_0) in {summary['runs_climb_times_ordered']} of {count}")
