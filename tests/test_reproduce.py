@@ -249,6 +249,23 @@ def test_quick_preset_trains_the_training_scripts_default_runs(tmp_path):
     assert names[:3] == ["root", "mlm", "mlm_k2"] and quick.figure_steps() == ("probe_filtered",)
 
 
+def test_laptop_long_preset_is_quick_with_the_long_mlm(tmp_path):
+    """`reproduce --preset laptop_long`: its main MLM is `run_mlm.py --preset laptop_long` (40 epochs), its root run
+    and filtered MLM are quick's very runs (the same identities), so only the MLM and the analyses differ."""
+    from hf_treelang.reproduce.steps import Context
+    from hf_treelang.train import laptop_settings as laptop
+
+    long, quick = PRESETS["laptop_long"], PRESETS["quick"]
+    ctx, quick_ctx = Context(tmp_path / "long", long, progress=False), Context(tmp_path / "quick", quick, progress=False)
+    mlm = ctx.spec("mlm", "mlm")
+    assert mlm.identity == resolve("mlm", {"preset": "laptop_long"}, tmp_path / "mlm").identity
+    assert mlm.identity != quick_ctx.spec("mlm", "mlm").identity
+    assert mlm.training_args.num_train_epochs == laptop.MLM_LONG["num_train_epochs"] == long.mlm_epochs
+    assert ctx.spec("root", "root").identity == quick_ctx.spec("root", "root").identity
+    assert ctx.spec("mlm", "mlm_k2", 2).identity == quick_ctx.spec("mlm", "mlm_k2", 2).identity
+    assert steps_of(long) and [name for name, _ in steps_of(long)] == [name for name, _ in steps_of(quick)]
+
+
 def test_no_gradient_clipping_by_default(tmp_path):
     assert TreeLangTrainingArguments(output_dir=str(tmp_path)).max_grad_norm == 0
     for preset in ("laptop", "paper"):

@@ -95,7 +95,7 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
 
     Args:
         out_dir: the output folder (created; a folder of another preset is refused).
-        preset: ``"quick"``, ``"paper"`` (or ``"tiny"``, the smoke test).
+        preset: ``"quick"``, ``"laptop_long"``, ``"paper"`` (or ``"tiny"``, the smoke test).
         progress: show progress bars.
         log: called with one line of text per step (the CLI prints them).
         only: run only these steps (the others are left as they are); ``None`` runs all.

@@ -1,7 +1,8 @@
 """The presets of ``hf-treelang reproduce``: the sizes of one reproduction (data, model, training, analyses).
 
 ``quick`` (the training scripts' laptop runs, :mod:`hf_treelang.train.laptop_settings`, plus one MLM on filtered
-data and the analyses; at most 45 minutes on a 2-core CPU), ``paper`` (the authors' settings, figure by
+data and the analyses; at most 45 minutes on a 2-core CPU), ``laptop_long`` (the same with the 40-epoch MLM of
+``run_mlm.py --preset laptop_long``, which reaches BP_0; over an hour), ``paper`` (the authors' settings, figure by
 figure; weeks of GPU time for every sweep) and ``tiny`` (the smoke test of the test suite, every step at toy sizes).
 The ``paper`` values and their sources (the authors' scripts) are listed in ``training/README.md``, "Paper vs code".
 With the step names, this module imports nothing but ``dataclasses`` and the two settings modules of
@@ -11,7 +12,7 @@ With the step names, this module imports nothing but ``dataclasses`` and the two
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hf_treelang.train import laptop_settings as laptop
 from hf_treelang.train import paper_settings as paper
@@ -50,8 +51,10 @@ class Preset:
     setting leaves its step out of the preset. ``training_preset`` is the training scripts' preset the runs start
     from: ``"laptop"`` makes the main root and MLM runs *be* the scripts' default runs (only the data, k_train and
     k_test are given; everything else comes from :mod:`hf_treelang.train.laptop_settings`), ``"paper"`` gives every
-    size and setting of this preset explicitly on top of the paper's model and optimiser. ``filtered_mlm_epochs``
-    shortens the MLM runs on filtered data (``attention_filter_levels``; None: the main MLM's epochs).
+    size and setting of this preset explicitly on top of the paper's model and optimiser. ``mlm_training_preset``
+    is the scripts' preset of the main MLM run when it differs (``"laptop_long"``: ``run_mlm.py --preset
+    laptop_long``). ``filtered_mlm_epochs`` shortens the MLM runs on filtered data (``attention_filter_levels``;
+    None: the main MLM's epochs).
     """
 
     name: str
@@ -95,6 +98,7 @@ class Preset:
     use_dataset_builder: bool = True
     cpu_threads: int | None = None
     training_preset: str = "paper"
+    mlm_training_preset: str | None = None
     filtered_mlm_epochs: float | None = None
 
     def figure_steps(self) -> tuple:
@@ -152,20 +156,19 @@ QUICK_FILTER_LEVEL = 2  # the one MLM on filtered data of the quick preset (Fig.
 QUICK_FILTERED_EPOCHS = 4.0  # ... trained for 4 of the laptop MLM's epochs: its blocks of 2^(ℓ-k) leaves are local
 
 
-def _quick_description() -> str:
-    root, mlm = laptop.ROOT, laptop.MLM
-    model = laptop.MODEL
+def _laptop_description(mlm: dict, budget: str) -> str:
+    root, model = laptop.ROOT, laptop.MODEL
     return (f"the training scripts' laptop runs (ℓ=4, q=4, d={model['hidden_size']}, d'={model['intermediate_size']}, "
             f"4 layers; root P=2^{root['num_train'].bit_length() - 1}, {root['num_train_epochs']:g} epochs; MLM "
             f"P=2^{mlm['num_train'].bit_length() - 1}, {mlm['num_train_epochs']:g} epochs) and one MLM on data "
-            f"filtered at k={QUICK_FILTER_LEVEL} ({QUICK_FILTERED_EPOCHS:g} epochs), then the analyses; at most 45 min on a 2-core CPU; no sweeps "
-            "(Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)")
+            f"filtered at k={QUICK_FILTER_LEVEL} ({QUICK_FILTERED_EPOCHS:g} epochs), then the analyses; {budget} on a "
+            "2-core CPU; no sweeps (Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)")
 
 
 PRESETS = {
     "quick": Preset(
         name="quick",
-        description=_quick_description(),
+        description=_laptop_description(laptop.MLM, "at most 45 min"),
         model={**laptop.MODEL, "num_hidden_layers": 4, "num_attention_heads": 1},
         root_train=laptop.ROOT["num_train"], root_epochs=laptop.ROOT["num_train_epochs"],
         mlm_train=laptop.MLM["num_train"], mlm_epochs=laptop.MLM["num_train_epochs"],
@@ -215,4 +218,10 @@ PRESETS = {
         layer_counts=(1, 2), grammar_seeds=(1,), use_dataset_builder=False, cpu_threads=1,
     ),
 }
-PUBLIC_PRESETS = ("quick", "paper")
+# quick with the MLM of `run_mlm.py --preset laptop_long`, the laptop run that reaches BP_0 (Figs. 1b, 10 and 12 left
+# need it); its root run and filtered MLM are quick's.
+PRESETS["laptop_long"] = replace(
+    PRESETS["quick"], name="laptop_long", description=_laptop_description(laptop.MLM_LONG, "over an hour"),
+    mlm_train=laptop.MLM_LONG["num_train"], mlm_epochs=laptop.MLM_LONG["num_train_epochs"],
+    mlm_training_preset="laptop_long")
+PUBLIC_PRESETS = ("quick", "laptop_long", "paper")

@@ -83,7 +83,8 @@ class Context:
         """The main run ``name`` of ``task`` (``root`` or ``mlm``) at k_train ``filter_level`` (default: preset's),
         tested on every k_test (k_train's first); an MLM given a ``filter_level`` is one of the filtered models
         (:attr:`Preset.filtered_mlm_epochs`). With the ``laptop`` training preset, the run at the default data
-        is the training script's run with no arguments (``python training/run_root.py``)."""
+        is the training script's run with no arguments (``python training/run_root.py``; the main MLM with
+        ``--preset`` :attr:`Preset.mlm_training_preset` when set)."""
         p = self.preset
         k = p.filter_level if filter_level is None else filter_level
         k_test = [int(k), *[j for j in self.k_tests if j != k]]
@@ -92,6 +93,8 @@ class Context:
             values = {} if (k, k_test) == (0, list(self.k_tests)) else {"k_train": int(k), "k_test": k_test}
             if filtered:
                 values["num_train_epochs"] = float(p.filtered_mlm_epochs)
+            elif task == "mlm" and p.mlm_training_preset:
+                values["preset"] = p.mlm_training_preset
             return sweep_run(task, self.arguments(**values), self.out, name)
         epochs = p.root_epochs if task == "root" else p.filtered_mlm_epochs if filtered else p.mlm_epochs
         checkpoint_epochs = p.root_checkpoint_epochs if task == "root" else p.mlm_checkpoint_epochs
