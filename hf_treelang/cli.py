@@ -200,10 +200,11 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                         "feeds, its optimizer steps) and print the total steps and the estimated time on this machine "
                         "and on one GPU (default: none, run the reproduction)")
     parser.add_argument("--preset", default="quick", metavar="{" + ",".join(PUBLIC_PRESETS) + "}",
-                        help="quick: the training scripts' laptop runs, one filtered MLM and the analyses, at most 45 min "
-                        "on a 2-core CPU, no sweeps; laptop_long: the same with the 40-epoch MLM of run_mlm.py --preset "
-                        "laptop_long, which reaches BP_0 (over an hour); paper: the authors' settings for every "
-                        "figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs a part)")
+                        help="quick: the training scripts' laptop runs, one filtered MLM and the analyses, at most "
+                        "45 min on a 2-core CPU, no sweeps; laptop_long: the same with the 40-epoch MLM of run_mlm.py "
+                        "--preset laptop_long, which gets closer to BP_0 (over an hour); paper: the authors' settings "
+                        "for every figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs "
+                        "a part)")
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

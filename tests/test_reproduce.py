@@ -256,7 +256,8 @@ def test_laptop_long_preset_is_quick_with_the_long_mlm(tmp_path):
     from hf_treelang.train import laptop_settings as laptop
 
     long, quick = PRESETS["laptop_long"], PRESETS["quick"]
-    ctx, quick_ctx = Context(tmp_path / "long", long, progress=False), Context(tmp_path / "quick", quick, progress=False)
+    ctx = Context(tmp_path / "long", long, progress=False)
+    quick_ctx = Context(tmp_path / "quick", quick, progress=False)
     mlm = ctx.spec("mlm", "mlm")
     assert mlm.identity == resolve("mlm", {"preset": "laptop_long"}, tmp_path / "mlm").identity
     assert mlm.identity != quick_ctx.spec("mlm", "mlm").identity

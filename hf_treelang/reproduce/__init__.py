@@ -23,7 +23,8 @@ and once a run is trained again the steps after it are redone. ``--plan OUT`` li
    figure embedded and the model-vs-BP tables (rewritten on every call).
 
 Presets: ``quick`` (the training scripts' laptop runs, :mod:`hf_treelang.train.laptop_settings`, one MLM on data
-filtered at k = 2 and every analysis; at most 45 minutes on a 2-core CPU, no sweeps) and ``paper`` (the
+filtered at k = 2 and every analysis; at most 45 minutes on a 2-core CPU, no sweeps), ``laptop_long`` (the same
+with the 40-epoch MLM of ``run_mlm.py --preset laptop_long``; over an hour) and ``paper`` (the
 authors' settings, figure by figure, listed with their sources in training/README.md; GPU-weeks for every sweep).
 ``tiny`` is the smoke-test preset of the test suite (every step, toy sizes).
 """

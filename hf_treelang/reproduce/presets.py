@@ -2,8 +2,8 @@
 
 ``quick`` (the training scripts' laptop runs, :mod:`hf_treelang.train.laptop_settings`, plus one MLM on filtered
 data and the analyses; at most 45 minutes on a 2-core CPU), ``laptop_long`` (the same with the 40-epoch MLM of
-``run_mlm.py --preset laptop_long``, which reaches BP_0; over an hour), ``paper`` (the authors' settings, figure by
-figure; weeks of GPU time for every sweep) and ``tiny`` (the smoke test of the test suite, every step at toy sizes).
+``run_mlm.py --preset laptop_long``, which gets closer to BP_0; over an hour), ``paper`` (the authors' settings,
+figure by figure; weeks of GPU time for every sweep) and ``tiny`` (the smoke test of the test suite, every step at toy sizes).
 The ``paper`` values and their sources (the authors' scripts) are listed in ``training/README.md``, "Paper vs code".
 With the step names, this module imports nothing but ``dataclasses`` and the two settings modules of
 :mod:`hf_treelang.train`:
@@ -218,8 +218,8 @@ PRESETS = {
         layer_counts=(1, 2), grammar_seeds=(1,), use_dataset_builder=False, cpu_threads=1,
     ),
 }
-# quick with the MLM of `run_mlm.py --preset laptop_long`, the laptop run that reaches BP_0 (Figs. 1b, 10 and 12 left
-# need it); its root run and filtered MLM are quick's.
+# quick with the MLM of `run_mlm.py --preset laptop_long`, the laptop run that gets to the top of the hierarchy
+# (Figs. 1b, 10 and 12 left need an MLM at BP_0); its root run and filtered MLM are quick's.
 PRESETS["laptop_long"] = replace(
     PRESETS["quick"], name="laptop_long", description=_laptop_description(laptop.MLM_LONG, "over an hour"),
     mlm_train=laptop.MLM_LONG["num_train"], mlm_epochs=laptop.MLM_LONG["num_train_epochs"],

@@ -47,7 +47,8 @@ CAPTURABLE_OPTIMIZERS = ("adamw_torch",)  # torch's Adam(W) with capturable=True
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
-# search in training/README.md, "The laptop preset"; reproduce --preset quick trains the same runs); "paper" is the authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
+# search in training/README.md, "The laptop preset"; reproduce --preset quick trains the same runs); "paper" is the
+# authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
 # "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says.
 PAPER_MODEL = paper.MODEL
 PAPER_OPTIMISER = paper.OPTIMISER
@@ -250,7 +251,7 @@ class TreeLangTrainingArguments(TrainingArguments):
                   "(the authors' scripts: the paper's model, Adam 1e-4, P = 2**17 root / 2**18 MLM, 10**4 test "
                   "sequences, the paper's epochs; for run_clm.py, a task the paper has not, a choice: the paper's "
                   "model and optimiser on its MLM data and epochs); run_mlm.py also has 'laptop_long' (the laptop "
-                  "run for 40 epochs, under an hour: it ends closest to BP_0); 'default' is the laptop preset's "
+                  "run for 40 epochs, under an hour: it gets closer to BP_0); 'default' is the laptop preset's "
                   "former name."},
     )
     per_device_train_batch_size: int = field(
