@@ -1,6 +1,7 @@
 """What a short laptop run pays besides its steps: the wall time of a 1-step ``run_root.py`` (laptop preset, data
-through the dataset builder, cached) and the read of its 2**17 training sequences, column-wise from Arrow against
-datasets' lazy column (one row at a time).
+through the dataset builder, cached); the package's import with :func:`hf_treelang.lazy.heavy_imports` against the
+same import with the cyclic collector left running, and ``transformers.trainer`` alone (the floor of any Trainer run);
+the read of its 2**17 training sequences, column-wise from Arrow against datasets' lazy column (one row at a time).
 
     python benchmarks/bench_startup.py [--repeats 3]
 
@@ -31,6 +32,17 @@ def one_step_run_seconds(output_dir: str) -> float:
     return time.perf_counter() - start
 
 
+# the import as it would be without heavy_imports: the collector is never paused nor frozen
+COLLECTOR_ON = "import gc; gc.disable = gc.freeze = lambda: None; import hf_treelang"
+
+
+def python_seconds(code: str) -> float:
+    """Wall time of a fresh ``python -c code`` process, exit included."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return time.perf_counter() - start
+
+
 def split_read_seconds(repeats: int) -> tuple:
     import datasets
 
@@ -57,9 +69,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         one_step_run_seconds(folder)  # builds and caches the laptop data once
         wall = min(one_step_run_seconds(folder) for _ in range(args.repeats))
+    imports = {code: min(python_seconds(code) for _ in range(args.repeats))
+               for code in ("import hf_treelang", COLLECTOR_ON, "import transformers.trainer")}
     arrow, lazy = split_read_seconds(args.repeats)
     print("| what | seconds |\n|---|---|")
     print(f"| `run_root.py --max_steps 1` (laptop preset, cached data), wall | {wall:.2f} |")
+    print(f"| `python -c 'import hf_treelang'` (heavy_imports: collector paused, then frozen), wall | "
+          f"{imports['import hf_treelang']:.2f} |")
+    print(f"| the same with the collector left running, wall | {imports[COLLECTOR_ON]:.2f} |")
+    print(f"| `python -c 'import transformers.trainer'` alone, wall | {imports['import transformers.trainer']:.2f} |")
     print(f"| read 2**17 training sequences column-wise from Arrow (the run's path) | {arrow:.3f} |")
     print(f"| the same through datasets' lazy column (row by row) | {lazy:.3f} |")
     return 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .lazy import lazy_attributes
+from .lazy import heavy_imports, lazy_attributes
 from .version import __version__  # noqa: F401  (public)
 
 # public name -> the module that defines it, imported on first access (module __getattr__, PEP 562)
@@ -75,22 +75,23 @@ def register() -> None:
     (:func:`hf_treelang.data.registration.register_dataset_builder`): the rest of the package still imports.
     """
     # lazy: torch, transformers and datasets load when registering, which the console script defers past --help
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-    )
+    with heavy_imports():
+        from transformers import (
+            AutoConfig,
+            AutoModel,
+            AutoModelForCausalLM,
+            AutoModelForMaskedLM,
+            AutoModelForSequenceClassification,
+        )
 
-    from .data.registration import register_dataset_builder
-    from .models.configuration_treelang import TreeLangConfig
-    from .models.modeling_treelang import (
-        TreeLangForCausalLM,
-        TreeLangForMaskedLM,
-        TreeLangForSequenceClassification,
-        TreeLangModel,
-    )
+        from .data.registration import register_dataset_builder
+        from .models.configuration_treelang import TreeLangConfig
+        from .models.modeling_treelang import (
+            TreeLangForCausalLM,
+            TreeLangForMaskedLM,
+            TreeLangForSequenceClassification,
+            TreeLangModel,
+        )
 
     AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
     AutoModel.register(TreeLangConfig, TreeLangModel, exist_ok=True)

@@ -1,4 +1,6 @@
-"""Module attributes resolved on first access (PEP 562), so that a light module can name heavy objects.
+"""What keeps the package's heavy imports cheap: module attributes resolved on first access (PEP 562), so that a
+light module can name heavy objects, and :func:`heavy_imports`, the import of torch, transformers and datasets without
+the cyclic garbage collector's passes.
 
 Usage in a module::
 
@@ -7,6 +9,8 @@ Usage in a module::
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import sys
 
@@ -26,3 +30,24 @@ def lazy_attributes(module_name: str, table: dict):
         return sorted(set(vars(sys.modules[module_name])) | set(table))
 
     return __getattr__, __dir__
+
+
+@contextlib.contextmanager
+def heavy_imports():
+    """Import torch, transformers and datasets (thousands of modules) inside this block without cyclic garbage
+    collection, then move what they left to the collector's permanent generation (:func:`gc.freeze`).
+
+    Why: the imports allocate millions of objects, none of them garbage, and each allocation burst triggers a full
+    collection that walks them all again — a large share of a short run's start-up; the same walk repeats in every
+    later full collection and at interpreter exit. Module-level objects live as long as the process, so freezing them
+    changes what is collected in no way; the collector is on again (if it was) when the block ends, and an error
+    inside the block re-enables it too. ``benchmarks/bench_startup.py`` measures the effect.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+    gc.freeze()

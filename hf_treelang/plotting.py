@@ -20,12 +20,16 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path) -> Path:
-    """Save a matplotlib figure as PNG without time-stamped metadata (same inputs => same bytes)."""
+def save_figure(fig, path, *, crop: bool = True) -> Path:
+    """Save a matplotlib figure as PNG without time-stamped metadata (same inputs => same bytes).
+
+    ``crop``: trim the page to what is drawn (``bbox_inches="tight"``, which draws the figure twice); False saves the
+    page as laid out, for a figure that ``tight_layout`` already fitted (one draw: a short run's curves come sooner).
+    """
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight" if crop else None, metadata={"Software": None})
     plt.close(fig)
     return path
 

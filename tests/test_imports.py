@@ -206,3 +206,40 @@ print(json.dumps({"warnings": [str(w.message) for w in caught if "treelang" in s
     assert "hf-treelang publish-dataset" in message and "load_dataset(OUT, 'k2')" in message
     assert result["hook"] is True  # left as it was
     assert result["root"] == 4 and result["logits"] == [1, 4, 4]
+
+
+def test_the_import_pauses_the_collector_then_freezes_what_it_loaded():
+    # the collector is on after the import, and the modules' objects sit in the permanent generation
+    out = json.loads(python("""
+import gc, json
+before = gc.get_freeze_count()
+import hf_treelang
+print(json.dumps({"enabled": gc.isenabled(), "frozen_before": before, "frozen": gc.get_freeze_count()}))
+"""))
+    assert out["enabled"] is True
+    assert out["frozen_before"] == 0 and out["frozen"] > 100_000
+
+
+def test_heavy_imports_restores_the_collector_as_it_found_it(monkeypatch):
+    import gc
+
+    from hf_treelang.lazy import heavy_imports
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))  # this process's objects stay collectable
+    was_enabled = gc.isenabled()
+    try:
+        gc.enable()
+        with heavy_imports():
+            assert not gc.isenabled()
+        assert gc.isenabled() and frozen == [True]
+        with pytest.raises(ImportError, match="no such module"):
+            with heavy_imports():
+                raise ImportError("no such module")
+        assert gc.isenabled()  # an error inside the block does not leave the collector off
+        gc.disable()
+        with heavy_imports():
+            pass
+        assert not gc.isenabled()  # off before: stays off
+    finally:
+        (gc.enable if was_enabled else gc.disable)()

@@ -101,7 +101,8 @@ def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.0))
     _kl_panel(ax, history, depth, k_train, num_eval)
-    save_figure(fig, path_kl)
+    fig.tight_layout()
+    save_figure(fig, path_kl, crop=False)
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
     _kl_panel(axes[0, 0], history, depth, k_train, num_eval)
@@ -152,7 +153,7 @@ def plot_curves(history: list, depth: int, k_train: int, test_levels: list, path
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, path_all)
+    save_figure(fig, path_all, crop=False)
 
 
 def format_value(value) -> str:
