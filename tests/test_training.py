@@ -309,6 +309,23 @@ def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_
     assert state["log_history"][-1]["train_loss"] > 0
 
 
+def test_a_finished_run_leaves_its_process_group_before_exiting(tmp_path, monkeypatch):
+    # exiting with a live gloo group can abort a rank during interpreter finalisation: the script destroys it first
+    import torch.distributed as dist
+
+    from hf_treelang.train import launch, loop
+
+    left = []
+    monkeypatch.setattr(loop, "leave_process_group", lambda: left.append(dist.is_initialized()))
+    assert loop.main("root", TINY + ["--output_dir", str(tmp_path / "run")]) == 0
+    assert left == [False]  # called once, after the run (a single process: no group to leave)
+
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    launch.leave_process_group()
+    assert not dist.is_initialized()
+    launch.leave_process_group()  # without a group: nothing to do
+
+
 def test_a_runs_arguments_go_resolve_check_train_write_without_coming_back(tmp_path):
     """Followed from train(run): every hf_treelang function that receives the run or its training arguments, in
     call order (the Trainer's own loop counted as one stay): at most 3 returns to a file already left (today three:

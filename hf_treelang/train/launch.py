@@ -53,3 +53,18 @@ def relaunch_data_parallel_cpu(argv: list) -> int | None:
     env.pop("MASTER_ADDR")
     env.pop("MASTER_PORT", None)
     return subprocess.call(command, env=env)
+
+
+def leave_process_group() -> None:
+    """End a data-parallel run's process group cleanly: wait for every process, then destroy the group while the
+    interpreter is still whole; a no-op without one.
+
+    Why: a process that exits with its gloo group alive leaves the group's worker threads holding tensors that are
+    freed during interpreter finalisation, which can abort it (SIGABRT) after a run that succeeded; the barrier also
+    keeps the other ranks from leaving while rank 0 still writes the run's outputs.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -87,7 +87,7 @@ from .folders import (
     write_identity,
     write_run_complete,
 )
-from .launch import relaunch_data_parallel_cpu
+from .launch import leave_process_group, relaunch_data_parallel_cpu
 from .outputs import write_outputs
 from .readout import keep_frozen_in_eval_mode
 from .run import MEMBERS_DIR, Run, check_output, check_together, runs_from_command_line
@@ -547,10 +547,12 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
     if ensemble.requested:
         result = train_together(runs, mode=ensemble.ensemble_mode, ensemble_dir=ensemble.output_dir,
                                 resume_from_checkpoint=ensemble.resume_from_checkpoint)
+        leave_process_group()
         print("\n".join(summary_lines(result, runs)))
         return 0
     (run,) = runs
     result = train(run)
+    leave_process_group()
     if run.training_args.process_index == 0:
         data_args = run.data_args
         bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
