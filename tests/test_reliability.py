@@ -399,17 +399,47 @@ def test_resuming_into_a_folder_that_holds_another_complete_run_is_refused(tmp_p
     assert (done / "model.safetensors").read_bytes() == before
 
 
-def test_a_script_run_into_a_runner_folder_drops_its_identity_so_no_sweep_reuses_it(tmp_path):
+def test_a_script_run_into_a_runner_folder_records_its_own_identity_so_no_sweep_reuses_it(tmp_path):
     from hf_treelang.train import folders
-    from hf_treelang.train.run import runs_from_command_line
 
     out = tmp_path / "run"
     (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(out)])
     train(run, reuse=True)  # as a sweep does: run_identity.json, then the run
     assert folders.folder_state(out, run.identity).status == "done"
-    _train("root", out, "--overwrite_output_dir", "true", "--learning_rate", "0.05")  # another run, by a script
-    assert not (out / folders.IDENTITY_FILE).exists()
+    (other,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(out), "--overwrite_output_dir", "true",
+                                                         "--learning_rate", "0.05"])
+    train(other)  # another run, by a script
+    assert folders.read_identity(out)["identity"] == other.identity != run.identity
     assert folders.folder_state(out, run.identity).status == "stale"  # the sweep trains its run again
+
+
+def test_a_runner_adopts_the_finished_run_of_a_script(tmp_path):
+    # run_root.py / run_mlm.py, then reproduce or a sweep with the same run in that folder: nothing is trained again
+    from hf_treelang.train import folders
+
+    out = tmp_path / "run"
+    (script,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(out)])
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(out)])  # the runner's, resolved alike
+    train(script)
+    record = folders.read_identity(out)
+    assert record["identity"] == run.identity and record["resumed_from"] is None
+    assert "run_identity.json" in json.loads((out / "run_complete.json").read_text())["files"]
+    before = (out / "model.safetensors").read_bytes()
+    result = train(run, reuse=True)
+    assert result.reused and (out / "model.safetensors").read_bytes() == before
+
+
+def test_a_script_run_resumed_from_another_folder_records_no_identity(tmp_path, uninterrupted):
+    # its weights come from a run this folder never held: no runner may take it for the run its arguments describe
+    from hf_treelang.train import folders
+
+    source = _copy_run(uninterrupted, "root", tmp_path / "source")
+    _train("root", tmp_path / "run", "--resume_from_checkpoint", str(source / "checkpoint-3"))
+    assert folders.read_identity(tmp_path / "run") is None
+    own = _copy_run(uninterrupted, "root", tmp_path / "own")
+    (own / "run_complete.json").unlink()  # interrupted after its last checkpoint
+    _train("root", own, "--resume_from_checkpoint", str(own / "checkpoint-3"))
+    assert folders.read_identity(own)["resumed_from"] == "checkpoint-3"
 
 
 def test_a_resumed_run_keeps_the_start_of_its_folder(tmp_path, uninterrupted):

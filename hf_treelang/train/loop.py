@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -82,6 +83,7 @@ from .folders import (
     finished_run,
     folder_state,
     forget_identity,
+    read_identity,
     record_failure,
     start_run_folder,
     write_identity,
@@ -221,8 +223,9 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
     """
     if not reuse:
         check_output(run)  # the scripts' rule: a non-empty folder needs overwriting or resuming
+        record = _script_identity(run)
         forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
-        return _train(run, cache, callbacks)
+        return _train(run, cache, callbacks, record_identity=record)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":
         return _result_of(run, reused=True)
@@ -246,6 +249,21 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
     return _result_of(run, reused=False)
 
 
+def _script_identity(run: Run) -> dict | None:
+    """Whether a run of the scripts' rule records its identity, so that a runner (``reproduce``, a sweep) can adopt
+    the finished folder: ``{"resumed_from": ...}`` for a new run, or one resumed from a checkpoint of its own folder
+    whose record names the same run; None for a run resumed from elsewhere, whose weights another run may have
+    trained."""
+    resume = run.training_args.resume_from_checkpoint
+    if resume is None:
+        return {"resumed_from": None}
+    checkpoint, folder = Path(resume).resolve(), Path(run.training_args.output_dir).resolve()
+    previous = read_identity(folder) or {}
+    if checkpoint.parent == folder and previous.get("identity") == run.identity:
+        return {"resumed_from": checkpoint.name}
+    return None
+
+
 def _result_of(run: Run, reused: bool) -> TrainingResult:
     """The :class:`TrainingResult` of a finished run of the runner, read back from its folder."""
     summary = finished_run(run.output_dir, run.identity)
@@ -256,9 +274,11 @@ def _result_of(run: Run, reused: bool) -> TrainingResult:
                           summary["train_runtime_s"], summary["global_step"], reused, {**summary, "reused": reused})
 
 
-def _train(run: Run, cache: RunDataCache | None, extra_callbacks=()) -> TrainingResult:
+def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
+           record_identity: dict | None = None) -> TrainingResult:
     """Train and write a single run whose folder is checked: the data, the model and the Trainer, then the folder
-    becomes a run folder (``run_config.json``), the Trainer trains, and the outputs are written, the marker last."""
+    becomes a run folder (``run_config.json``; with ``record_identity``, ``{"resumed_from": ...}``, its
+    ``run_identity.json`` right after), the Trainer trains, and the outputs are written, the marker last."""
     args, data_args, task = run.training_args, run.data_args, run.model_task
     if args.cpu_threads:
         torch.set_num_threads(int(args.cpu_threads))
@@ -287,6 +307,9 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=()) -> Training
     with disk_full_named(output_dir, model):  # a full disk: one message saying what a checkpoint needs
         if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
             start_run_folder(run.task, data_args, run.model_args, args)
+            if record_identity is not None:  # after start_run_folder, which clears the previous run's files
+                write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
+                               resumed_from=record_identity["resumed_from"])
         trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
                               eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
                               preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks)
