@@ -301,6 +301,7 @@ def test_accelerate_launch_two_cpu_processes_trains_and_evaluates_every_example_
                "--per_device_eval_batch_size", "4"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "find_unused_parameters=True" not in completed.stderr  # every parameter is used: no per-step search
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 6  # 96 sequences / (2 processes x 8)
     evaluations = [e for e in state["log_history"] if "eval_num_examples" in e]

@@ -272,6 +272,11 @@ class TreeLangTrainingArguments(TrainingArguments):
     adam_beta2: float = field(default=0.999, metadata={"help": "Adam β2 (paper: PyTorch default 0.999)."})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "Adam ε (paper: PyTorch default 1e-8)."})
     seed: int = field(default=0, metadata={"help": "Seed of the model initialisation, data order and masks."})
+    ddp_find_unused_parameters: bool | None = field(
+        default=False, metadata={"help": "Data-parallel runs: search every step for parameters the loss does not "
+                                         "use (a walk of the graph). Every parameter of the TreeLang models takes "
+                                         "part in each step, so the default skips it; true for a model that has "
+                                         "unused ones."})
     report_to: None | str | list[str] = field(
         default="tensorboard", metadata={"help": "Loggers: 'tensorboard' (default) or 'none'."}
     )
