@@ -74,8 +74,8 @@ def register() -> None:
     release whose internals the ``load_dataset`` hook does not know, the hook alone is skipped, with one warning
     (:func:`hf_treelang.data.registration.register_dataset_builder`): the rest of the package still imports.
     """
-    # lazy: torch, transformers and datasets load when registering, which the console script defers past --help
     with heavy_imports():
+        # lazy: torch, transformers and datasets load when registering, which the console script defers past --help
         from transformers import (
             AutoConfig,
             AutoModel,

@@ -300,7 +300,7 @@ def test_curves_use_the_paper_colours_panel_titles_and_separate_axes_for_loss_an
     from hf_treelang.train import outputs
 
     figures = []
-    monkeypatch.setattr(outputs, "save_figure", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(outputs, "save_figure", lambda fig, path, **options: figures.append(fig))
     outputs.plot_curves(_history(), 4, 0, [0, 2, 4], tmp_path / "curves.png", tmp_path / "kl_curves.png",
                         num_eval=64, num_test=256, reference_sizes={0: 2000, 2: 2000, 4: 2000})
     kl_figure, curves = figures
