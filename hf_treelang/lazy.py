@@ -37,8 +37,8 @@ def heavy_imports():
     """Import torch, transformers and datasets (thousands of modules) inside this block without cyclic garbage
     collection, then move what they left to the collector's permanent generation (:func:`gc.freeze`).
 
-    Why: the imports allocate millions of objects, none of them garbage, and each allocation burst triggers a full
-    collection that walks them all again — a large share of a short run's start-up; the same walk repeats in every
+    Why: the imports leave hundreds of thousands of tracked objects, none of them garbage, and each allocation burst
+    triggers a collection that walks them again — a large share of a short run's start-up; the same walk repeats in every
     later full collection and at interpreter exit. Module-level objects live as long as the process, so freezing them
     changes what is collected in no way; the collector is on again (if it was) when the block ends, and an error
     inside the block re-enables it too. ``benchmarks/bench_startup.py`` measures the effect.
