@@ -477,6 +477,19 @@ def test_the_gpu_estimate_uses_the_measured_rates_of_the_gpu_check():
     assert estimate.measured_gpu_rate(large, table, members=16) == pytest.approx(stacked[16])
 
 
+def test_an_estimate_measured_on_a_busy_cpu_says_so(tmp_path, monkeypatch):
+    run = run_module.resolve("root", TINY, tmp_path)
+    monkeypatch.setattr(estimate, "measure_steps_per_second", lambda *args, **kwargs: 10.0)
+    monkeypatch.setattr(estimate.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (2.5, 2.0, 1.0))
+    busy = estimate.estimate([run], devices=("cpu",))
+    assert busy.cpu_load == (2.5, 2) and busy.cpu_busy and busy.to_dict()["cpu_busy"]
+    assert any("load average 2.5 on 2 cores" in line for line in estimate.estimate_lines(busy))
+    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (0.4, 0.3, 0.2))
+    idle = estimate.estimate([run], devices=("cpu",))
+    assert not idle.cpu_busy and not any("busy" in line for line in estimate.estimate_lines(idle))
+
+
 @pytest.mark.parametrize("axis, values", [("cpu_threads", [1, 2]), ("logging_steps", [10, 20])])
 def test_a_grid_over_a_field_that_changes_no_result_is_refused_before_any_work(tmp_path, axis, values):
     sweep = _spec({axis: values})

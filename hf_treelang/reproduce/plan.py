@@ -164,8 +164,12 @@ def remaining_lines(ctx, *, measure_steps: int = 4) -> list:
     result = estimate(left, workers=1, threads=ctx.preset.cpu_threads, devices=devices, measure_steps=measure_steps)
     device = "cuda" if "cuda" in result.seconds else "cpu"
     where = "one GPU" if device == "cuda" else f"this CPU ({result.threads} thread(s))"
-    return [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps, about "
-            f"{format_duration(result.seconds[device])} on {where}, evaluations and analyses not counted"]
+    lines = [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps, about "
+             f"{format_duration(result.seconds[device])} on {where}, evaluations and analyses not counted"]
+    if device == "cpu" and result.cpu_busy:
+        lines.append(f"(measured while other work kept the CPU busy, load average {result.cpu_load[0]:g} on "
+                     f"{result.cpu_load[1]} cores: the time is an overestimate)")
+    return lines
 
 
 # ---------------------------------------------------------------- execution
