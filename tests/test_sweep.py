@@ -479,15 +479,24 @@ def test_the_gpu_estimate_uses_the_measured_rates_of_the_gpu_check():
 
 def test_an_estimate_measured_on_a_busy_cpu_says_so(tmp_path, monkeypatch):
     run = run_module.resolve("root", TINY, tmp_path)
-    monkeypatch.setattr(estimate, "measure_steps_per_second", lambda *args, **kwargs: 10.0)
-    monkeypatch.setattr(estimate.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (2.5, 2.0, 1.0))
-    busy = estimate.estimate([run], devices=("cpu",))
-    assert busy.cpu_load == (2.5, 2) and busy.cpu_busy and busy.to_dict()["cpu_busy"]
-    assert any("load average 2.5 on 2 cores" in line for line in estimate.estimate_lines(busy))
-    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (0.4, 0.3, 0.2))
-    idle = estimate.estimate([run], devices=("cpu",))
-    assert not idle.cpu_busy and not any("busy" in line for line in estimate.estimate_lines(idle))
+    clock = {"wall": 0.0, "cpu": 0.0}
+    monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(estimate.time, "process_time", lambda: clock["cpu"])
+
+    def measured(share):  # a measurement of 1 s of wall time on 2 threads that got `share` of them
+        def measure(*args, **kwargs):
+            clock["wall"] += 1.0
+            clock["cpu"] += 2 * share
+            return 10.0
+        return measure
+
+    monkeypatch.setattr(estimate, "measure_steps_per_second", measured(0.6))
+    busy = estimate.estimate([run], devices=("cpu",), threads=2)
+    assert busy.cpu_share == 0.6 and busy.cpu_busy and busy.to_dict()["cpu_busy"]
+    assert any("got 60% of its 2 thread(s)" in line for line in estimate.estimate_lines(busy))
+    monkeypatch.setattr(estimate, "measure_steps_per_second", measured(0.95))
+    idle = estimate.estimate([run], devices=("cpu",), threads=2)
+    assert not idle.cpu_busy and not any("other work" in line for line in estimate.estimate_lines(idle))
 
 
 @pytest.mark.parametrize("axis, values", [("cpu_threads", [1, 2]), ("logging_steps", [10, 20])])

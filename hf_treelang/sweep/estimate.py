@@ -111,6 +111,9 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
         torch.set_num_threads(previous)
 
 
+# below this share of its threads' wall time in CPU time, a measurement shared its cores with other work (idle:
+# 0.94-0.99 on one and two threads; beside one busy process, two threads on two cores: 0.61)
+BUSY_SHARE = 0.8
 MEASURED_GPU_FILE = Path(__file__).with_name("gpu_measured.json")  # benchmarks/gpu_check.py's figures on one GPU
 
 
@@ -151,8 +154,8 @@ class Estimate:
         gpu_source: where the GPU figures come from (this machine's GPU, or the measured table).
         workers: runs trained at the same time.
         threads: torch threads per run on the CPU.
-        cpu_load: (the load average over the last minute, CPU cores) just before the CPU was measured; None when it
-            was not (or the platform has no load average).
+        cpu_share: the CPU time the measuring process got over the wall time of its threads, the lowest over the
+            measured architectures (1.0: it had its cores to itself); None when the CPU was not measured.
     """
 
     steps: list
@@ -161,13 +164,13 @@ class Estimate:
     workers: int
     threads: int | None
     gpu_source: str | None = None
-    cpu_load: tuple | None = None
+    cpu_share: float | None = None
 
     @property
     def cpu_busy(self) -> bool:
-        """Whether other work already kept at least half the cores busy while the CPU was measured: its steps/s are
-        then too low and its time too long."""
-        return self.cpu_load is not None and self.cpu_load[0] >= self.cpu_load[1] / 2
+        """Whether other work took part of the measuring threads' cores (:data:`BUSY_SHARE`): the steps/s are then
+        too low and the time too long."""
+        return self.cpu_share is not None and self.cpu_share < BUSY_SHARE
 
     @property
     def total_steps(self) -> int:
@@ -176,7 +179,7 @@ class Estimate:
     def to_dict(self) -> dict:
         return {"total_optimizer_steps": self.total_steps, "steps_per_second": self.rates,
                 "estimated_seconds": self.seconds, "workers": self.workers, "cpu_threads": self.threads,
-                "gpu_source": self.gpu_source, "cpu_load": self.cpu_load, "cpu_busy": self.cpu_busy}
+                "gpu_source": self.gpu_source, "cpu_share": self.cpu_share, "cpu_busy": self.cpu_busy}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -203,7 +206,7 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
 
     threads = threads or torch.get_num_threads()
     steps = [optimizer_steps(run.training_args, run.data_args.num_train) for run in runs]
-    rates, seconds, source, load = {}, {}, None, None
+    rates, seconds, source, shares = {}, {}, None, []
     for device in devices:
         if device == "cuda" and not torch.cuda.is_available():
             table = measured_gpu()
@@ -213,29 +216,22 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
             seconds["cuda_stacked"] = sum(count / measured_gpu_rate(n, table, members=16)
                                           for count, n in zip(steps, sizes))
             continue
-        if device == "cpu":
-            load = cpu_load()
         measured, total = {}, 0.0
         for run, count in zip(runs, steps):
             key = architecture_key(run)
             if key not in measured:
+                wall, cpu = time.perf_counter(), time.process_time()
                 measured[key] = measure_steps_per_second(run, device=device, steps=measure_steps,
                                                          threads=threads if device == "cpu" else None)
+                if device == "cpu":
+                    shares.append((time.process_time() - cpu) / max((time.perf_counter() - wall) * threads, 1e-9))
             total += count / measured[key]
         rates[device] = {describe_key(key): rate for key, rate in measured.items()}
         seconds[device] = total / max(min(workers, len(runs)), 1) if device == "cpu" else total
         if device == "cuda":
             source = f"{torch.cuda.get_device_name()}, measured here"
     return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers, threads=threads, gpu_source=source,
-                    cpu_load=load)
-
-
-def cpu_load() -> tuple | None:
-    """(load average over the last minute, CPU cores), or None where the platform has no load average."""
-    try:
-        return round(os.getloadavg()[0], 2), os.cpu_count() or 1
-    except (AttributeError, OSError):
-        return None
+                    cpu_share=round(min(shares), 2) if shares else None)
 
 
 def estimate_lines(result: Estimate) -> list:
@@ -247,9 +243,9 @@ def estimate_lines(result: Estimate) -> list:
     lines.append(f"  estimated time on this machine ({result.workers} run(s) at a time): "
                  f"{format_duration(result.seconds.get('cpu'))} of optimizer steps (evaluations not counted)")
     if result.cpu_busy:
-        load, cores = result.cpu_load
-        lines.append(f"  measured while other work kept the CPU busy (load average {load:g} on {cores} cores): the "
-                     "steps/s are too low and the time too long; measure again on an idle machine")
+        lines.append(f"  measured while other work took part of the CPU (the measurement got {result.cpu_share:.0%} "
+                     f"of its {result.threads} thread(s)): the steps/s are too low and the time too long; measure "
+                     "again on an idle machine")
     if result.seconds.get("cuda") is None:
         lines.append("  one GPU: not estimated")
     elif "cuda" not in result.rates:
