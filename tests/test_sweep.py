@@ -482,6 +482,7 @@ def test_an_estimate_measured_on_a_busy_cpu_says_so(tmp_path, monkeypatch):
     clock = {"wall": 0.0, "cpu": 0.0}
     monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock["wall"])
     monkeypatch.setattr(estimate.time, "process_time", lambda: clock["cpu"])
+    monkeypatch.setattr(estimate.os, "cpu_count", lambda: 2)
 
     def measured(share):  # a measurement of 1 s of wall time on 2 threads that got `share` of them
         def measure(*args, **kwargs):

@@ -111,8 +111,8 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
         torch.set_num_threads(previous)
 
 
-# below this share of its threads' wall time in CPU time, a measurement shared its cores with other work (idle:
-# 0.94-0.99 on one and two threads; beside one busy process, two threads on two cores: 0.61)
+# below this share of its threads' wall time in CPU time, a measurement shared its cores with other work (an idle
+# machine gives close to 1; one busy process beside two threads on two cores, close to 0.5)
 BUSY_SHARE = 0.8
 MEASURED_GPU_FILE = Path(__file__).with_name("gpu_measured.json")  # benchmarks/gpu_check.py's figures on one GPU
 
@@ -224,7 +224,8 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
                 measured[key] = measure_steps_per_second(run, device=device, steps=measure_steps,
                                                          threads=threads if device == "cpu" else None)
                 if device == "cpu":
-                    shares.append((time.process_time() - cpu) / max((time.perf_counter() - wall) * threads, 1e-9))
+                    cores = min(threads, os.cpu_count() or threads)  # more threads than cores share them anyway
+                    shares.append((time.process_time() - cpu) / max((time.perf_counter() - wall) * cores, 1e-9))
             total += count / measured[key]
         rates[device] = {describe_key(key): rate for key, rate in measured.items()}
         seconds[device] = total / max(min(workers, len(runs)), 1) if device == "cpu" else total
