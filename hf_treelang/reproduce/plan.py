@@ -167,8 +167,7 @@ def remaining_lines(ctx, *, measure_steps: int = 4) -> list:
     lines = [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps, about "
              f"{format_duration(result.seconds[device])} on {where}, evaluations and analyses not counted"]
     if device == "cpu" and result.cpu_busy:
-        lines.append(f"(measured while other work took part of the CPU, {result.cpu_share:.0%} of the measurement's "
-                     f"{result.threads} thread(s): the time is an overestimate)")
+        lines.append(result.busy_note())
     return lines
 
 

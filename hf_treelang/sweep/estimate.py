@@ -172,6 +172,14 @@ class Estimate:
         too low and the time too long."""
         return self.cpu_share is not None and self.cpu_share < BUSY_SHARE
 
+    def busy_note(self) -> str | None:
+        """The line that says the CPU was shared while measured (:attr:`cpu_busy`), else None."""
+        if not self.cpu_busy:
+            return None
+        return (f"measured while other work took part of the CPU (the measurement got {self.cpu_share:.0%} of its "
+                f"{self.threads} thread(s)): the steps/s are too low and the time too long; measure again on an idle "
+                "machine")
+
     @property
     def total_steps(self) -> int:
         return int(sum(self.steps))
@@ -244,9 +252,7 @@ def estimate_lines(result: Estimate) -> list:
     lines.append(f"  estimated time on this machine ({result.workers} run(s) at a time): "
                  f"{format_duration(result.seconds.get('cpu'))} of optimizer steps (evaluations not counted)")
     if result.cpu_busy:
-        lines.append(f"  measured while other work took part of the CPU (the measurement got {result.cpu_share:.0%} "
-                     f"of its {result.threads} thread(s)): the steps/s are too low and the time too long; measure "
-                     "again on an idle machine")
+        lines.append(f"  {result.busy_note()}")
     if result.seconds.get("cuda") is None:
         lines.append("  one GPU: not estimated")
     elif "cuda" not in result.rates:
