@@ -226,3 +226,51 @@ def test_an_optimizer_follows_the_step_mode_both_ways_as_on_a_resume_across_mode
     optimizer.load_state_dict(eager_state)  # an eager checkpoint, loaded, then made capturable: as above
     align_optimizer(optimizer, capturable=True)
     assert optimizer.param_groups[0]["capturable"] and torch.is_tensor(optimizer.param_groups[0]["lr"])
+
+
+def test_a_fused_adam_keeps_its_counters_on_the_device_and_the_implementation_its_run_asks_for():
+    """A fused group's kernel reads its step counters on the parameters' device in both step modes; and a loaded
+    checkpoint's groups, which carry the implementation they were saved with, step with the run's own."""
+    from hf_treelang.train.trainer import align_optimizer
+
+    model = torch.nn.Linear(3, 2)
+    foreach = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    model(torch.randn(4, 3)).sum().backward()
+    foreach.step()
+    fused = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)
+    fused.load_state_dict(foreach.state_dict())
+    assert not fused.param_groups[0]["fused"]  # the checkpoint's flag, not the optimizer's
+    for capturable in (False, True, False):
+        align_optimizer(fused, capturable=capturable, fused=True)
+        group = fused.param_groups[0]
+        assert group["fused"] and group["capturable"] == capturable
+        for param in group["params"]:
+            step = fused.state[param]["step"]
+            assert step.device == param.device and step.dtype == torch.float32
+        fused.step()
+    assert float(fused.state[model.weight]["step"]) == 4.0
+    align_optimizer(fused, capturable=False, fused=False)
+    assert not fused.param_groups[0]["fused"]
+    assert all(fused.state[p]["step"].device.type == "cpu" for p in model.parameters())
+
+
+def test_a_fused_adam_run_trains_as_the_foreach_one_and_resumes_byte_identically(tmp_path):
+    """``--optim adamw_torch_fused`` (a graph-capturable optimizer, one kernel for every tensor) follows
+    ``adamw_torch`` to float rounding, and resumes like it."""
+    dropout = ("--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1")
+    plain = run_tiny("mlm", tmp_path / "plain", *dropout)
+    full = run_tiny("mlm", tmp_path / "full", *dropout, "--optim", "adamw_torch_fused")
+    losses = [[e["eval_loss"] for e in run.history if "eval_loss" in e] for run in (plain, full)]
+    assert len(losses[0]) == len(losses[1]) == 4 and np.allclose(losses[0], losses[1], rtol=0, atol=1e-5)
+    weights = [load_file(tmp_path / name / "model.safetensors") for name in ("plain", "full")]
+    # where a gradient is near Adam's ε, rounding changes m/(√v + ε) and so the weight, by a fraction of one step (lr)
+    assert all(torch.allclose(weights[0][key], weights[1][key], rtol=0, atol=0.5 * 1e-3) for key in weights[0])
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = run_tiny("mlm", resumed_dir, *dropout, "--optim", "adamw_torch_fused",
+                       "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert resumed.global_step == full.global_step == 12
+    first = load_file(tmp_path / "full" / "model.safetensors")
+    second = load_file(resumed_dir / "model.safetensors")
+    assert all(torch.equal(first[key], second[key]) for key in first)

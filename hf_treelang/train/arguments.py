@@ -43,7 +43,8 @@ TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
 STEP_MODES = ("auto", "eager", "cuda_graph")
 ENSEMBLE_MODES = ("auto", "stacked", "sequential")
-CAPTURABLE_OPTIMIZERS = ("adamw_torch",)  # torch's Adam(W) with capturable=True: its update can be captured
+# torch's Adam(W), foreach with capturable=True or fused (one kernel for every tensor): its update can be captured
+CAPTURABLE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
@@ -266,7 +267,9 @@ class TreeLangTrainingArguments(TrainingArguments):
         default="constant",
         metadata={"help": f"Schedule (paper: constant, no warm-up). {_from_preset('lr_scheduler_type')}"},
     )
-    optim: str = field(default="adamw_torch", metadata={"help": "Optimiser; AdamW with weight_decay=0 is Adam."})
+    optim: str = field(default="adamw_torch", metadata={
+        "help": "Optimiser; AdamW with weight_decay=0 is Adam. adamw_torch_fused: the same update as one fused kernel "
+                "(fewer kernels per step on a GPU; it rounds differently)."})
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay (paper: none)."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam β1 (paper: PyTorch default 0.9)."})
     adam_beta2: float = field(default=0.999, metadata={"help": "Adam β2 (paper: PyTorch default 0.999)."})
@@ -379,6 +382,11 @@ class TreeLangTrainingArguments(TrainingArguments):
                 raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
                                  + " (use --step_mode auto or eager)")
 
+    @property
+    def optim_name(self) -> str:
+        """``optim`` as its string (the Trainer turns it into an ``OptimizerNames`` member)."""
+        return str(getattr(self.optim, "value", self.optim))
+
     def cuda_graph_obstacles(self) -> list:
         """What keeps this run from capturing its step as one CUDA graph (empty when nothing does); ``--step_mode
         auto`` trains eagerly then, ``cuda_graph`` is refused before any work. Every built-in learning-rate schedule
@@ -392,7 +400,7 @@ class TreeLangTrainingArguments(TrainingArguments):
             obstacles.append(f"{self.n_gpu} GPUs in one process (DataParallel is not captured)")
         if self.fp16:
             obstacles.append("fp16 (its gradient scaler syncs with the host)")
-        optim = str(getattr(self.optim, "value", self.optim))
+        optim = self.optim_name
         if optim not in CAPTURABLE_OPTIMIZERS:
             obstacles.append(f"optim {optim!r} (only {', '.join(CAPTURABLE_OPTIMIZERS)} steps inside a graph)")
         if self.gradient_accumulation_steps != 1:

@@ -92,24 +92,32 @@ def use_tf32_by_default(args) -> bool:
     return True
 
 
-def align_optimizer(optimizer, capturable: bool) -> None:
+def align_optimizer(optimizer, capturable: bool, fused: bool | None = None) -> None:
     """Make a (possibly just loaded) Adam follow the step mode: ``capturable`` groups keep their step counters and
     learning rate as device tensors (a CUDA graph reads them; the scheduler writes the rate with ``fill_``, no host
     sync), eager groups as a CPU counter and a float rate. A checkpoint saved in either mode thus resumes in either.
+    ``fused`` (when given) sets the implementation: a loaded state dict brings its groups' flags with it, so a
+    checkpoint of ``adamw_torch`` would otherwise step a run of ``adamw_torch_fused`` with the foreach kernels, and the
+    reverse. A fused group keeps its counters on the parameters' device in both modes: its kernel reads them there.
     """
     for group in optimizer.param_groups:
         if "capturable" not in group:
             continue
         group["capturable"] = capturable
+        if fused is not None:
+            group["fused"] = fused or None
+            if fused:
+                group["foreach"] = None
         device = group["params"][0].device if group["params"] else torch.device("cpu")
         if capturable and not torch.is_tensor(group["lr"]):
             group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
         elif not capturable and torch.is_tensor(group["lr"]):
             group["lr"] = float(group["lr"])
+        on_device = capturable or bool(group.get("fused"))
         for param in group["params"]:
             state = optimizer.state.get(param)
             if state and "step" in state:
-                state["step"] = state["step"].to(device=param.device if capturable else "cpu", dtype=torch.float32)
+                state["step"] = state["step"].to(device=param.device if on_device else "cpu", dtype=torch.float32)
 
 
 # ---------------------------------------------------------------- the Trainer's view of the data
@@ -380,7 +388,8 @@ class TreeLangTrainer(ResumesWhole, Trainer):
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:  # the checkpoint may come from the other step mode
-            align_optimizer(self.torch_optimizer(), capturable=self.step_mode == "cuda_graph")
+            align_optimizer(self.torch_optimizer(), capturable=self.step_mode == "cuda_graph",
+                            fused=self.args.optim_name == "adamw_torch_fused")
 
     def torch_optimizer(self) -> torch.optim.Optimizer:
         """The torch optimizer under accelerate's wrapper."""
