@@ -15,8 +15,14 @@ short keeps what it measured:
   as the uninterrupted run (losses of steps 21-40 within :data:`LOSS_TOLERANCE`);
 * **sync** — 100 graph steps under ``torch.cuda.set_sync_debug_mode("error")``: no step syncs the host;
 * **throughput** — steps/s of the laptop and paper models, single and stacked N = 1, 4, 16, eager vs graph, fp32 /
-  TF32 / bf16, each with its TFLOP/s (6 × tokens × parameters) and fraction of the measured ceiling; the authors'
-  loop (``authors_loop.py``) in the same run;
+  TF32 / bf16, each with its TFLOP/s (6 × tokens × parameters) and fraction of the measured ceiling; the paper
+  model's graph step also with the fused Adam (``--optim adamw_torch_fused``) and with the model compiled
+  (``--torch_compile``: inductor's fused kernels inside the graph); the authors' loop (``authors_loop.py``) in the
+  same run;
+* **kernels** — what a step is made of on the device: the kernels of a few eager steps of the paper model (plain,
+  compiled with the fused Adam, stacked × 16), counted and timed by ``torch.profiler`` (on the CPU: the ATen
+  operators), with the busiest kernels. A graph replays the same kernels without the launch gaps, so the kernel
+  time per step bounds the graph's steps/s from above;
 * **paper run** (``--paper-steps N``) — ``run_root.py --preset paper``'s first N steps and its closest-BP_k path.
 
 Without CUDA the graph cases are recorded as skipped, with the reason; nothing is estimated.
@@ -51,6 +57,8 @@ SIZES = {  # the models of the laptop and paper presets; the data trimmed to wha
     "laptop": {"preset": "laptop"},
     "paper": {"preset": "paper", "checkpoint_epochs": None},
 }
+VARIANTS = {"": {}, "fused": {"optim": "adamw_torch_fused"}, "compiled": {"torch_compile": True},
+            "compiled fused": {"torch_compile": True, "optim": "adamw_torch_fused"}}  # the step's implementations
 TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
@@ -92,6 +100,48 @@ class StepTimer(TrainerCallback):
         return (self.stop[0] - self.start[0]) / (self.stop[1] - self.start[1])
 
 
+class KernelProfile(TrainerCallback):
+    """Profile ``steps`` steps after step ``warm`` with ``torch.profiler``, then stop the run: the kernels on a GPU,
+    the innermost ATen operators (views included) on a CPU."""
+
+    def __init__(self, warm: int, steps: int, cuda: bool):
+        self.warm, self.steps, self.cuda = warm, steps, cuda
+        self.profiler = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from torch.profiler import ProfilerActivity, profile
+
+        if state.global_step == self.warm:
+            sync()
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self.profiler = profile(activities=activities)
+            self.profiler.__enter__()
+        elif self.profiler is not None and state.global_step == self.warm + self.steps:
+            sync()
+            self.profiler.__exit__(None, None, None)
+            control.should_training_stop = True
+        return control
+
+    def summary(self, top: int = 6) -> dict:
+        """Per step: how many kernels, their summed time, the rate that time allows, and the ``top`` busiest."""
+        totals, counts = {}, {}
+        for event in self.profiler.events():
+            if self.cuda and event.device_type == torch.autograd.DeviceType.CUDA:
+                micros = event.time_range.elapsed_us()
+            elif not self.cuda and event.name.startswith("aten::") and not event.cpu_children:
+                micros = event.self_cpu_time_total
+            else:
+                continue
+            totals[event.name] = totals.get(event.name, 0.0) + micros
+            counts[event.name] = counts.get(event.name, 0) + 1
+        ms = sum(totals.values()) / 1e3 / self.steps
+        busiest = sorted(totals, key=totals.get, reverse=True)[:top]
+        return {"kernels_per_step": sum(counts.values()) / self.steps, "kernel_ms_per_step": ms,
+                "steps_per_s_bound": 1e3 / ms if ms else None,
+                "busiest": [{"name": name[:100], "ms_per_step": totals[name] / 1e3 / self.steps,
+                             "per_step": counts[name] / self.steps} for name in busiest]}
+
+
 class Check:
     """The check's state: where it writes, its budget, and the JSON it grows case by case."""
 
@@ -100,7 +150,7 @@ class Check:
         self.cuda = torch.cuda.is_available()
         self.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
         self.results = {"tiny": tiny, "environment": {}, "equivalence": [], "resume": [], "sync": {},
-                        "throughput": [], "authors_loop": {}, "paper_run": {}, "skipped": []}
+                        "throughput": [], "kernels": [], "authors_loop": {}, "paper_run": {}, "skipped": []}
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -189,7 +239,7 @@ def environment(check: Check) -> None:
 
 def equivalence(check: Check) -> None:
     cases = [("root", "root", {}, 1), ("mlm_cosine", "mlm", {"lr_scheduler_type": "cosine", "warmup_steps": 5}, 1),
-             ("stacked4", "root", {}, 4)]
+             ("stacked4", "root", {}, 4), ("root_compiled_fused", "root", VARIANTS["compiled fused"], 1)]
     for name, task, extra, members in cases:
         def work(name=name, task=task, extra=extra, members=members):
             arguments = check.arguments("laptop", max_steps=50, logging_steps=1, tf32=False, **extra)
@@ -257,22 +307,23 @@ def parameters_of(size: str, tiny: bool) -> int:
 
 def throughput(check: Check) -> None:
     graph = "cuda_graph"
-    cases = [("laptop", "eager", "fp32", 1), ("laptop", graph, "tf32", 1), ("paper", "eager", "fp32", 1),
-             ("paper", graph, "fp32", 1), ("paper", graph, "tf32", 1), ("paper", graph, "bf16", 1),
-             ("paper", graph, "tf32", 4), ("paper", graph, "tf32", 16), ("paper", "eager", "tf32", 16)]
+    cases = [("laptop", "eager", "fp32", 1, ""), ("laptop", graph, "tf32", 1, ""), ("paper", "eager", "fp32", 1, ""),
+             ("paper", graph, "fp32", 1, ""), ("paper", graph, "tf32", 1, ""), ("paper", graph, "bf16", 1, ""),
+             ("paper", graph, "tf32", 4, ""), ("paper", graph, "tf32", 16, ""), ("paper", "eager", "tf32", 16, ""),
+             ("paper", graph, "tf32", 1, "fused"), ("paper", graph, "tf32", 1, "compiled"),
+             ("paper", graph, "tf32", 1, "compiled fused"), ("paper", graph, "tf32", 16, "compiled fused")]
     seconds = 0.5 if check.tiny else 3.0
-    for size, mode, precision, members in cases:
-        name = f"{size} {mode} {precision} x{members}"
+    for size, mode, precision, members, variant in cases:
+        name = f"{size} {mode} {precision} x{members}" + (f" {variant}" if variant else "")
         if not check.cuda and (precision != "fp32" or mode == graph):
             check.results["skipped"].append(f"throughput/{name}: needs a CUDA device")
             continue
 
-        def work(size=size, mode=mode, precision=precision, members=members, name=name):
+        def work(size=size, mode=mode, precision=precision, members=members, variant=variant, name=name):
             precision_args = {"fp32": {"tf32": False}, "tf32": {}, "bf16": {"bf16": True, "tf32": False}}[precision]
-            arguments = check.arguments(size, max_steps=10**6, step_mode=mode, **precision_args)
+            arguments = check.arguments(size, max_steps=10**6, step_mode=mode, **precision_args, **VARIANTS[variant])
             timer = StepTimer(warm=10 if check.tiny else 50, seconds=seconds)
-            run_case(check, f"tput-{size}-{mode}-{precision}-{members}".replace(" ", ""), "root", arguments,
-                     members=members, callbacks=[timer])
+            run_case(check, f"tput-{name}".replace(" ", "-"), "root", arguments, members=members, callbacks=[timer])
             rate = timer.steps_per_second
             params = parameters_of(size, check.tiny)
             tokens = 32 * (2 ** (2 if check.tiny else 4))
@@ -280,6 +331,7 @@ def throughput(check: Check) -> None:
             ceiling = check.results["environment"].get(f"matmul_tflops_{precision}")
             check.results["throughput"].append({
                 "name": name, "size": size, "mode": mode, "precision": precision, "members": members,
+                "variant": variant,
                 "steps_per_s": rate, "member_steps_per_s": None if rate is None else rate * members,
                 "parameters_per_member": params, "tflops": tflops,
                 "fraction_of_measured_peak": None if tflops is None or not ceiling else tflops / ceiling})
@@ -291,6 +343,21 @@ def throughput(check: Check) -> None:
         check.results["authors_loop"] = authors_loop.measure(device, num_train=4096 if check.tiny else 2**17,
                                                              seconds=seconds, warmup=5 if check.tiny else 30, **size)
     guarded(check, "authors_loop", "baseline", baseline)
+
+
+def kernels(check: Check) -> None:
+    cases = [("paper x1", 1, ""), ("paper x1 compiled fused", 1, "compiled fused"), ("paper x16", 16, "")]
+    for name, members, variant in cases[:1] if check.tiny else cases:
+        def work(name=name, members=members, variant=variant):
+            profiled = KernelProfile(warm=5 if check.tiny else 20, steps=3 if check.tiny else 10, cuda=check.cuda)
+            arguments = check.arguments("paper", max_steps=10**6, step_mode="eager", **VARIANTS[variant])
+            run_case(check, f"kernels-{name}".replace(" ", "-"), "root", arguments, members=members,
+                     callbacks=[profiled])
+            check.results["kernels"].append({"name": name, "members": members, "variant": variant,
+                                             "device": "cuda" if check.cuda else "cpu", **profiled.summary()})
+        guarded(check, "kernels", name, work)
+    if check.tiny:
+        check.results["skipped"].append("kernels: the compiled and stacked cases run only on a GPU")
 
 
 def paper_run(check: Check, steps: int) -> None:
@@ -344,6 +411,19 @@ def markdown(results: dict) -> str:
         fraction = entry.get("fraction_of_measured_peak")
         lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | {_number(entry['member_steps_per_s'])} "
                      f"| {_number(entry['tflops'], 3)} | {'–' if fraction is None else f'{100 * fraction:.2f} %'} |")
+    if results["kernels"]:
+        what = "kernels" if results["kernels"][0].get("device") == "cuda" else "ATen operators (CPU)"
+        lines += ["", f"## What a step is made of (eager steps, torch.profiler: {what})", "",
+                  "| case | per step | their time per step (ms) | steps/s that time allows | busiest (ms per step) |",
+                  "|---|---|---|---|---|"]
+        for entry in results["kernels"]:
+            if "error" in entry:
+                lines.append(f"| {entry['name']} | error: {entry['error'][:80]} | | | |")
+                continue
+            busiest = ", ".join(f"{b['name'][:40]} ({b['ms_per_step']:.3f})" for b in entry["busiest"][:3])
+            lines.append(f"| {entry['name']} | {_number(entry['kernels_per_step'])} | "
+                         f"{_number(entry['kernel_ms_per_step'], 3)} | {_number(entry['steps_per_s_bound'])} | "
+                         f"{busiest} |")
     base = results["authors_loop"]
     if base:
         lines += ["", f"Authors' loop (same size and batch): {_number(base.get('steps_per_s'))} steps/s "
@@ -368,7 +448,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, args.tiny or not torch.cuda.is_available(), args.budget)
-    for section in (environment, equivalence, resume, sync_check, throughput):
+    for section in (environment, equivalence, resume, sync_check, throughput, kernels):
         section(check)
         check.save()
         print(f"{section.__name__}: done ({check.left():.0f} s of budget left)", flush=True)

@@ -185,7 +185,12 @@ def test_every_cuda_graph_obstacle_is_named_and_schedules_are_not_obstacles(monk
     assert any("optim 'adafactor'" in o for o in obstacles(optim="adafactor"))
     assert any("gradient checkpointing" in o for o in obstacles(gradient_checkpointing=True))
     assert any("gradient_accumulation_steps 2" in o for o in obstacles(gradient_accumulation_steps=2))
-    assert any("torch_compile" in o for o in obstacles(torch_compile=True))
+    assert any("torch_compile" in o for o in obstacles(torch_compile=True))  # auto: eager
+    compiled = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, torch_compile=True)
+    assert compiled.cuda_graph_obstacles(requested=True) == obstacles()  # asked for: the compiled step is captured
+    own_graphs = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, torch_compile_mode="reduce-overhead")
+    assert any("'reduce-overhead' (inductor's own CUDA graphs" in o
+               for o in own_graphs.cuda_graph_obstacles(requested=True))
     monkeypatch.setattr(TreeLangTrainingArguments, "n_gpu", property(lambda self: 2))
     assert any("2 GPUs in one process" in o for o in obstacles())
 

@@ -27,5 +27,9 @@ def test_the_gpu_check_runs_at_a_tiny_size_and_writes_its_json_and_tables(tmp_pa
     if not torch.cuda.is_available():
         assert any("equivalence/root: no CUDA device" in line for line in results["skipped"])
         assert any("cuda_graph" in line and "needs a CUDA device" in line for line in results["skipped"])
+    (profiled,) = results["kernels"]  # the tiny mode profiles the plain single model
+    assert profiled["kernels_per_step"] > 10 and profiled["kernel_ms_per_step"] > 0
+    if not torch.cuda.is_available():
+        assert profiled["device"] == "cpu" and profiled["busiest"][0]["name"].startswith("aten::")
     table = (tmp_path / "gpu_check.md").read_text()
-    assert "| eager -> eager | 20 |" in table and "Authors' loop" in table
+    assert "| eager -> eager | 20 |" in table and "Authors' loop" in table and "| paper x1 |" in table

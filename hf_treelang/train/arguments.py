@@ -45,6 +45,7 @@ STEP_MODES = ("auto", "eager", "cuda_graph")
 ENSEMBLE_MODES = ("auto", "stacked", "sequential")
 # torch's Adam(W), foreach with capturable=True or fused (one kernel for every tensor): its update can be captured
 CAPTURABLE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")
+COMPILE_MODES_WITH_GRAPHS = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
@@ -328,7 +329,8 @@ class TreeLangTrainingArguments(TrainingArguments):
     step_mode: str = field(
         default="auto",
         metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one "
-                  "process with Adam and without fp16, else eager, logging why), 'eager' or 'cuda_graph'."},
+                  "process with Adam and without fp16, else eager, logging why), 'eager' or 'cuda_graph' (which also captures a "
+                  "--torch_compile model)."},
     )
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
@@ -377,7 +379,7 @@ class TreeLangTrainingArguments(TrainingArguments):
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per "
                              f"step), got {self.gradient_accumulation_steps}; use --train_engine dataloader")
         if self.step_mode == "cuda_graph":
-            obstacles = self.cuda_graph_obstacles()
+            obstacles = self.cuda_graph_obstacles(requested=True)
             if obstacles:
                 raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
                                  + " (use --step_mode auto or eager)")
@@ -387,10 +389,14 @@ class TreeLangTrainingArguments(TrainingArguments):
         """``optim`` as its string (the Trainer turns it into an ``OptimizerNames`` member)."""
         return str(getattr(self.optim, "value", self.optim))
 
-    def cuda_graph_obstacles(self) -> list:
+    def cuda_graph_obstacles(self, requested: bool = False) -> list:
         """What keeps this run from capturing its step as one CUDA graph (empty when nothing does); ``--step_mode
-        auto`` trains eagerly then, ``cuda_graph`` is refused before any work. Every built-in learning-rate schedule
-        runs inside the graph (the rate is a device tensor the scheduler writes)."""
+        auto`` trains eagerly then, ``cuda_graph`` (``requested``) is refused before any work. Every built-in
+        learning-rate schedule runs inside the graph (the rate is a device tensor the scheduler writes).
+
+        A compiled model (``--torch_compile``) is captured only when asked for with ``--step_mode cuda_graph``: the
+        graph then replays inductor's fused kernels (fewer per step). Compile modes that make CUDA graphs of their
+        own (``reduce-overhead``, ``max-autotune``) cannot be captured a second time."""
         obstacles = []
         if self.device.type != "cuda":
             obstacles.append(f"the model runs on {self.device.type!r}, not on a CUDA GPU")
@@ -407,8 +413,11 @@ class TreeLangTrainingArguments(TrainingArguments):
             obstacles.append(f"gradient_accumulation_steps {self.gradient_accumulation_steps}")
         if getattr(self, "gradient_checkpointing", False) or getattr(self, "activation_checkpointing", False):
             obstacles.append("gradient checkpointing (its recomputation is not captured)")
-        if self.torch_compile:
-            obstacles.append("torch_compile (the compiled model is not captured a second time)")
+        if self.torch_compile and self.torch_compile_mode in COMPILE_MODES_WITH_GRAPHS:
+            obstacles.append(f"torch_compile_mode {self.torch_compile_mode!r} (inductor's own CUDA graphs are not "
+                             "captured a second time; use 'default' or 'max-autotune-no-cudagraphs')")
+        elif self.torch_compile and not requested:
+            obstacles.append("torch_compile (a compiled step is captured only with --step_mode cuda_graph)")
         return obstacles
 
 

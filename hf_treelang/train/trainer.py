@@ -72,7 +72,7 @@ def resolve_step_mode(step_mode: str, args) -> str:
     check_choice("step_mode", step_mode, STEP_MODES)
     if step_mode == "eager":
         return "eager"
-    obstacles = args.cuda_graph_obstacles()
+    obstacles = args.cuda_graph_obstacles(requested=step_mode == "cuda_graph")
     if step_mode == "cuda_graph" and obstacles:
         raise ValueError("`step_mode` 'cuda_graph' is not possible here: " + "; ".join(obstacles)
                          + " (use --step_mode auto or eager)")
