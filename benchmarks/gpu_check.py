@@ -12,7 +12,8 @@ short keeps what it measured:
   (cosine schedule with warm-up: the schedule runs inside the graph) and a stacked ensemble of 4; the per-step losses
   must agree within :data:`LOSS_TOLERANCE`;
 * **resume** — a run checkpointed at step 20 and resumed in each direction (eager/graph → eager/graph) must continue
-  as the uninterrupted run (losses of steps 21-40 within :data:`LOSS_TOLERANCE`);
+  as the uninterrupted run (losses of steps 21-40 within :data:`LOSS_TOLERANCE`), with the foreach Adam and the
+  fused one;
 * **sync** — 100 graph steps under ``torch.cuda.set_sync_debug_mode("error")``: no step syncs the host;
 * **throughput** — steps/s of the laptop and paper models, single and stacked N = 1, 4, 16, eager vs graph, fp32 /
   TF32 / bf16, each with its TFLOP/s (6 × tokens × parameters) and fraction of the measured ceiling; the paper
@@ -259,25 +260,28 @@ def resume(check: Check) -> None:
     modes = ("eager", "cuda_graph") if check.cuda else ("eager",)
     if not check.cuda:
         check.results["skipped"].append("resume: graph directions need a CUDA device; eager -> eager only")
-    arguments = check.arguments("laptop", max_steps=40, logging_steps=1, save_strategy="steps", save_steps=20,
-                                tf32=False)
-    full = {}
-    for first in modes:
-        def whole(first=first):
-            full[first] = run_case(check, f"resume-full-{first}", "root", {**arguments, "step_mode": first})
-        guarded(check, "resume", f"uninterrupted {first}", whole)
-    for first in modes:
-        for second in modes:
-            def work(first=first, second=second):
-                target = check.folder(f"resume-{first}-to-{second}")
-                target.mkdir(parents=True)
-                shutil.copytree(full[first] / "checkpoint-20", target / "checkpoint-20")
-                run = resolve("root", {**arguments, "step_mode": second}, target)
-                run = run.replace_training(resume_from_checkpoint=str(target / "checkpoint-20"))
-                train(run)
-                check.results["resume"].append({"name": f"{first} -> {second}", **compare(
-                    losses_of(full[first]), losses_of(target), range(21, 41))})
-            guarded(check, "resume", f"{first} -> {second}", work)
+    for variant in ("", "fused"):  # the foreach Adam (the default) and the fused one keep their counters apart
+        arguments = check.arguments("laptop", max_steps=40, logging_steps=1, save_strategy="steps", save_steps=20,
+                                    tf32=False, **VARIANTS[variant])
+        prefix = f"{variant}: " if variant else ""
+        full = {}
+        for first in modes:
+            def whole(first=first, arguments=arguments, variant=variant):
+                full[first] = run_case(check, f"resume-full-{variant}{first}", "root",
+                                       {**arguments, "step_mode": first})
+            guarded(check, "resume", f"{prefix}uninterrupted {first}", whole)
+        for first in modes:
+            for second in modes:
+                def work(first=first, second=second, arguments=arguments, variant=variant, full=full, prefix=prefix):
+                    target = check.folder(f"resume-{variant}{first}-to-{second}")
+                    target.mkdir(parents=True)
+                    shutil.copytree(full[first] / "checkpoint-20", target / "checkpoint-20")
+                    run = resolve("root", {**arguments, "step_mode": second}, target)
+                    run = run.replace_training(resume_from_checkpoint=str(target / "checkpoint-20"))
+                    train(run)
+                    check.results["resume"].append({"name": f"{prefix}{first} -> {second}", **compare(
+                        losses_of(full[first]), losses_of(target), range(21, 41))})
+                guarded(check, "resume", f"{prefix}{first} -> {second}", work)
 
 
 def sync_check(check: Check) -> None:

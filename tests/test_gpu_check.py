@@ -19,7 +19,8 @@ def test_the_gpu_check_runs_at_a_tiny_size_and_writes_its_json_and_tables(tmp_pa
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert results["environment"]["torch"] == torch.__version__
     resumed = {entry["name"]: entry for entry in results["resume"]}
-    assert resumed["eager -> eager"]["passed"] and resumed["eager -> eager"]["steps_compared"] == 20
+    for name in ("eager -> eager", "fused: eager -> eager"):
+        assert resumed[name]["passed"] and resumed[name]["steps_compared"] == 20
     measured = [entry for entry in results["throughput"] if "error" not in entry]
     assert measured and all(entry["steps_per_s"] > 0 and entry["tflops"] > 0 for entry in measured)
     assert results["authors_loop"]["steps_per_s"] > 0

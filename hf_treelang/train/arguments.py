@@ -329,8 +329,8 @@ class TreeLangTrainingArguments(TrainingArguments):
     step_mode: str = field(
         default="auto",
         metadata={"help": "With --train_engine device: 'auto' (the whole step as one CUDA graph on a GPU in one "
-                  "process with Adam and without fp16, else eager, logging why), 'eager' or 'cuda_graph' (which also captures a "
-                  "--torch_compile model)."},
+                  "process with Adam and without fp16, else eager, logging why), 'eager' or 'cuda_graph' (which "
+                  "also captures a --torch_compile model)."},
     )
     def __post_init__(self):
         # placeholders until apply_preset fills the sizes the user left unset
