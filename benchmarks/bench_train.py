@@ -12,6 +12,7 @@ for ensembles: members x steps/s) of
   (and 8 at the quick size, the issue's CPU target);
 * ``auto xN``: what ``--ensemble_mode auto`` picks there (stacked, or the members one after another at the fast
   path's rate),
+* ``fast, fused Adam`` and the largest ``stacked xN, fused Adam``: the same paths with ``--optim adamw_torch_fused``,
 
 on the CPU always and on a GPU whenever one is available (never estimated). Every path is timed inside
 ``Trainer.train`` by a callback, between the end of the warm-up steps and the last step, so that set-up is not
@@ -50,6 +51,7 @@ from hf_treelang.models.stacked import StackedTreeLang
 SIZES = {"paper": {"hidden_size": 128, "intermediate_size": 2048}, "quick": {"hidden_size": 64, "intermediate_size": 256}}
 Q, DEPTH, BATCH = 4, 4, 32
 ENSEMBLES = {"paper": (4, 16), "quick": (4, 8, 16)}
+FUSED = "adamw_torch_fused"  # the fused Adam: one pass over the tensors instead of several foreach passes
 
 
 def config(size: str) -> TreeLangConfig:
@@ -99,15 +101,17 @@ def training_args(folder: str, device: str, steps: int, warmup: int, **extra) ->
         max_grad_norm=0.0, use_cpu=device == "cpu", remove_unused_columns=False, seed=0, **extra)
 
 
-def run_path(path: str, size: str, members: int, device: str, steps: int, warmup: int) -> tuple:
-    """(steps/s, steps per CPU-s) of one path (``current``, ``fast`` or ``stacked``) through ``Trainer.train``."""
+def run_path(path: str, size: str, members: int, device: str, steps: int, warmup: int,
+             optim: str = "adamw_torch") -> tuple:
+    """(steps/s, steps per CPU-s) of one path (``current``, ``fast`` or ``stacked``) through ``Trainer.train``, with
+    the Trainer's ``optim`` (``adamw_torch``: the foreach Adam; ``adamw_torch_fused``: the fused one)."""
     import datasets
 
     n = BATCH * (warmup + steps + 1)  # one epoch: no epoch boundary inside the timed steps
     data = leaves(members, n)
     timer = StepTimer(warmup)
     with tempfile.TemporaryDirectory() as folder:
-        args = training_args(folder, device, steps, warmup)
+        args = training_args(folder, device, steps, warmup, optim=optim)
         models = []
         for seed in range(members):
             set_seed(seed)
@@ -244,18 +248,24 @@ def benchmark_device(device: str, sizes: list, steps: int, warmup: int, repeats:
     for size in sizes:
         ensemble_steps = max(2, steps // 2)
         jobs = {("current", 1): lambda: run_path("current", size, 1, device, steps, warmup),
-                ("fast", 1): lambda: run_path("fast", size, 1, device, steps, warmup)}
+                ("fast", 1): lambda: run_path("fast", size, 1, device, steps, warmup),
+                ("fast fused", 1): lambda: run_path("fast", size, 1, device, steps, warmup, FUSED)}
         for members in ENSEMBLES[size]:
             jobs[("stacked", members)] = (lambda m: lambda: run_path("stacked", size, m, device, ensemble_steps,
                                                                       warmup))(members)
+        largest = max(ENSEMBLES[size])
+        jobs[("stacked fused", largest)] = lambda: run_path("stacked", size, largest, device, ensemble_steps, warmup,
+                                                            FUSED)
         rates = best_rates(jobs, repeats)
         current, fast = rates[("current", 1)], rates[("fast", 1)]
-        rows = [("current (DataLoader)", 1, current), ("fast (device data)", 1, fast)]
+        rows = [("current (DataLoader)", 1, current), ("fast (device data)", 1, fast),
+                ("fast, fused Adam", 1, rates[("fast fused", 1)])]
         for members in ENSEMBLES[size]:
             rows.append((f"stacked x{members}", members, rates[("stacked", members)]))
             auto = choose_ensemble_mode(config(size), BATCH, device)
             auto_rate = rates[("stacked", members)] if auto == "stacked" else tuple(r / members for r in fast)
             rows.append((f"auto x{members} ({auto})", members, auto_rate))
+        rows.append((f"stacked x{largest}, fused Adam", largest, rates[("stacked fused", largest)]))
         for name, members, (rate, cpu_rate) in rows:
             model_rate = members * rate
             line = (f"| {size} | {name} | {members} | {rate:.2f} | {model_rate:.2f} | {model_rate / current[0]:.2f}x | "
