@@ -22,9 +22,10 @@ short keeps what it measured:
   feed-forward activations are tens of MB per step, so halving their bytes may count where it did not for one
   model); the authors' loop (``authors_loop.py``) in the same run;
 * **kernels** — what a step is made of on the device: the kernels of a few eager steps of the paper model (plain,
-  compiled with the fused Adam, stacked × 16), counted and timed by ``torch.profiler`` (on the CPU: the ATen
-  operators), with the busiest kernels. A graph replays the same kernels without the launch gaps, so the kernel
-  time per step bounds the graph's steps/s from above;
+  compiled with the fused Adam, stacked × 16; TF32), counted and timed by ``torch.profiler`` (on the CPU: the ATen
+  operators), with the busiest kernels. A TF32 graph step replays these kernels without the launch gaps (and a
+  few more: the capturable Adam's update is longer than the eager one), so their time per step bounds the TF32
+  graph's steps/s from above;
 * **paper run** (``--paper-steps N``) — ``run_root.py --preset paper``'s first N steps and its closest-BP_k path.
 
 Without CUDA the graph cases are recorded as skipped, with the reason; nothing is estimated.
@@ -108,7 +109,7 @@ class KernelProfile(TrainerCallback):
 
     def __init__(self, warm: int, steps: int, cuda: bool):
         self.warm, self.steps, self.cuda = warm, steps, cuda
-        self.profiler = None
+        self.profiler, self.stopped = None, False
 
     def on_step_end(self, args, state, control, **kwargs):
         from torch.profiler import ProfilerActivity, profile
@@ -120,9 +121,15 @@ class KernelProfile(TrainerCallback):
             self.profiler.__enter__()
         elif self.profiler is not None and state.global_step == self.warm + self.steps:
             sync()
-            self.profiler.__exit__(None, None, None)
+            self.close()
             control.should_training_stop = True
         return control
+
+    def close(self) -> None:
+        """Stop profiling (also when the run failed while profiling, so that the next case can profile)."""
+        if self.profiler is not None and not self.stopped:
+            self.profiler.__exit__(None, None, None)
+            self.stopped = True
 
     def summary(self, top: int = 6) -> dict:
         """Per step: how many kernels, their summed time, the rate that time allows, and the ``top`` busiest."""
@@ -181,6 +188,10 @@ def run_case(check: Check, name: str, task: str, arguments: dict, *, members: in
     """Train one case (``members`` > 1: a stacked ensemble of that many model seeds) and return the folder of its
     Trainer (``trainer_state.json``)."""
     folder = check.folder(name)
+    if arguments.get("torch_compile"):  # compiled as if first: not with the shapes an earlier case made dynamic
+        import torch._dynamo
+
+        torch._dynamo.reset()
     if members == 1:
         train(resolve(task, arguments, folder), callbacks=callbacks)
         return folder
@@ -357,8 +368,11 @@ def kernels(check: Check) -> None:
         def work(name=name, members=members, variant=variant):
             profiled = KernelProfile(warm=5 if check.tiny else 20, steps=3 if check.tiny else 10, cuda=check.cuda)
             arguments = check.arguments("paper", max_steps=10**6, step_mode="eager", **VARIANTS[variant])
-            run_case(check, f"kernels-{name}".replace(" ", "-"), "root", arguments, members=members,
-                     callbacks=[profiled])
+            try:
+                run_case(check, f"kernels-{name}".replace(" ", "-"), "root", arguments, members=members,
+                         callbacks=[profiled])
+            finally:
+                profiled.close()
             check.results["kernels"].append({"name": name, "members": members, "variant": variant,
                                              "device": "cuda" if check.cuda else "cpu", **profiled.summary()})
         guarded(check, "kernels", name, work)
@@ -418,7 +432,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | {_number(entry['member_steps_per_s'])} "
                      f"| {_number(entry['tflops'], 3)} | {'–' if fraction is None else f'{100 * fraction:.2f} %'} |")
     if results["kernels"]:
-        what = "kernels" if results["kernels"][0].get("device") == "cuda" else "ATen operators (CPU)"
+        devices = {entry.get("device") for entry in results["kernels"]} - {None}
+        what = "kernels" if "cuda" in devices else "ATen operators (CPU)"
         lines += ["", f"## What a step is made of (eager steps, torch.profiler: {what})", "",
                   "| case | per step | their time per step (ms) | steps/s that time allows | busiest (ms per step) |",
                   "|---|---|---|---|---|"]

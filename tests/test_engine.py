@@ -6,6 +6,7 @@ here with a clear error).
 
 import json
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -191,6 +192,10 @@ def test_every_cuda_graph_obstacle_is_named_and_schedules_are_not_obstacles(monk
     own_graphs = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, torch_compile_mode="reduce-overhead")
     assert any("'reduce-overhead' (inductor's own CUDA graphs" in o
                for o in own_graphs.cuda_graph_obstacles(requested=True))
+    backend = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, torch_compile_backend="cudagraphs")
+    assert any("backend 'cudagraphs'" in o for o in backend.cuda_graph_obstacles(requested=True))
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "max-autotune")  # what accelerate uses when no mode is given
+    assert any("'max-autotune'" in o for o in compiled.cuda_graph_obstacles(requested=True))
     monkeypatch.setattr(TreeLangTrainingArguments, "n_gpu", property(lambda self: 2))
     assert any("2 GPUs in one process" in o for o in obstacles())
 
@@ -257,6 +262,39 @@ def test_a_fused_adam_keeps_its_counters_on_the_device_and_the_implementation_it
     align_optimizer(fused, capturable=False, fused=False)
     assert not fused.param_groups[0]["fused"]
     assert all(fused.state[p]["step"].device.type == "cpu" for p in model.parameters())
+    # the device is kept, not assumed to be the CPU's: parameters off the CPU (here on "meta", whose values cannot
+    # be copied to the CPU at all) keep a fused group's counters beside them in eager mode
+    weight = torch.nn.Parameter(torch.empty(2, device="meta"))
+    group = {"params": [weight], "capturable": False, "fused": True, "foreach": None, "lr": 1e-3}
+    on_meta = types.SimpleNamespace(param_groups=[group], state={weight: {"step": torch.zeros((), device="meta")}})
+    align_optimizer(on_meta, capturable=False, fused=True)
+    assert on_meta.state[weight]["step"].device.type == "meta"
+
+
+def test_a_resumed_run_steps_with_the_adam_it_asks_for_not_the_checkpoints(tmp_path):
+    """A checkpoint's optimizer groups carry the implementation they were saved with; the resumed run's own
+    ``--optim`` decides (fused from a foreach checkpoint, and foreach from a fused one)."""
+    from transformers import TrainerCallback
+
+    from hf_treelang.train.loop import train
+    from tiny_run import tiny_run
+
+    class FusedFlag(TrainerCallback):
+        flags = []
+
+        def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+            self.flags.append(bool(getattr(optimizer, "optimizer", optimizer).param_groups[0]["fused"]))
+
+    for saved, resumed in (("adamw_torch", "adamw_torch_fused"), ("adamw_torch_fused", "adamw_torch")):
+        first = tmp_path / f"first-{saved}"
+        run_tiny("mlm", first, "--optim", saved)
+        target = tmp_path / f"{saved}-to-{resumed}"
+        target.mkdir()
+        shutil.copytree(first / "checkpoint-3", target / "checkpoint-3")
+        FusedFlag.flags = []
+        train(tiny_run("mlm", target, "--optim", resumed, "--resume_from_checkpoint", str(target / "checkpoint-3")),
+              callbacks=[FusedFlag()])
+        assert len(FusedFlag.flags) == 9 and set(FusedFlag.flags) == {resumed == "adamw_torch_fused"}
 
 
 def test_a_fused_adam_run_trains_as_the_foreach_one_and_resumes_byte_identically(tmp_path):
@@ -279,3 +317,44 @@ def test_a_fused_adam_run_trains_as_the_foreach_one_and_resumes_byte_identically
     first = load_file(tmp_path / "full" / "model.safetensors")
     second = load_file(resumed_dir / "model.safetensors")
     assert all(torch.equal(first[key], second[key]) for key in first)
+
+
+def test_the_graph_steps_warm_up_sees_the_layout_its_capture_sees(monkeypatch):
+    """A compiled model is specialised to its inputs' strides: the warm-up steps, which compile it, must see the
+    layout of the captured (contiguous) copies, or it compiles again inside the capture. A stacked ensemble's batches
+    are strided slices. The CUDA calls are stood in for, so the step's control flow runs on the CPU."""
+    import contextlib
+
+    import hf_treelang.train.trainer as trainer
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        replays = 0
+
+        def replay(self):
+            Graph.replays += 1
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph: contextlib.nullcontext())
+    seen = []
+
+    def body(inputs):
+        seen.append(inputs["input_ids"].stride())
+        return (inputs["input_ids"].sum(),)
+
+    optimizer = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+    step = trainer.CUDAGraphStep(body, optimizer)
+    data = torch.arange(4 * 10 * 8).view(4, 10, 8)  # (N, P, T) members' training sets
+    batches = [data[:, rows] for rows in (slice(0, 3), slice(3, 6), slice(6, 9), slice(1, 4), slice(2, 5))]
+    assert not batches[0].is_contiguous()  # (N, B, T) with the strides of (N, P, T)
+    for batch in batches:
+        step({"input_ids": batch})
+    assert len(seen) == trainer.CUDAGraphStep.warmup_steps + 1  # three warm-up steps and the capture; then replays
+    assert set(seen) == {batches[0].contiguous().stride()}
+    assert Graph.replays == 2 and torch.equal(step.static_inputs["input_ids"], batches[-1])  # replayed on a copy

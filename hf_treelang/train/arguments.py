@@ -413,9 +413,12 @@ class TreeLangTrainingArguments(TrainingArguments):
             obstacles.append(f"gradient_accumulation_steps {self.gradient_accumulation_steps}")
         if getattr(self, "gradient_checkpointing", False) or getattr(self, "activation_checkpointing", False):
             obstacles.append("gradient checkpointing (its recomputation is not captured)")
-        if self.torch_compile and self.torch_compile_mode in COMPILE_MODES_WITH_GRAPHS:
-            obstacles.append(f"torch_compile_mode {self.torch_compile_mode!r} (inductor's own CUDA graphs are not "
-                             "captured a second time; use 'default' or 'max-autotune-no-cudagraphs')")
+        compile_mode = self.torch_compile_mode or os.environ.get("ACCELERATE_DYNAMO_MODE")  # accelerate's fallback
+        if self.torch_compile and compile_mode in COMPILE_MODES_WITH_GRAPHS:
+            obstacles.append(f"torch_compile_mode {compile_mode!r} (inductor's own CUDA graphs are not captured a "
+                             "second time; use 'default' or 'max-autotune-no-cudagraphs')")
+        elif self.torch_compile and self.torch_compile_backend == "cudagraphs":
+            obstacles.append("torch_compile_backend 'cudagraphs' (its own CUDA graphs are not captured a second time)")
         elif self.torch_compile and not requested:
             obstacles.append("torch_compile (a compiled step is captured only with --step_mode cuda_graph)")
         return obstacles

@@ -154,7 +154,8 @@ class CUDAGraphStep:
     first :attr:`warmup_steps` calls run it eagerly on a side stream (real steps: they warm up the allocator and
     create the optimizer's state); the next call captures it with the gradients set to None (so they live in the
     graph's memory) and replays it; later calls copy their inputs into the captured ones and replay. A batch of
-    another shape (the last, partial one of an epoch) runs eagerly.
+    another shape (the last, partial one of an epoch) runs eagerly. The warm-up and the capture see contiguous inputs,
+    so that a compiled model meets at the capture the layout it was compiled for in the warm-up.
     """
 
     warmup_steps = 3
@@ -176,6 +177,9 @@ class CUDAGraphStep:
                 self.static_inputs[key].copy_(value, non_blocking=True)
             self.graph.replay()
             return self.static_outputs
+        # the layout the capture will see: a compiled model (``--torch_compile``) is specialised to its inputs'
+        # strides, and a stacked ensemble's batches are strided slices, while the captured copies are contiguous
+        inputs = {key: value.contiguous() for key, value in inputs.items()}
         if self.graph is not None or self.calls < self.warmup_steps:
             self.calls += 1
             side = torch.cuda.Stream()
