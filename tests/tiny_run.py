@@ -1,5 +1,6 @@
 """The tiny training run the training tests share: ℓ = 2, q = 3, a 2-layer 32-wide model, 96 sequences, 1 epoch."""
 
+import torch
 from hf_treelang.train.loop import train
 from hf_treelang.train.run import runs_from_command_line
 
@@ -19,3 +20,17 @@ def tiny_run(task, output_dir, *extra):
 def run_tiny(task, output_dir, *extra):
     """Train the tiny run of ``task`` into ``output_dir`` with ``extra`` flags; returns the TrainingResult."""
     return train(tiny_run(task, output_dir, *extra))
+
+
+def weights_close(first: dict, second: dict, atol: float = 1e-5) -> bool:
+    """Two state dicts of runs that differ in float rounding only, equal to ``atol``, except the attentions' key
+    biases: softmax does not depend on them, so their gradient is rounding noise that Adam scales to ±lr per step."""
+    for key, value in first.items():
+        other = second[key]
+        if key.endswith("in_proj.bias"):  # [query; key; value] biases
+            width = value.shape[-1] // 3
+            value = torch.cat([value[..., :width], value[..., 2 * width:]], dim=-1)
+            other = torch.cat([other[..., :width], other[..., 2 * width:]], dim=-1)
+        if not torch.allclose(value, other, rtol=0, atol=atol):
+            return False
+    return True
