@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py --out DIR            # on a GPU: about 6 minutes on one H100
     python benchmarks/gpu_check.py --out DIR --tiny     # anywhere (the test suite runs it on the CPU)
+    python benchmarks/gpu_check.py --out DIR --sections throughput kernels    # some sections only
 
 Writes ``DIR/gpu_check.json`` (every number) and ``DIR/gpu_check.md`` (the tables), case by case, so that a run cut
 short keeps what it measured:
@@ -459,17 +460,23 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SECTIONS = {"equivalence": equivalence, "resume": resume, "sync": sync_check, "throughput": throughput,
+            "kernels": kernels}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--tiny", action="store_true", help="a tiny model and a few steps (the CPU test)")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; cases past it are skipped, named")
     parser.add_argument("--paper-steps", type=int, default=0, help="also train the paper's root run this far (0: no)")
+    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS),
+                        help="the sections to run (default: all; the environment always runs)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, args.tiny or not torch.cuda.is_available(), args.budget)
-    for section in (environment, equivalence, resume, sync_check, throughput, kernels):
+    for section in [environment] + [SECTIONS[name] for name in SECTIONS if name in args.sections]:
         section(check)
         check.save()
         print(f"{section.__name__}: done ({check.left():.0f} s of budget left)", flush=True)

@@ -34,3 +34,13 @@ def test_the_gpu_check_runs_at_a_tiny_size_and_writes_its_json_and_tables(tmp_pa
         assert profiled["device"] == "cpu" and profiled["busiest"][0]["name"].startswith("aten::")
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| eager -> eager | 20 |" in table and "Authors' loop" in table and "| paper x1 |" in table
+
+
+def test_the_gpu_check_runs_only_the_sections_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--tiny", "--sections", "kernels"])
+    check = runpy.run_path(str(ROOT / "benchmarks" / "gpu_check.py"), run_name="gpu_check")
+    assert check["main"]() == 0
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert results["environment"]["torch"] == torch.__version__ and len(results["kernels"]) == 1
+    assert not results["equivalence"] and not results["resume"] and not results["throughput"]
+    assert not results["authors_loop"] and not results["sync"]
