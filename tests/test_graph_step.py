@@ -7,6 +7,7 @@ across step modes. What cannot run here is the capture itself (CUDA); ``benchmar
 GPU. The fused Adam is the one capturable optimizer that also steps on a CPU.
 """
 
+import contextlib
 import json
 import shutil
 
@@ -21,6 +22,20 @@ from tiny_run import run_tiny, weights_close
 FUSED = ("--optim", "adamw_torch_fused", "--logging_steps", "1")
 
 
+def stand_in_cuda(monkeypatch, graph_class) -> None:
+    """Replace the CUDA calls of ``CUDAGraphStep`` (streams, capture) with no-ops and its graphs with ``graph_class``."""
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", graph_class)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph: contextlib.nullcontext())
+
+
 @pytest.fixture
 def simulated_graphs(monkeypatch):
     """Graph steps on the CPU (``--step_mode auto`` resolves to ``cuda_graph``); returns the graph steps made."""
@@ -30,10 +45,6 @@ def simulated_graphs(monkeypatch):
     def init(self, body, optimizer):
         original_init(self, body, optimizer)
         steps.append(self)
-
-    class Stream:
-        def wait_stream(self, other):
-            pass
 
     class Graph:
         def __init__(self):
@@ -51,22 +62,8 @@ def simulated_graphs(monkeypatch):
             for static, value in zip(step.static_outputs, step.body(step.static_inputs)):
                 static.copy_(value)
 
-    class Capture:
-        def __init__(self, graph):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
+    stand_in_cuda(monkeypatch, Graph)
     monkeypatch.setattr(trainer.CUDAGraphStep, "__init__", init)
-    monkeypatch.setattr(torch.cuda, "Stream", Stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
-    monkeypatch.setattr(torch.cuda, "stream", Capture)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
-    monkeypatch.setattr(torch.cuda, "graph", Capture)
     monkeypatch.setattr(trainer, "resolve_step_mode", lambda mode, args: "eager" if mode == "eager" else "cuda_graph")
     return steps
 
@@ -114,3 +111,33 @@ def test_a_checkpoint_resumes_across_step_modes_as_the_uninterrupted_run(tmp_pat
         assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
     else:
         assert weights_close(*weights)
+
+
+def test_the_graph_steps_warm_up_sees_the_layout_its_capture_sees(monkeypatch):
+    """A compiled model is specialised to its inputs' strides: the warm-up steps, which compile it, must see the
+    layout of the captured (contiguous) copies, or it compiles again inside the capture. A stacked ensemble's batches
+    are strided slices. The CUDA calls are stood in for, so the step's control flow runs on the CPU."""
+
+    class Graph:
+        replays = 0
+
+        def replay(self):
+            Graph.replays += 1
+
+    stand_in_cuda(monkeypatch, Graph)
+    seen = []
+
+    def body(inputs):
+        seen.append(inputs["input_ids"].stride())
+        return (inputs["input_ids"].sum(),)
+
+    optimizer = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+    step = trainer.CUDAGraphStep(body, optimizer)
+    data = torch.arange(4 * 10 * 8).view(4, 10, 8)  # (N, P, T) members' training sets
+    batches = [data[:, rows] for rows in (slice(0, 3), slice(3, 6), slice(6, 9), slice(1, 4), slice(2, 5))]
+    assert not batches[0].is_contiguous()  # (N, B, T) with the strides of (N, P, T)
+    for batch in batches:
+        step({"input_ids": batch})
+    assert len(seen) == trainer.CUDAGraphStep.warmup_steps + 1  # three warm-up steps and the capture; then replays
+    assert set(seen) == {batches[0].contiguous().stride()}
+    assert Graph.replays == 2 and torch.equal(step.static_inputs["input_ids"], batches[-1])  # replayed on a copy
