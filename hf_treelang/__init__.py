@@ -37,6 +37,8 @@ _LAZY = {
     "TreeLangForSequenceClassification": "hf_treelang.models.modeling_treelang",
     "TreeLangModel": "hf_treelang.models.modeling_treelang",
     "TreeLangPreTrainedModel": "hf_treelang.models.modeling_treelang",
+    "TreeLangTokenizer": "hf_treelang.models.tokenization_treelang",
+    "Vocabulary": "hf_treelang.core.vocabulary",
     "convert": "hf_treelang.models.convert",
     "ancestor_labels": "hf_treelang.data.metadata",
     "dataset_params": "hf_treelang.data.metadata",
@@ -82,9 +84,11 @@ def register() -> None:
             AutoModelForCausalLM,
             AutoModelForMaskedLM,
             AutoModelForSequenceClassification,
+            AutoTokenizer,
         )
 
         from .data.registration import register_dataset_builder
+        from .models.architectures import register_pooled_root_classifiers
         from .models.configuration_treelang import TreeLangConfig
         from .models.modeling_treelang import (
             TreeLangForCausalLM,
@@ -92,12 +96,16 @@ def register() -> None:
             TreeLangForSequenceClassification,
             TreeLangModel,
         )
+        from .models.tokenization_treelang import TreeLangTokenizer
 
     AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
     AutoModel.register(TreeLangConfig, TreeLangModel, exist_ok=True)
     AutoModelForMaskedLM.register(TreeLangConfig, TreeLangForMaskedLM, exist_ok=True)
     AutoModelForSequenceClassification.register(TreeLangConfig, TreeLangForSequenceClassification, exist_ok=True)
     AutoModelForCausalLM.register(TreeLangConfig, TreeLangForCausalLM, exist_ok=True)
+    # every run folder's tokenizer, whatever its architecture (its tokenizer_config.json names the class)
+    AutoTokenizer.register(TreeLangConfig, tokenizer_class=TreeLangTokenizer, exist_ok=True)
+    register_pooled_root_classifiers()  # root classification for Mamba, RWKV, ...: no such head in transformers
     register_dataset_builder()  # datasets.load_dataset("treelang", "k2") now builds our data
 
 

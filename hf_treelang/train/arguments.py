@@ -25,6 +25,7 @@ from transformers.trainer_utils import SchedulerType
 from hf_treelang.core.masking import check_mask_rate
 from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.help_format import HelpFormatter
+from hf_treelang.models.architectures import TREELANG, patch_config
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from . import laptop_settings as laptop
@@ -38,6 +39,9 @@ DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_s
 TASK_CONFIG_FIELDS = ("is_causal",)  # set by the task's model class, not a run argument
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
+# The flags that choose another architecture (transformers' example scripts' names); at their defaults a run is the
+# TreeLang encoder's, and its identity is what it was before they existed.
+OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "config_name": None}
 
 TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
@@ -219,6 +223,37 @@ class ModelArguments:
         metadata={"help": "Finetuning: train only the root readout; the frozen encoder runs in eval mode (no dropout), "
                   "as the authors' freeze_encoder_weights (Fig. 1f)."},
     )
+    model_type: str = field(
+        default=TREELANG,
+        metadata={"help": "The architecture: 'treelang' (the paper's encoder, sized by the flags above) or any model "
+                  "type of transformers (bert, roberta, modernbert, distilbert, gpt2, llama, mamba, ...) or one "
+                  "registered with AutoConfig.register, built with AutoModelFor<task>.from_config after its config "
+                  "is fitted to the TreeLang vocabulary (hf_treelang.models.architectures); size it with "
+                  "--config_overrides."},
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "With another --model_type: 'field=value,...' set on its config, e.g. "
+                  "'hidden_size=64,num_hidden_layers=4,num_attention_heads=1,intermediate_size=256' (as "
+                  "transformers' run_mlm.py)."},
+    )
+    config_name: str | None = field(
+        default=None,
+        metadata={"help": "With another --model_type: a local config.json (or its folder) to start from instead of "
+                  "the type's defaults; its values are kept, --config_overrides applied on top."},
+    )
+
+    @property
+    def is_treelang(self) -> bool:
+        """Whether the model is the TreeLang encoder (else an architecture of transformers, patched)."""
+        return self.model_type == TREELANG and self.config_name is None
+
+    def patched_config(self, data_args: DataArguments, task: str):
+        """The :class:`~hf_treelang.models.architectures.PatchedConfig` of another architecture for ``task``
+        (``"mlm"``, ``"clm"`` or ``"root"``) on ``data_args``' data."""
+        return patch_config(None if self.config_name is not None and self.model_type == TREELANG else
+                            self.model_type, task, data_args.num_symbols, data_args.depth,
+                            config_overrides=self.config_overrides, config_name=self.config_name)
 
     def model_kwargs(self, depth: int) -> dict:
         """Architecture keyword arguments for ``TreeLangConfig.from_data``: every field of ARCHITECTURE_FIELDS."""
@@ -594,7 +629,25 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
+    check_architecture_flags(model_args, ensemble_args, explicit)
     return data_args, model_args, training_args, ensemble_args, frozenset(explicit)
+
+
+def check_architecture_flags(model_args: ModelArguments, ensemble_args, explicit: set) -> None:
+    """The TreeLang encoder is sized by its own flags, another architecture by ``--config_overrides``: a flag of the
+    one given for the other is refused, as is a stacked ensemble of another architecture."""
+    if not model_args.is_treelang:
+        given = sorted(set(explicit) & set(ARCHITECTURE_FIELDS))
+        if given:
+            raise ValueError(f"--{given[0]} sizes the TreeLang encoder; a {model_args.model_type!r} model takes "
+                             f"its sizes from --config_overrides (e.g. 'hidden_size=64,num_hidden_layers=4')")
+        if ensemble_args is not None and ensemble_args.requested:
+            raise ValueError(f"--ensemble_seeds / --ensemble_k_train stack TreeLang encoders into one model; a "
+                             f"{model_args.model_type!r} model trains one run per process: run its seeds as a "
+                             f"sweep (hf-treelang sweep) or one by one")
+    elif model_args.config_overrides is not None:
+        raise ValueError(f"--config_overrides {model_args.config_overrides!r} sets fields of another architecture "
+                         f"(--model_type); the TreeLang encoder is sized by its own flags (--hidden_size, ...)")
 
 
 __all__ = [

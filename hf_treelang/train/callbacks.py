@@ -60,6 +60,7 @@ from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import write_json_atomic
 
+SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model puts outside the q symbols
 KL_POSITION_KEY = "kl_position"  # next-leaf prediction: eval_kl_position{i}, the KL to BP_{k_train} at position i
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
@@ -85,6 +86,30 @@ class BPTargets:
     bp_accuracy: dict = field(default_factory=dict)
     reference_sizes: dict = field(default_factory=dict)
     exact_loss: float | None = None  # next-leaf prediction: -log P_{k_train}(x) / 2**l, mean over the in-sample set
+
+
+def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
+    """(log-probabilities over the q symbols, the mean probability outside them) of ``logits`` (..., V), V >= q.
+
+    The first q ids are the symbols (:class:`hf_treelang.core.vocabulary.Vocabulary`); an architecture of
+    transformers also scores its special ids. The symbols' logits are renormalised among themselves, which is the
+    model's distribution conditioned on predicting a symbol, and the probability the model put on the other ids,
+    averaged over the predictions, is returned beside it so that nothing is renormalised away silently (0.0 when
+    V = q).
+
+    Example:
+        >>> log_p, mass = symbol_log_probabilities(torch.log(torch.tensor([[0.3, 0.5, 0.2]])), num_symbols=2)
+        >>> [round(v, 3) for v in log_p.exp()[0].tolist()], round(mass, 3)
+        ([0.375, 0.625], 0.2)
+    """
+    logits = logits.to(torch.float64)
+    if logits.shape[-1] < num_symbols:
+        raise ValueError(f"the model's logits cover {logits.shape[-1]} ids, fewer than the q = {num_symbols} symbols")
+    symbols = log_probabilities(logits[..., :num_symbols], from_logits=True)  # (..., q)
+    if logits.shape[-1] == num_symbols:
+        return symbols, 0.0
+    inside = torch.logsumexp(logits[..., :num_symbols], -1) - torch.logsumexp(logits, -1)  # (...,) log P(symbol)
+    return symbols, float((-torch.expm1(inside)).mean()) if inside.numel() else 0.0
 
 
 def reference_count(num_test: int, depth: int, reference_size: int | None) -> int:
@@ -167,6 +192,7 @@ class BPKLCallback(TrainerCallback):
                                                                             MAX_SIZE)
         self.targets: BPTargets | None = None
         self.trainer = None
+        self.special_mass = 0.0  # of the last model_log_probabilities call: the mean probability off the symbols
 
     def attach(self, trainer) -> "BPKLCallback":
         """Add this callback to ``trainer`` and log through ``trainer.log``; returns self."""
@@ -221,7 +247,9 @@ class BPKLCallback(TrainerCallback):
     @torch.no_grad()
     def model_log_probabilities(self, model, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         """(n, q) float64 log-probabilities of the network for the predicted variable, (n, 2**ℓ, q) for every next
-        leaf (eval mode, batched)."""
+        leaf (eval mode, batched), over the q symbols: a model whose logits cover more ids (an architecture of
+        transformers, with the special ids q, q + 1) is renormalised over the symbols' logits, and the mass it put
+        elsewhere is :attr:`special_mass` of the last call (see :func:`symbol_log_probabilities`)."""
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
@@ -236,7 +264,8 @@ class BPKLCallback(TrainerCallback):
                 chunks.append(logits.detach().to("cpu", torch.float64))
         finally:
             model.train(was_training)
-        return log_probabilities(torch.cat(chunks), from_logits=True)
+        log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols)
+        return log_model
 
     def compute(self, model, prefix: str = "eval_") -> dict:
         """Every comparison with BP for the current ``model``: a flat dict of floats (keys in the module docstring)."""
@@ -244,6 +273,7 @@ class BPKLCallback(TrainerCallback):
         out = {}
         in_sample = targets.in_sample
         log_model = self.model_log_probabilities(model, in_sample.inputs, in_sample.positions)  # (n, [2**l,] q)
+        out[f"{prefix}{SPECIAL_MASS_KEY}"] = self.special_mass
         if targets.exact_loss is not None:
             # the model's cross-entropy per leaf on the in-sample sequences, less their exact one under BP_{k_train}
             log_true = log_model.gather(-1, in_sample.labels.unsqueeze(-1).to(log_model.device))  # (n, 2**l, 1)

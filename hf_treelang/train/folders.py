@@ -199,8 +199,9 @@ def clear_previous_run(output_dir) -> list:
 # ---------------------------------------------------------------- what a run starts or resumes from
 
 
-def read_model_config(name: str, path) -> tuple[Path, dict]:
-    """Check that ``path`` is a TreeLang model folder without loading it; returns (folder, config.json as a dict).
+def read_model_config(name: str, path, model_type: str = "treelang") -> tuple[Path, dict]:
+    """Check that ``path`` is a model folder of ``model_type`` (default: a TreeLang model) without loading it;
+    returns (folder, config.json as a dict).
 
     The errors name ``name`` (the parameter that gave the folder) and say what the folder lacks.
     """
@@ -223,17 +224,19 @@ def read_model_config(name: str, path) -> tuple[Path, dict]:
     if not isinstance(config, dict):
         raise ValueError(f"`{name}` {str(folder)!r}: config.json holds a {type(config).__name__}, not a JSON "
                          f"object; expected {MODEL_FOLDER}")
-    if config.get("model_type") != "treelang":
+    if config.get("model_type") != model_type:
+        expected = MODEL_FOLDER if model_type == "treelang" else f"a {model_type} model folder"
         raise ValueError(f"`{name}` {str(folder)!r} has model_type {config.get('model_type')!r}; expected "
-                         f"{MODEL_FOLDER}")
+                         f"{expected}")
     if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
         raise ValueError(f"`{name}` {str(folder)!r} has a config.json but no weights (expected one of "
                          f"{', '.join(WEIGHT_FILES)}); expected {MODEL_FOLDER}")
     return folder, config
 
 
-def check_resume_checkpoint(path) -> tuple[Path, dict]:
-    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`); returns (folder, config)."""
+def check_resume_checkpoint(path, model_type: str = "treelang") -> tuple[Path, dict]:
+    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`) of a ``model_type`` model;
+    returns (folder, config)."""
     name = "resume_from_checkpoint"
     expected = f"a checkpoint-N folder written by the Trainer (config.json, weights, {', '.join(RESUME_FILES)})"
     folder = Path(path)
@@ -254,7 +257,7 @@ def check_resume_checkpoint(path) -> tuple[Path, dict]:
     if missing:
         raise ValueError(f"`{name}` {str(folder)!r} is incomplete (a save interrupted?): it lacks "
                          f"{', '.join(missing)}; expected {expected}")
-    return read_model_config(name, folder)
+    return read_model_config(name, folder, model_type)
 
 
 # ---------------------------------------------------------------- when a run is complete

@@ -47,6 +47,7 @@ from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import TrainOutput
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.models.architectures import build_model as build_architecture
 from hf_treelang.models.loading import load_pretrained
 from hf_treelang.models.modeling_treelang import (
     TreeLangForCausalLM,
@@ -90,7 +91,7 @@ from .folders import (
     write_run_complete,
 )
 from .launch import leave_process_group, relaunch_data_parallel_cpu
-from .outputs import write_outputs
+from .outputs import ARCHITECTURE_FILE, write_outputs, write_tokenizer
 from .readout import keep_frozen_in_eval_mode
 from .run import MEMBERS_DIR, Run, check_output, check_together, runs_from_command_line
 from .trainer import EnsembleTrainer, MemberState, RunDataCache, member_log_history, trainer_for
@@ -150,7 +151,22 @@ def build_model(run: Run):
             model.freeze_encoder()
             keep_frozen_in_eval_mode(model)
         return model
+    if not model_args.is_treelang:
+        return build_architecture(model_args.patched_config(data_args, run.model_task), run.model_task)
     return MODEL_CLASSES[run.model_task](model_args.config(data_args))
+
+
+def next_leaf_cross_entropy(outputs, labels, num_items_in_batch=None):
+    """The loss of next-leaf prediction for a causal model of transformers (``compute_loss_func``): row i of the
+    logits, which has read ``[BOS, x_0 .. x_{i-1}]``, predicts label i, unshifted — the package's causal layout
+    (:func:`hf_treelang.core.oracle.next_leaf_inputs`); the models' own loss would shift the labels once more."""
+    logits = outputs["logits"]  # (b, 2**l, V)
+    labels = labels.to(logits.device)  # (b, 2**l)
+    if num_items_in_batch is None:
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+    total = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                                              reduction="sum")
+    return total / num_items_in_batch
 
 
 def argmax_logits(logits, labels):
@@ -310,9 +326,10 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
             if record_identity is not None:  # after start_run_folder, which clears the previous run's files
                 write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
                                resumed_from=record_identity["resumed_from"])
+        other = {} if run.model_args.is_treelang or task != "clm" else {"compute_loss_func": next_leaf_cross_entropy}
         trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
                               eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
-                              preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks)
+                              preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks, **other)
         bp_callback.attach(trainer)
         ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
         start = time.perf_counter()
@@ -326,6 +343,10 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
             trainer.save_model(output_dir)
             trainer.save_state()
             data.grammar.save(os.path.join(output_dir, "grammar.json"))
+            write_tokenizer(output_dir, data_args.num_symbols, task)
+            if not run.model_args.is_treelang:
+                write_json_atomic(os.path.join(output_dir, ARCHITECTURE_FILE),
+                                  run.model_args.patched_config(data_args, task).summary())
             write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
                           train_runtime, train_output, trainer.state.global_step)
             write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
@@ -511,6 +532,7 @@ def _write_member(trainer, index: int, state: MemberState, final: dict, history:
     stacked = trainer.accelerator.unwrap_model(trainer.model)
     stacked.member_model(index).save_pretrained(output_dir)
     state.data.grammar.save(os.path.join(output_dir, "grammar.json"))
+    write_tokenizer(output_dir, state.data.grammar.num_symbols, state.run.model_task)
     log_history = member_log_history(trainer.state.log_history, state.name)
     member_state = TrainerState(global_step=global_step, max_steps=trainer.state.max_steps,
                                 num_train_epochs=trainer.state.num_train_epochs, epoch=trainer.state.epoch,
@@ -574,6 +596,8 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
         print("\n".join(summary_lines(result, runs)))
         return 0
     (run,) = runs
+    if not run.model_args.is_treelang and run.training_args.process_index == 0:
+        print(run.model_args.patched_config(run.data_args, run.model_task).describe())
     result = train(run)
     leave_process_group()
     if run.training_args.process_index == 0:

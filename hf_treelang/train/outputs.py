@@ -17,6 +17,7 @@ import os
 import string
 
 from hf_treelang.citation import BIBTEX
+from hf_treelang.models.tokenization_treelang import TreeLangTokenizer
 from hf_treelang.plotting import level_color, pyplot, save_figure
 
 from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
@@ -257,6 +258,16 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
     }
     with open(template_path) as handle:
         return string.Template(handle.read()).substitute(values)
+
+
+ARCHITECTURE_FILE = "architecture.json"  # another architecture's run: what fitting its config to the data changed
+
+
+def write_tokenizer(output_dir, num_symbols: int, task: str) -> None:
+    """Save the run's :class:`~hf_treelang.models.tokenization_treelang.TreeLangTokenizer` next to its weights, so
+    that ``AutoTokenizer.from_pretrained`` and ``pipeline(..., model=output_dir)`` work on the folder (a causal run's
+    tokenizer starts every sequence with the beginning-of-sequence token)."""
+    TreeLangTokenizer(num_symbols=num_symbols, causal=task == "clm").save_pretrained(os.fspath(output_dir))
 
 
 def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,

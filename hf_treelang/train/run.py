@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
+from hf_treelang.models.architectures import build_model as build_architecture
+from hf_treelang.models.architectures import check_runs
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
+    OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
     TASKS,
     DataArguments,
@@ -310,8 +313,11 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     check_task(task)
     data_args.validate()
     training_args.validate()
-    config = model_args.config(data_args)
     model_task = model_task_of(task)
+    if not model_args.is_treelang:
+        check_other_architecture(task, data_args, model_args, training_args)
+        return
+    config = model_args.config(data_args)
     resume = training_args.resume_from_checkpoint
     if resume is not None:
         if training_args.overwrite_output_dir:
@@ -364,6 +370,31 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
         raise ValueError(f"`classifier_hidden_size` must be 0 (the paper's linear readout) for a {task} run from "
                          f"scratch, got {config.classifier_hidden_size}: the authors' two-layer head is the new head "
                          "of run_finetune.py on an MLM checkpoint")
+    check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
+
+
+def check_other_architecture(task: str, data_args, model_args, training_args) -> None:
+    """The checks of a run of another architecture (``--model_type``): its config fitted to the data and one
+    forward pass at 2**ℓ leaves (:mod:`hf_treelang.models.architectures`), and the TreeLang-only features refused."""
+    if task == "finetune":
+        raise ValueError(f"run_finetune.py fine-tunes a TreeLang MLM checkpoint (--model_name_or_path); "
+                         f"--model_type {model_args.model_type!r} trains from scratch with run_root.py")
+    if model_args.model_name_or_path is not None:
+        raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
+    if task == "clm" and data_args.mask_rate is not None:
+        raise ValueError(f"`mask_rate` is only used by MLM, got {data_args.mask_rate!r}")
+    if task == "mlm" and training_args.remove_unused_columns:
+        raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
+                         "by its example_index column), got True")
+    model_task = model_task_of(task)
+    patched = model_args.patched_config(data_args, model_task)
+    check_runs(build_architecture(patched, model_task), data_args.num_symbols, data_args.depth)
+    resume = training_args.resume_from_checkpoint
+    if resume is not None:
+        if training_args.overwrite_output_dir:
+            raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
+                             f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
+        check_resume_checkpoint(resume, patched.model_type)
     check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
 
 
@@ -447,6 +478,10 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
 
     if not runs:
         raise ValueError("an ensemble needs at least one run, got none")
+    other = [run for run in runs if not run.model_args.is_treelang]
+    if other:
+        raise ValueError(f"an ensemble stacks TreeLang encoders into one model; run {other[0].name or 0!r} is a "
+                         f"{other[0].model_args.model_type!r} model: train it on its own (or in a sweep)")
     task = runs[0].task
     if task not in MODEL_TASKS or any(run.task != task for run in runs):
         raise ValueError(f"an ensemble trains {' or '.join(MODEL_TASKS)} models from scratch (run_root.py, "
@@ -556,6 +591,9 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     data["k_test"] = data_args.test_levels()
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))
     model["num_hidden_layers"] = model_args.model_kwargs(data_args.depth)["num_hidden_layers"]
+    for name, default in OTHER_ARCHITECTURE_FIELDS.items():  # a TreeLang run's identity is what it always was
+        if model[name] == default:
+            del model[name]
     start = model.pop("model_name_or_path")
     everything = training_args.to_dict()
     training = _normalised(TreeLangTrainingArguments,

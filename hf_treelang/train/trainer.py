@@ -402,8 +402,15 @@ class TreeLangTrainer(ResumesWhole, Trainer):
     # -- the step
 
     def forward_loss(self, model, inputs: dict) -> tuple:
-        """(the loss to differentiate, the loss to log) of one batch; an ensemble returns the members' sum and mean."""
-        loss = model(**inputs)["loss"]
+        """(the loss to differentiate, the loss to log) of one batch; an ensemble returns the members' sum and mean.
+        With a ``compute_loss_func`` (a causal model of transformers, whose own loss shifts the labels) the labels go
+        to that function instead of the model, as in ``Trainer.compute_loss``."""
+        if self.compute_loss_func is not None:
+            inputs = dict(inputs)
+            labels = inputs.pop("labels")
+            loss = self.compute_loss_func(model(**inputs), labels)
+        else:
+            loss = model(**inputs)["loss"]
         return loss, loss.detach()
 
     def clip_gradients(self, model) -> torch.Tensor:
