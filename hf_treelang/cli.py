@@ -369,6 +369,11 @@ def _run(name: str, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as error:
         sys.stderr.write(f"{PROG} {name}: error: {error}\n")
         return 2
+    if getattr(args, "no_progress", False):
+        # the libraries' own bars too ("Writing model shards", "Loading weights", dataset generation)
+        from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal  # lazy: loads transformers
+
+        quiet_progress_bars_off_terminal(force=True)
     module = importlib.import_module(COMMANDS[name][0])
     return module.run(args) or 0
 

@@ -62,7 +62,7 @@ class TreeLangConfig(PreTrainedConfig):
         hidden_dropout_prob (`float`, defaults to 0.1): dropout after the positional encoding, inside the
             feed-forward block and on both residual branches (as in `torch.nn.TransformerEncoderLayer`).
         attention_probs_dropout_prob (`float`, defaults to 0.1): dropout on the attention probabilities.
-        layer_norm_eps (`float`, defaults to 1e-5): epsilon of the post-residual layer norms.
+        layer_norm_eps (`float`, defaults to 1e-5): epsilon of the post-residual layer norms (any positive value).
         classifier_pooling (`str`, defaults to `"concat"`): root readout input; `"concat"` flattens the final tokens
             position-wise into a `d * 2**depth` vector (the paper), `"mean"` averages them into a `d` vector.
         classifier_hidden_size (`int`, defaults to 0): hidden units H of the root readout. 0 is the paper's linear
@@ -80,6 +80,9 @@ class TreeLangConfig(PreTrainedConfig):
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+        bos_token_id (`int`, defaults to q): the causal language model's beginning-of-sequence id, q (the mask
+            token's id; no head uses both). Assignable like every config attribute; `validate()` (which
+            `save_pretrained` runs) requires q.
         is_causal (`bool`, defaults to False): causal self-attention (position i attends to positions <= i), the
             attention of [`TreeLangForCausalLM`], whose config always has it True; the masked-LM and root heads
             always have it False. A bare [`TreeLangModel`] follows it: with True it is the causal model's encoder
@@ -110,6 +113,7 @@ class TreeLangConfig(PreTrainedConfig):
     sigma: float = 1.0
     grammar_seed: int = 0
     is_causal: bool = False
+    bos_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
         # A derived size saved by `to_dict` of older files or passed by callers must agree with `depth`.
@@ -123,9 +127,22 @@ class TreeLangConfig(PreTrainedConfig):
             raise ValueError(
                 f"max_position_embeddings must equal 2**depth = {2**self.depth}, got {max_positions}"
             )
+        if self.bos_token_id is None:
+            self.bos_token_id = self.vocab_size - 1
         super().__post_init__(**kwargs)
         if self.id2label is None or len(self.id2label) != self.num_symbols:
             self._name_symbol_labels()
+
+    def validate(self):
+        """transformers' validation (run by `save_pretrained`), then `validate_bos_token_id`."""
+        super().validate()
+        self.validate_bos_token_id()
+
+    def validate_bos_token_id(self):
+        """The causal language model's beginning-of-sequence id is q, the mask token's id (no head uses both)."""
+        if self.bos_token_id != self.vocab_size - 1:
+            raise ValueError(f"`bos_token_id` must be q = {self.vocab_size - 1} (the mask id, which the causal "
+                             f"language model reads as the beginning of sequence), got {self.bos_token_id!r}")
 
     def _name_symbol_labels(self) -> None:
         # The root classifier predicts one of the q symbols.
@@ -162,8 +179,8 @@ class TreeLangConfig(PreTrainedConfig):
             ("num_attention_heads", positive_int(self.num_attention_heads), "an integer >= 1"),
             ("intermediate_size", positive_int(self.intermediate_size), "an integer >= 1"),
             ("hidden_act", self.hidden_act in ACTIVATIONS, f"one of {ACTIVATIONS}"),
-            ("layer_norm_eps", _is_real(self.layer_norm_eps) and 0.0 < self.layer_norm_eps < 1.0,
-             "a real number in (0, 1)"),
+            ("layer_norm_eps", _is_real(self.layer_norm_eps) and self.layer_norm_eps > 0.0,
+             "a positive finite real number"),
             ("hidden_dropout_prob", 0.0 <= self.hidden_dropout_prob < 1.0, "in [0, 1)"),
             ("attention_probs_dropout_prob", 0.0 <= self.attention_probs_dropout_prob < 1.0, "in [0, 1)"),
             ("classifier_pooling", self.classifier_pooling in POOLINGS, f"one of {POOLINGS}"),
@@ -223,11 +240,6 @@ class TreeLangConfig(PreTrainedConfig):
     @property
     def mask_token_id(self) -> int:
         """Id of the mask token, q."""
-        return self.vocab_size - 1
-
-    @property
-    def bos_token_id(self) -> int:
-        """Id of the causal language model's beginning-of-sequence token, q (the mask token's id; no head uses both)."""
         return self.vocab_size - 1
 
     @property

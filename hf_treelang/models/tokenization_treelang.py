@@ -1,6 +1,7 @@
 """The TreeLang tokenizer: symbols as readable tokens, for every architecture trained on TreeLang data.
 
-A sequence is its symbols written as numbers separated by spaces, ``"3 0 1 [MASK] 2 ..."``; the ids follow
+A sequence is its symbols written as numbers separated by spaces, ``"3 0 1 [MASK] 2 ..."`` (decoding writes every
+token after a space, so that a decoded continuation appends to its prompt); the ids follow
 :class:`hf_treelang.core.vocabulary.Vocabulary` (symbol ``i`` is id ``i``, ``[MASK]`` is q, ``[PAD]`` is q + 1).
 Every run folder holds one (``tokenizer_config.json``), so that ``AutoTokenizer.from_pretrained(RUN)`` and the
 ``pipeline("fill-mask" | "text-generation" | "text-classification", model=RUN)`` work offline on a run of any
@@ -14,8 +15,8 @@ Example:
     >>> tokenizer = TreeLangTokenizer(num_symbols=4)
     >>> tokenizer("3 0 [MASK] 1")["input_ids"]
     [3, 0, 4, 1]
-    >>> tokenizer.decode([3, 0, 4, 1])
-    '3 0 [MASK] 1'
+    >>> tokenizer.decode([3, 0, 4, 1])  # each token after a space, as GPT-2's tokenizer writes words
+    ' 3 0 [MASK] 1'
     >>> TreeLangTokenizer(num_symbols=4, causal=True)("3 0")["input_ids"]
     [4, 3, 0]
 """
@@ -79,7 +80,9 @@ class TreeLangTokenizer(PreTrainedTokenizer):
         raise ValueError(f"id {index} is not a TreeLang id: the vocabulary has ids 0 .. {self.vocabulary.size - 1}")
 
     def convert_tokens_to_string(self, tokens: list) -> str:
-        return " ".join(tokens)
+        # each token after a space, as GPT-2's tokenizer writes words: a continuation decoded on its own (what
+        # pipeline("text-generation") appends to its prompt) stays separated from the prompt's last symbol
+        return "".join(" " + token for token in tokens)
 
     def build_inputs_with_special_tokens(self, token_ids_0: list, token_ids_1: list | None = None) -> list:
         if token_ids_1 is not None:

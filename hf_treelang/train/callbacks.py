@@ -437,12 +437,13 @@ def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str
     return " · ".join(parts)
 
 
-def quiet_progress_bars_off_terminal(stream=None) -> bool:
+def quiet_progress_bars_off_terminal(stream=None, *, force: bool = False) -> bool:
     """Turn off the progress bars of ``datasets`` and ``transformers`` (``Generating train split``, ``Writing model
-    shards``) when ``stream`` (default ``sys.stderr``, where tqdm draws) is not a terminal, so that a log file holds
-    no ``\r`` redraws; returns whether it did. The scripts call it; a library caller keeps its own settings."""
+    shards``, ``Loading weights``) when ``stream`` (default ``sys.stderr``, where tqdm draws) is not a terminal, so
+    that a log file holds no ``\r`` redraws, or always with ``force`` (a command's ``--no-progress``); returns
+    whether it did. The scripts and the command line call it; a library caller keeps its own settings."""
     stream = sys.stderr if stream is None else stream
-    if getattr(stream, "isatty", lambda: False)():
+    if not force and getattr(stream, "isatty", lambda: False)():
         return False
     import datasets
     import transformers
