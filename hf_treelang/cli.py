@@ -134,6 +134,14 @@ def _dynamics_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="figure title (default: none)")
 
 
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+",
+                        help="training output folders of run_mlm.py, run_clm.py or run_root.py, of any --model_type; "
+                             "runs that differ only in --seed are aggregated as mean ± std")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--title", default="", help="figure title (default: none)")
+
+
 GENERATE_MAX_SAMPLES = 10**6  # hf_treelang.analysis.generation.MAX_SAMPLES
 
 
@@ -276,6 +284,15 @@ COMMANDS = {
         "Ancestor probes per (encoder layer, ancestor level) on frozen hidden states (paper Fig. 3b, App. "
         "E.6-E.7). Writes probe.png and probe.json (probe_ends.* with --positions ends).",
         _probe_arguments,
+    ),
+    "compare": (
+        "hf_treelang.analysis.compare",
+        "runs of any architectures side by side against the exact oracle: a table and a figure",
+        "Runs of any architectures (--model_type) side by side: architecture, parameters, steps/s, the closest BP_k "
+        "along training and the climb times t_k, the final KL to the matched BP, the accuracy next to BP's per "
+        "k_test, the probability on non-symbol ids and a causal run's excess loss; runs that differ only in their "
+        "seed as mean ± std. Writes compare.md, compare.json, compare.csv and compare.png.",
+        _compare_arguments,
     ),
     "dynamics": (
         "hf_treelang.analysis.dynamics",

@@ -96,8 +96,9 @@ def spec_runs(spec: SweepSpec, out) -> list:
     check_arguments(spec.base, where="SPEC base")
     for axis, values in spec.grid.items():
         for value in values:
-            check_arguments({axis: value}, where=f"SPEC grid axis `{axis}`")
-        if axis not in result_arguments():
+            check_arguments(spec.arguments({axis: value}), where=f"SPEC grid axis `{axis}`")
+        names = set().union(*(value for value in values)) if isinstance(values[0], dict) else {axis}
+        if not names & result_arguments():
             raise ValueError(f"SPEC grid axis `{axis}` does not change a run's result (where it writes, what it logs, "
                              f"its threads): its grid points would be one run; set `{axis}` in base instead")
     runs, names = [], set()
@@ -106,7 +107,7 @@ def spec_runs(spec: SweepSpec, out) -> list:
         if name in names:
             raise ValueError(f"SPEC grid points {point} and another share the folder name {name!r}")
         names.add(name)
-        runs.append(sweep_run(spec.task, {**spec.base, **point}, out, name, point=point))
+        runs.append(sweep_run(spec.task, {**spec.base, **spec.arguments(point)}, out, name, point=point))
     return runs
 
 

@@ -8,6 +8,11 @@ the axes are written, each with a folder named after its grid point::
     {"task": "root", "base": {"depth": 2, "num_train": 256}, "grid": {"k_train": [0, 2], "seed": [0, 1]}}
     -> k_train=0,seed=0   k_train=0,seed=1   k_train=2,seed=0   k_train=2,seed=1
 
+An axis whose values are objects is *linked*: each object sets several run arguments together, e.g. an architecture
+with its sizes, ``"grid": {"architecture": [{"model_type": "bert", "config_overrides": "hidden_size=64"},
+{"model_type": "gpt2", "config_overrides": "n_embd=64"}], "seed": [0, 1, 2]}`` (folders ``architecture=bert,seed=0``,
+...).
+
 This module checks the SPEC's shape only (standard library); the run arguments are checked by
 :func:`hf_treelang.train.run.check_arguments` and resolved by :func:`~hf_treelang.train.run.resolve`.
 """
@@ -47,12 +52,23 @@ class SweepSpec:
     def to_dict(self) -> dict:
         return {"task": self.task, "base": self.base, "grid": self.grid}
 
+    @staticmethod
+    def arguments(point: dict) -> dict:
+        """The run arguments of a grid point: an axis of objects (a linked axis) sets each object's arguments
+        together, any other axis sets its own name."""
+        out = {}
+        for axis, value in point.items():
+            out.update(value if isinstance(value, dict) else {axis: value})
+        return out
+
 
 def point_name(point: dict) -> str:
     """A run's folder name from its grid point: ``k_train=0,seed=1`` (characters outside ``[A-Za-z0-9._=,+-]``
     become ``_``)."""
     parts = []
     for axis, value in point.items():
+        if isinstance(value, dict):  # a linked axis: named by its model_type where it has one
+            value = value.get("model_type", json.dumps(value, sort_keys=True, separators=(",", ":")))
         shown = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
         parts.append(f"{axis}={shown}")
     return _UNSAFE.sub("_", ",".join(parts)) or "run"
@@ -110,6 +126,16 @@ def load_spec(source) -> SweepSpec:
             raise ValueError(f"SPEC grid axis `{axis}` repeats a value: {values!r}")
         if axis in base:
             raise ValueError(f"SPEC sets `{axis}` both in `base` and as a grid axis; keep one")
+        linked = [isinstance(v, dict) for v in values]
+        if any(linked) and not all(linked):
+            raise ValueError(f"SPEC grid axis `{axis}` mixes objects and single values: a linked axis gives an "
+                             f"object of run arguments for every value")
+        for value in values if all(linked) else ():
+            if not value:
+                raise ValueError(f"SPEC grid axis `{axis}` has an empty object: give the arguments it sets")
+            both = sorted(set(value) & (set(base) | set(grid) - {axis}))
+            if both:
+                raise ValueError(f"SPEC grid axis `{axis}` sets `{both[0]}`, which base or another axis sets too")
     return SweepSpec(task=task, base=dict(base), grid={axis: list(values) for axis, values in grid.items()})
 
 
