@@ -274,7 +274,9 @@ def test_a_level_whose_argmax_bp_k_train_shares_on_nearly_every_input_is_exempt(
     _write(tmp_path, "dynamics/mlm.json", data)
     finding = CHECKS["1d"](tmp_path)
     assert finding.verdict == verdict  # 0.02 < 1/√1000 = 0.032: cannot be told apart; ≥ 1/√10000 = 0.01: can
-    assert finding.measured["bp_k_like_on_the_way"]["k1"].startswith("exempt") == (verdict == "reproduced")
+    evidence = finding.measured["bp_k_like_on_the_way"]
+    assert evidence["k1"].startswith("exempt") == (verdict == "reproduced")
+    assert evidence["exempt_when"].startswith(f"BP_j's argmax differs from BP_0's on < 1/√{num_in_sample} = ")
     assert finding.note == ""
 
 

@@ -171,6 +171,11 @@ def _levels(curves: dict) -> dict:
     return {int(key[1:]): _series(values) for key, values in curves.items()}
 
 
+def _by_level(values: dict | None) -> dict:
+    """``{"k0": x, "k3": y}`` as ``{0: x, 3: y}`` (missing or None: ``{}``)."""
+    return {int(key[1:]): value for key, value in (values or {}).items()}
+
+
 def _last(values: np.ndarray) -> float | None:
     finite = values[np.isfinite(values)]
     return float(finite[-1]) if finite.size else None
@@ -186,9 +191,10 @@ def _round(value, digits: int = 4):
     return value
 
 
-def _two_standard_errors(n: int) -> float:
-    """Two standard errors of a fraction measured on ``n`` inputs, at its largest (fraction 1/2): 1/√n."""
-    return 1.0 / math.sqrt(n)
+def _standard_error(fraction: float, n: int) -> float:
+    """Standard error of a fraction (an accuracy, an agreement) measured on ``n`` inputs: √(p(1 − p)/n); at its
+    largest, p = 1/2, 0.5/√n."""
+    return math.sqrt(fraction * (1 - fraction) / n)
 
 
 def _tree_distance(depth: int) -> np.ndarray:
@@ -268,8 +274,8 @@ def _check_calibration(data: dict, out: Path) -> tuple:
 
 
 def _closest_path(data: dict) -> tuple:
-    """(path, noise): the closest BP_k along training, repeats collapsed, after dropping the returns to a larger k
-    that are noise; and the steps of the dropped returns.
+    """(path, levels, noise): the closest BP_k along training, repeats collapsed, after dropping the returns to a
+    larger k that are noise; the closest BP_k of every evaluation, noise dropped; and the steps of the dropped returns.
 
     The closest BP_k of an evaluation is the argmin over k of the in-sample D_KL(BP_k ‖ model) (``closest_bp``). A
     return to a larger k is noise when it lasts one evaluation — not the last; the next evaluation is back at or below
@@ -302,19 +308,23 @@ def _intermediate_evidence(data: dict, levels: list, k_train: int) -> tuple:
     apart. Without those numbers (a file written before them) no level is exempt and the note says so."""
     depth = max(_levels(data["kl_bp"]))
     match = _levels(data.get("match_bp") or {})
-    passed = sorted({k for k in levels if k_train < k < depth}, reverse=True)
-    if passed and (k_train not in match or any(j not in match for j in passed)):
+    visited = sorted({k for k in levels if k_train < k < depth}, reverse=True)
+    if visited and (k_train not in match or any(j not in match for j in visited)):
         return {}, None, "the run logged no argmax agreement with every BP_k it passes (match_bp)"
-    n = data.get("num_in_sample")
-    disagreement = {int(key[1:]): value for key, value in (data.get("bp_argmax_disagreement") or {}).items()}
-    note = "" if n and disagreement else ("the file records no argmax disagreement between BP_k and BP_k_train "
-                                          "(written before it): no level exempted")
+    n, disagreement = data.get("num_in_sample"), _by_level(data.get("bp_argmax_disagreement"))
+    resolved = 2 * _standard_error(0.5, n) if n else None  # 1/√n
+    if n and disagreement:
+        evidence, note = {"exempt_when": f"BP_j's argmax differs from BP_{k_train}'s on < 1/√{n} = {resolved:.3f} "
+                                         f"of the {n} in-sample inputs"}, ""
+    else:
+        evidence, note = {}, ("the file records no argmax disagreement between BP_k and BP_k_train (written before "
+                              "it): no level exempted")
     steps = [int(s) for s in data["steps"]]
-    evidence, missing = {}, []
-    for j in passed:
-        if n and j in disagreement and disagreement[j] < _two_standard_errors(n):
+    missing = []
+    for j in visited:
+        if n and j in disagreement and disagreement[j] < resolved:
             evidence[f"k{j}"] = (f"exempt: argmax differs from BP_{k_train}'s on {disagreement[j]:.3f} of {n} inputs "
-                                 f"< 1/√{n} = {_two_standard_errors(n):.3f}")
+                                 f"< 1/√{n} = {resolved:.3f}")
             continue
         start = levels.index(j)
         found = next((i for i in range(start, len(steps)) if match[j][i] > match[k_train][i]), None)
@@ -494,7 +504,7 @@ def _check_fig2b(data: dict, out: Path) -> tuple:
     k_test > ℓ/2 fall "to the mismatched BP_0 level": each final accuracy is within :data:`BP_TOLERANCE` of the
     matched BP_k_train's accuracy on the same k_test data (``bp_accuracy_ktest``; BP_0 for the paper's k_train = 0)."""
     curves = _levels(data["accuracy_ktest"])
-    bp = {int(key[1:]): value for key, value in (data.get("bp_accuracy_ktest") or {}).items()}
+    bp = _by_level(data.get("bp_accuracy_ktest"))
     depth = max(curves)
     summary, passed = {}, True
     for k, values in sorted(curves.items()):
@@ -583,11 +593,6 @@ def _check_kl_vs_samples(data: dict, out: Path) -> tuple:
 # ---------------------------------------------------------------- Fig. 3, 10: MLM staircase and probes
 
 
-def _by_level(values: dict | None) -> dict:
-    """``{"k0": x, "k3": y}`` as ``{0: x, 3: y}`` (missing or None: ``{}``)."""
-    return {int(key[1:]): value for key, value in (values or {}).items()}
-
-
 def _reach_steps(data: dict, levels: list) -> dict:
     """k_test -> the first evaluation step at which its accuracy is at least BP − :data:`REACHED` and has risen by
     at least :data:`CHANGE` from its first evaluation (None: never), for every k_test of ``levels``."""
@@ -614,12 +619,10 @@ def _unordered_pairs(data: dict, levels: list) -> tuple:
     sizes = {k: sizes.get(k) or data.get("num_test") for k in levels}
     if not all(sizes.values()):
         return {}, "the file records no test set sizes (bp_reference_size_ktest, num_test): no pair exempted"
-    pairs = {}
-    for a in sorted(levels, reverse=True):
-        for b in sorted(levels, reverse=True):
-            if b >= a:
-                continue
-            error = math.sqrt(bp[a] * (1 - bp[a]) / sizes[a] + bp[b] * (1 - bp[b]) / sizes[b])
+    pairs, ordered = {}, sorted(levels, reverse=True)
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            error = math.hypot(_standard_error(bp[a], sizes[a]), _standard_error(bp[b], sizes[b]))
             if abs(bp[a] - bp[b]) < 2 * error:
                 pairs[f"k{a}, k{b}"] = (f"BP {bp[a]:.3f} and {bp[b]:.3f}: difference {abs(bp[a] - bp[b]):.3f} < 2 "
                                         f"standard errors {2 * error:.3f} on {sizes[a]} and {sizes[b]} sequences")
