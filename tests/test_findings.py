@@ -239,6 +239,21 @@ def test_a_model_that_knows_bp0_from_the_start_passes_no_bp_k_on_the_way(figure,
     assert CHECKS[figure](tmp_path).verdict == "reproduced"
 
 
+def test_agreement_with_bp_j_before_the_path_arrives_at_bp_j_does_not_count(tmp_path):
+    data = _dynamics([3, 3, 2, 1, 0], bp_like=False)
+    data["match_bp"]["k0"] = [0.8] * 5
+    data["match_bp"]["k1"][3] = data["match_bp"]["k2"][0] = 1.0  # BP_2-like at step 0 only: an untrained model
+    _write(tmp_path, "dynamics/mlm.json", data)
+    assert CHECKS["1d"](tmp_path).verdict == "not reproduced"
+    data["match_bp"]["k2"][2] = 0.9  # and once it is there
+    _write(tmp_path, "dynamics/mlm.json", data)
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == "reproduced", finding
+    assert finding.measured["bp_k_like_on_the_way"] == {
+        "k2": "step 20: argmax agreement 0.900 with BP_2 > 0.800 with BP_0",
+        "k1": "step 30: argmax agreement 1.000 with BP_1 > 0.800 with BP_0"}
+
+
 def test_a_root_classifier_that_jumps_from_bp_l_to_bp_k_train_passes_no_level_between(tmp_path):
     _write(tmp_path, "dynamics/root.json", _dynamics([3, 3, 0, 0]))
     assert CHECKS["1c"](tmp_path).verdict == "not reproduced"

@@ -210,9 +210,10 @@ def _layer_maps(model: dict) -> np.ndarray:
 
 
 def _off_diagonal_share(maps: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """(layers,) of the attention that the queries pay to other leaves (off the diagonal), the share on the (L, L)
-    weights ``where``, pooled over the queries; NaN for a layer that attends only to the query itself. A query's
-    attention to itself says nothing of the tree: a layer that attends only to itself is not local, it is idle."""
+    """(layers,) mean of the (L, L) values ``where`` under the attention that the queries pay to the other leaves
+    (off the diagonal), pooled over the queries: a share for 0/1 values, a mean tree distance for the distances; NaN
+    for a layer that attends only to the query itself. A query's attention to itself says nothing of the tree: a
+    layer that attends only to itself is not local, it is idle."""
     other = 1.0 - np.eye(maps.shape[-1])  # (L, L)
     total = (maps * other).sum((-1, -2))  # (layers,)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -360,8 +361,8 @@ def _alignment(data: dict, out: Path, *, decreasing: bool) -> tuple:
          "matched BP_k_train, passing the levels between.",
          "the closest BP_k along training (smallest KL, repeats and one-evaluation returns within noise dropped) "
          "starts above k_train, passes a level between k_train and ℓ and ends at BP_k_train; at each level j between "
-         "that it passes, the argmax agrees with BP_j more than with BP_k_train at some evaluation (unless the test "
-         "inputs cannot tell BP_j from BP_k_train)")
+         "that it passes, the argmax agrees with BP_j more than with BP_k_train at some evaluation from its arrival "
+         "there (unless the two argmax differ on < 1/√n of the n in-sample inputs)")
 def _check_root_alignment(data: dict, out: Path) -> tuple:
     """Fig. 1c. Rule: the sequence of closest BP_k (:func:`_closest_path`: argmin over k of the in-sample
     D_KL(BP_k ‖ model) at each evaluation, one-evaluation returns to a larger k within :data:`KL_NOISE` dropped,
@@ -377,7 +378,8 @@ def _check_root_alignment(data: dict, out: Path) -> tuple:
          "The MLM aligns sequentially with BP_k of decreasing k as training goes on, down to the matched BP_k_train.",
          "the closest BP_k along training (one-evaluation returns within noise dropped) are strictly decreasing, "
          "number at least 3 and end at BP_k_train; at each level j between k_train and ℓ that they pass, the argmax "
-         "agrees with BP_j more than with BP_k_train at some evaluation (unless the test inputs cannot tell them apart)")
+         "agrees with BP_j more than with BP_k_train at some evaluation from its arrival there (unless the two argmax "
+         "differ on < 1/√n of the n in-sample inputs)")
 def _check_mlm_alignment(data: dict, out: Path) -> tuple:
     """Fig. 1d. Rule: the sequence of closest BP_k of the MLM run (as Fig. 1c, :func:`_closest_path`) is strictly
     decreasing — every change of the closest oracle goes to a smaller k; a return to a larger k for one evaluation,
