@@ -38,6 +38,41 @@ def _attention(models: dict) -> dict:
 
 HIERARCHICAL = [_tree_template(DEPTH, t) for t in (1, 2, 3)]  # App. F's layers: sibling, cousins, other half
 UNIFORM = [_uniform(DEPTH)] * 3
+SELF_ONLY = [np.eye(2**DEPTH).tolist(), _uniform(DEPTH), _uniform(DEPTH)]  # issue 33: tree distance 0, block mass 1
+
+
+def _dynamics(closest: list, *, bp_like: bool = True, **fields) -> dict:
+    """A dynamics JSON of levels 0..3 whose closest BP_k at each evaluation (steps 0, 10, 20, ...) is ``closest``: KL
+    0.1 to it and 0.5 to the others. Argmax agreement: 0.9 with the closest BP and 0.6 with the others (``bp_like``),
+    or 1.0 with BP_0 throughout (a model that knows BP_0 from the start and only grows confident, issue 33)."""
+    levels = range(DEPTH + 1)
+    if bp_like:
+        match = {f"k{k}": [0.9 if c == k else 0.6 for c in closest] for k in levels}
+    else:
+        match = {f"k{k}": [1.0 if k == 0 else 0.6 for _ in closest] for k in levels}
+    sequence = [k for i, k in enumerate(closest) if i == 0 or closest[i - 1] != k]
+    return {"steps": [10 * i for i in range(len(closest))], "closest_bp": closest, "alignment_sequence": sequence,
+            "kl_bp": {f"k{k}": [0.1 if c == k else 0.5 for c in closest] for k in levels}, "match_bp": match,
+            **fields}
+
+
+def _staircase(accuracy: dict, bp: dict, *, chance: float | None = 0.28, size: int | None = 2000) -> dict:
+    """An MLM dynamics JSON for Fig. 3a at steps 0, 10, 100, 1000: ``{k_test: curve}``, BP_0 per k_test, the
+    most-frequent-symbol accuracy of every k_test and the sequences behind BP's accuracies (None: not recorded)."""
+    data = {"steps": [0, 10, 100, 1000], "accuracy_ktest": {f"k{k}": v for k, v in accuracy.items()},
+            "bp_accuracy_ktest": {f"k{k}": v for k, v in bp.items()}, "num_test": None,
+            "bp_reference_size_ktest": {f"k{k}": size for k in bp} if size else {}}
+    if chance is not None:
+        data["chance_accuracy_ktest"] = {f"k{k}": chance for k in bp}
+    return data
+
+
+STAIRCASE_BP = {0: 0.7, 1: 0.6, 2: 0.5, 3: 0.3}  # k_test = 3 below chance 0.28 + REACHED: it cannot be reached
+# every reachable k_test climbs from 0.3 to BP at its own step, k_test = 2 first, 0 last
+CLIMB = {0: [0.3, 0.4, 0.6, 0.69], 1: [0.3, 0.4, 0.58, 0.6], 2: [0.3, 0.48, 0.5, 0.5], 3: [0.28, 0.3, 0.3, 0.3]}
+# issue 33: at chance until the last step, then every k_test at BP at once; k_test = 3 "reached" at step 0
+ONE_JUMP = {0: [0.28, 0.28, 0.28, 0.7], 1: [0.28, 0.28, 0.28, 0.6], 2: [0.28, 0.28, 0.28, 0.5],
+            3: [0.28, 0.28, 0.28, 0.3]}
 
 
 def _panel(k_test: str, accuracy: dict, seed: int = 0) -> dict:
@@ -60,6 +95,8 @@ def _probe(accuracy) -> dict:
 # accuracy 0.9 where the layer reaches the level (height 3 − m <= layer), chance above it: the layers climb the tree
 CLIMBING = [[0.9 if DEPTH - m <= layer else 0.3 for m in (0, 1, 2)] for layer in range(4)]
 FLAT = [[0.9, 0.9, 0.9] for _ in range(4)]  # every layer knows every ancestor: nothing is climbed
+# App. E.7 (left): the same climb from chance 0.3 to 0.35 only, under Fig. 3b's margin (chance + 0.1)
+CLIMBING_NEAR_CHANCE = [[0.35 if DEPTH - m <= layer else 0.3 for m in (0, 1, 2)] for layer in range(4)]
 
 
 def _filtered_probes(level_1_of_k2: float) -> dict:
@@ -68,13 +105,34 @@ def _filtered_probes(level_1_of_k2: float) -> dict:
                        for k, row in ((0, [0.9, 0.9, 0.9]), (2, [0.5, level_1_of_k2, 0.9]))]}
 
 
-def _gap(mean: float, spread: float) -> dict:
+def _gap(mean: float, spread: float, finetuned: float | None = 0.08) -> dict:
+    """A Fig. 1f JSON: frozen − scratch ``mean`` ± ``spread`` at the smallest P over 3 seeds; fine-tuned − scratch
+    ``finetuned`` ± 0.02 (None: the fine-tuned arm was not run)."""
+    arms = {"frozen": (mean, spread)} if finetuned is None else {"frozen": (mean, spread), "finetuned": (finetuned, 0.02)}
     return {"sizes": [128, 512], "seeds": [0, 1, 2], "bp_accuracy": 1.0,
-            "accuracy": {"scratch": [0.4, 0.8], "frozen": [0.4 + mean, 0.85]},
-            "gap_vs_scratch": {"frozen": [{"size": 128, "mean": mean, "spread": spread, "num_seeds": 3,
-                                           "values": [mean] * 3},
-                                          {"size": 512, "mean": 0.05, "spread": 0.01, "num_seeds": 3,
-                                           "values": [0.05] * 3}]}}
+            "accuracy": {"scratch": [0.4, 0.8], **{arm: [0.4 + gap, 0.85] for arm, (gap, _) in arms.items()}},
+            "gap_vs_scratch": {arm: [{"size": 128, "mean": gap, "spread": error, "num_seeds": 3, "values": [gap] * 3},
+                                     {"size": 512, "mean": 0.05, "spread": 0.01, "num_seeds": 3, "values": [0.05] * 3}]
+                               for arm, (gap, error) in arms.items()}}
+
+
+def _root_curves(k3: list) -> dict:
+    """A root dynamics JSON for Fig. 2b: k_test = 0..2 as a real run (rising; k_test = 2 ends at BP_0's level), and
+    the k_test = 3 curve ``k3``; BP_0's accuracies per k_test."""
+    return {"accuracy_ktest": {"k0": [0.25, 0.5, 0.9, 0.97], "k1": [0.25, 0.5, 0.65, 0.69],
+                               "k2": [0.25, 0.5, 0.45, 0.42], "k3": k3},
+            "bp_accuracy_ktest": {"k0": 1.0, "k1": 0.7, "k2": 0.43, "k3": 0.31}}
+
+
+def _layers(accuracy: dict) -> dict:
+    """A Fig. 6 JSON at ℓ = 3: ``{n_L: accuracy per P}``."""
+    return {"depth": DEPTH, "panels": [{"k_test": "full", "curves": [{"num_layers": n, "accuracy": a}
+                                                                     for n, a in accuracy.items()]}]}
+
+
+def _kl_vs_samples(in_sample: list, uniform: list) -> dict:
+    return {"curves": {"in_sample": {"0": {"sizes": [64, 256], "kl": in_sample}},
+                       "uniform": {"0": {"sizes": [64, 256], "kl": uniform}}}}
 
 
 # figure -> (file under OUT, output that reproduces the claim, output that does not)
@@ -82,47 +140,32 @@ CASES = {
     "1b": ("calibration/mlm/calibration.json",
            {"sets": {"in_sample": {"kl_mean": 0.01, "argmax_match": 0.97}, "uniform": {"spearman_mean": 0.8}}},
            {"sets": {"in_sample": {"kl_mean": 0.20, "argmax_match": 0.97}, "uniform": {"spearman_mean": 0.8}}}),
-    "1c": ("dynamics/root.json", {"alignment_sequence": [3, 2, 3, 1, 0]}, {"alignment_sequence": [3, 2, 1]}),
-    "1d": ("dynamics/mlm.json", {"alignment_sequence": [3, 2, 1]}, {"alignment_sequence": [3, 2, 3, 1]}),
+    "1c": ("dynamics/root.json", _dynamics([3, 2, 3, 1, 0]), _dynamics([3, 2, 1])),
+    "1d": ("dynamics/mlm.json", _dynamics([3, 3, 2, 1, 0]), _dynamics([3, 2, 3, 1, 0])),
     "1e": ("attention/mlm/attention.json", _attention({0: HIERARCHICAL}), _attention({0: UNIFORM})),
     "1f": ("sample_complexity/sample_complexity.json", _gap(0.10, 0.03), _gap(0.02, 0.05)),
     "2a": ("accuracy_vs_samples/fig2a_e3.json", {"panels": [_panel("full", MATCHING), _panel("train", OFF_BP)]},
            {"panels": [_panel("full", OFF_BP), _panel("train", MATCHING)]}),
-    "2b": ("dynamics/root.json",
-           {"accuracy_ktest": {"k0": [0.25, 0.5, 0.9, 0.97], "k1": [0.25, 0.5, 0.65, 0.69],
-                               "k2": [0.25, 0.5, 0.45, 0.42], "k3": [0.25, 0.5, 0.4, 0.3]}},
-           {"accuracy_ktest": {"k0": [0.25, 0.5, 0.9, 0.97], "k1": [0.25, 0.5, 0.65, 0.69],
-                               "k2": [0.25, 0.5, 0.45, 0.42], "k3": [0.25, 0.3, 0.4, 0.5]}}),
-    "3a": ("dynamics/mlm.json",
-           {"steps": [0, 10, 100, 1000], "bp_accuracy_ktest": {"k0": 0.7, "k1": 0.6, "k2": 0.5, "k3": 0.3},
-            "accuracy_ktest": {"k0": [0.3, 0.4, 0.6, 0.69], "k1": [0.3, 0.4, 0.58, 0.6],
-                               "k2": [0.3, 0.48, 0.5, 0.5], "k3": [0.28, 0.3, 0.3, 0.3]}},
-           {"steps": [0, 10, 100, 1000], "bp_accuracy_ktest": {"k0": 0.7, "k1": 0.6, "k2": 0.5, "k3": 0.3},
-            "accuracy_ktest": {"k0": [0.3, 0.4, 0.6, 0.62], "k1": [0.3, 0.4, 0.58, 0.6],
-                               "k2": [0.3, 0.48, 0.5, 0.5], "k3": [0.28, 0.3, 0.3, 0.3]}}),
+    "2b": ("dynamics/root.json", _root_curves([0.25, 0.5, 0.4, 0.3]), _root_curves([0.25, 0.3, 0.4, 0.5])),
+    "3a": ("dynamics/mlm.json", _staircase(CLIMB, STAIRCASE_BP),
+           _staircase({**CLIMB, 0: [0.3, 0.4, 0.6, 0.62]}, STAIRCASE_BP)),
     "3b": ("probe/probe.json", _probe(CLIMBING), _probe(FLAT)),
     "4": ("attention/mlm/attention.json", _attention({0: HIERARCHICAL, 2: HIERARCHICAL, 3: UNIFORM}),
           _attention({0: HIERARCHICAL, 2: UNIFORM, 3: UNIFORM})),
-    "6": ("accuracy_vs_samples/e1_layers.json",
-          {"panels": [{"k_test": "full", "curves": [{"num_layers": 1, "accuracy": [0.3, 0.5]},
-                                                    {"num_layers": 2, "accuracy": [0.5, 0.9]}]}]},
-          {"panels": [{"k_test": "full", "curves": [{"num_layers": 1, "accuracy": [0.5, 0.9]},
-                                                    {"num_layers": 2, "accuracy": [0.3, 0.5]}]}]}),
+    "6": ("accuracy_vs_samples/e1_layers.json", _layers({1: [0.3, 0.5], 3: [0.5, 0.9]}),
+          _layers({1: [0.5, 0.9], 3: [0.3, 0.5]})),
     "7": ("accuracy_vs_samples/e2_grammar_seeds.json",
           {"panels": [_panel("full", MATCHING, seed=1), _panel("full", MATCHING, seed=15)]},
           {"panels": [_panel("full", MATCHING, seed=1), _panel("full", OFF_BP, seed=15)]}),
     "8": ("accuracy_vs_samples/fig2a_e3.json", {"panels": [_panel("full", OFF_BP), _panel("train", MATCHING)]},
           {"panels": [_panel("full", MATCHING), _panel("train", OFF_BP)]}),
-    "9": ("accuracy_vs_samples/fig9_kl.json",
-          {"curves": {"in_sample": {"0": {"sizes": [64, 256], "kl": [0.8, 0.1]}},
-                      "uniform": {"0": {"sizes": [64, 256], "kl": [0.9, 1.4]}}}},
-          {"curves": {"in_sample": {"0": {"sizes": [64, 256], "kl": [0.8, 0.9]}},
-                      "uniform": {"0": {"sizes": [64, 256], "kl": [0.9, 0.5]}}}}),
+    "9": ("accuracy_vs_samples/fig9_kl.json", _kl_vs_samples([0.8, 0.1], [0.9, 0.4]),
+          _kl_vs_samples([0.8, 0.9], [0.9, 0.5])),
     "10": ("dynamics/mlm.json", {"match_bp": {"k0": [0.3, 0.95]}, "spearman_bp": {"k0": [0.1, 0.9]}},
            {"match_bp": {"k0": [0.3, 0.70]}, "spearman_bp": {"k0": [0.1, 0.9]}}),
     "11": ("attention/classifier/attention.json", _attention({0: UNIFORM, 2: HIERARCHICAL}),
            _attention({0: HIERARCHICAL, 2: UNIFORM})),
-    "12 (left)": ("probe/probe_ends.json", _probe(CLIMBING), _probe(FLAT)),
+    "12 (left)": ("probe/probe_ends.json", _probe(CLIMBING_NEAR_CHANCE), _probe(FLAT)),
     "12 (right)": ("probe/probe_filtered.json", _filtered_probes(0.4), _filtered_probes(0.9)),
 }
 CHECKS = {check.figure: check for check in findings.CHECKS}
@@ -178,8 +221,184 @@ def test_one_seed_has_no_spread_so_fig1f_asks_for_a_positive_gap_and_says_so(tmp
 
 def test_a_k_train_recorded_by_the_preset_is_the_end_of_the_root_alignment(tmp_path):
     _write(tmp_path, "preset.json", {"name": "x", "filter_level": 1})
-    _write(tmp_path, "dynamics/root.json", {"alignment_sequence": [3, 2, 1]})
+    _write(tmp_path, "dynamics/root.json", _dynamics([3, 2, 1]))
     assert CHECKS["1c"](tmp_path).verdict == "reproduced"
+
+
+# ---------------------------------------------------------------- issue 33: checks that passed without the finding
+
+
+@pytest.mark.parametrize("figure, path", [("1c", "dynamics/root.json"), ("1d", "dynamics/mlm.json")])
+def test_a_model_that_knows_bp0_from_the_start_passes_no_bp_k_on_the_way(figure, path, tmp_path):
+    # its KL is smallest to BP_3, BP_2, BP_1, BP_0 in turn as it grows confident, but its argmax is BP_0's throughout
+    _write(tmp_path, path, _dynamics([3, 2, 1, 0], bp_like=False))
+    finding = CHECKS[figure](tmp_path)
+    assert finding.verdict == "not reproduced" and finding.measured["closest_bp_sequence"] == [3, 2, 1, 0]
+    assert finding.measured["bp_k_like_on_the_way"]["k2"] == "never agrees more with BP_2 than with BP_0"
+    _write(tmp_path, path, _dynamics([3, 2, 1, 0]))
+    assert CHECKS[figure](tmp_path).verdict == "reproduced"
+
+
+def test_agreement_with_bp_j_before_the_path_arrives_at_bp_j_does_not_count(tmp_path):
+    data = _dynamics([3, 3, 2, 1, 0], bp_like=False)
+    data["match_bp"]["k0"] = [0.8] * 5
+    data["match_bp"]["k1"][3] = data["match_bp"]["k2"][0] = 1.0  # BP_2-like at step 0 only: an untrained model
+    _write(tmp_path, "dynamics/mlm.json", data)
+    assert CHECKS["1d"](tmp_path).verdict == "not reproduced"
+    data["match_bp"]["k2"][2] = 0.9  # and once it is there
+    _write(tmp_path, "dynamics/mlm.json", data)
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == "reproduced", finding
+    assert finding.measured["bp_k_like_on_the_way"] == {
+        "k2": "step 20: argmax agreement 0.900 with BP_2 > 0.800 with BP_0",
+        "k1": "step 30: argmax agreement 1.000 with BP_1 > 0.800 with BP_0"}
+
+
+def test_a_root_classifier_that_jumps_from_bp_l_to_bp_k_train_passes_no_level_between(tmp_path):
+    _write(tmp_path, "dynamics/root.json", _dynamics([3, 3, 0, 0]))
+    assert CHECKS["1c"](tmp_path).verdict == "not reproduced"
+
+
+def test_the_mlm_alignment_must_end_at_bp_k_train(tmp_path):
+    _write(tmp_path, "dynamics/mlm.json", _dynamics([3, 2, 1]))  # decreasing, 3 levels: passed before issue 33
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == "not reproduced" and finding.measured["k_train"] == 0
+
+
+def test_a_return_to_a_larger_k_for_one_evaluation_within_noise_is_not_a_failure(tmp_path):
+    data = _dynamics([3, 2, 3, 1, 0])
+    _write(tmp_path, "dynamics/mlm.json", data)
+    assert CHECKS["1d"](tmp_path).verdict == "not reproduced"  # KL 0.1 to BP_3 against 0.5 to BP_2: a real return
+    data["kl_bp"]["k2"][2] = 0.105  # BP_2 within KL_NOISE of BP_3 at the return
+    _write(tmp_path, "dynamics/mlm.json", data)
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == "reproduced", finding
+    assert finding.measured["closest_bp_sequence"] == [3, 2, 1, 0]
+    assert finding.measured["returns_within_noise_at_step"] == [20]
+    longer = _dynamics([3, 2, 3, 3, 1, 0])  # two evaluations back at BP_3, nearly tied: not one evaluation
+    longer["kl_bp"]["k2"][2:4] = [0.105, 0.105]
+    _write(tmp_path, "dynamics/mlm.json", longer)
+    assert CHECKS["1d"](tmp_path).verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("num_in_sample, verdict", [(1000, "reproduced"), (10_000, "not reproduced")])
+def test_a_level_whose_argmax_bp_k_train_shares_on_nearly_every_input_is_exempt(num_in_sample, verdict, tmp_path):
+    data = _dynamics([3, 2, 1, 0], num_in_sample=num_in_sample,
+                     bp_argmax_disagreement={"k0": 0.0, "k1": 0.02, "k2": 0.15, "k3": 0.4})
+    data["match_bp"]["k1"] = [0.6] * 4  # never more BP_1-like than BP_0-like
+    _write(tmp_path, "dynamics/mlm.json", data)
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == verdict  # 0.02 < 1/√1000 = 0.032: cannot be told apart; ≥ 1/√10000 = 0.01: can
+    evidence = finding.measured["bp_k_like_on_the_way"]
+    assert evidence["k1"].startswith("exempt") == (verdict == "reproduced")
+    assert evidence["exempt_when"].startswith(f"BP_j's argmax differs from BP_0's on < 1/√{num_in_sample} = ")
+    assert finding.note == ""
+
+
+def test_a_dynamics_file_without_the_bp_disagreement_exempts_no_level_and_says_so(tmp_path):
+    _write(tmp_path, "dynamics/mlm.json", _dynamics([3, 2, 1, 0]))
+    finding = CHECKS["1d"](tmp_path)
+    assert finding.verdict == "reproduced" and "no level exempted" in finding.note
+
+
+def test_an_untrained_model_does_not_reach_a_k_test_whose_bp_is_at_chance_and_one_jump_is_no_staircase(tmp_path):
+    _write(tmp_path, "dynamics/mlm.json", _staircase(ONE_JUMP, STAIRCASE_BP))
+    finding = CHECKS["3a"](tmp_path)
+    assert finding.verdict == "not reproduced"
+    assert list(finding.measured["not_reachable"]) == ["k3"]  # BP 0.3 ≤ chance 0.28 + 0.05
+    assert finding.measured["step_reaching_bp"] == {"k2": 1000, "k1": 1000, "k0": 1000}
+
+
+def test_a_reach_counts_once_the_accuracy_has_risen_from_its_start(tmp_path):
+    start_at_bp = {**CLIMB, 0: [0.66, 0.66, 0.66, 0.69]}  # within REACHED of BP at step 0, risen at step 1000 only
+    _write(tmp_path, "dynamics/mlm.json", _staircase(start_at_bp, STAIRCASE_BP))
+    finding = CHECKS["3a"](tmp_path)
+    assert finding.measured["step_reaching_bp"]["k0"] == 1000 and finding.verdict == "reproduced"
+    never = {**CLIMB, 0: [0.66, 0.66, 0.66, 0.67]}
+    _write(tmp_path, "dynamics/mlm.json", _staircase(never, STAIRCASE_BP))
+    assert CHECKS["3a"](tmp_path).verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("size, verdict", [(1000, "reproduced"), (100_000, "not reproduced")])
+def test_k_test_levels_whose_bp_accuracies_cannot_be_told_apart_have_no_order(size, verdict, tmp_path):
+    bp = {0: 0.718, 1: 0.708, 2: 0.592, 3: 0.456, 4: 0.271}  # BP_0 on the paper's grammar (issue 33)
+    accuracy = {0: [0.25, 0.5, 0.68, 0.7], 1: [0.25, 0.5, 0.6, 0.69], 2: [0.25, 0.56, 0.58, 0.6],
+                4: [0.25, 0.28, 0.28, 0.28], 3: [0.25, 0.45, 0.45, 0.45]}  # k_test = 0 reached before 1
+    _write(tmp_path, "dynamics/mlm.json", _staircase(accuracy, bp, size=size))
+    finding = CHECKS["3a"](tmp_path)
+    assert finding.verdict == verdict
+    pairs = finding.measured["unordered_pairs"]
+    if size == 1000:  # 2 standard errors of the difference: 0.040 > 0.010
+        assert list(pairs) == ["k1, k0"] and "2 standard errors 0.040 on 1000 and 1000 sequences" in pairs["k1, k0"]
+    else:
+        assert pairs == {} and finding.measured["out_of_order"] == ["k_test 1 at step 1000 after k_test 0 at step 100"]
+
+
+def test_a_staircase_file_without_chance_or_sizes_takes_every_k_test_as_reachable_and_says_so(tmp_path):
+    _write(tmp_path, "dynamics/mlm.json", _staircase(ONE_JUMP, STAIRCASE_BP, chance=None, size=None))
+    finding = CHECKS["3a"](tmp_path)
+    assert "every k_test taken as reachable" in finding.note and "no pair exempted" in finding.note
+    assert finding.measured["step_reaching_bp"]["k3"] is None  # 0.28 → 0.3 has not risen by CHANGE
+    assert finding.verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("figure, path, models", [
+    ("1e", "attention/mlm/attention.json", {0: SELF_ONLY}),
+    ("4", "attention/mlm/attention.json", {0: HIERARCHICAL, 2: SELF_ONLY, 3: UNIFORM}),
+    ("11", "attention/classifier/attention.json", {0: UNIFORM, 2: SELF_ONLY}),
+])
+def test_a_layer_that_attends_only_to_itself_is_not_local_attention(figure, path, models, tmp_path):
+    _write(tmp_path, path, _attention(models))
+    assert CHECKS[figure](tmp_path).verdict == "not reproduced"
+
+
+def test_the_tree_distance_counts_the_attention_to_other_leaves(tmp_path):
+    half_self = [(0.5 * np.eye(8) + 0.5 * np.array(m)).tolist() for m in HIERARCHICAL]
+    _write(tmp_path, "attention/mlm/attention.json", _attention({0: half_self}))
+    finding = CHECKS["1e"](tmp_path)
+    assert finding.verdict == "reproduced"
+    assert finding.measured["tree_distance_per_layer"] == [1.0, 2.0, 3.0]  # App. F's layers, self not counted
+    assert finding.measured["attention_to_itself_per_layer"] == [0.5, 0.5, 0.5]
+    assert finding.measured["uniform_attention"] == pytest.approx(17 / 7, abs=1e-4)
+
+
+def test_the_root_classifier_must_fall_back_to_bp_k_train_on_the_most_filtered_data(tmp_path):
+    _write(tmp_path, "dynamics/root.json", _root_curves([0.25, 0.5, 0.4, 0.1]))  # rises, falls far below BP's 0.31
+    finding = CHECKS["2b"](tmp_path)
+    assert finding.verdict == "not reproduced" and finding.measured["k3"]["bp"] == 0.31
+
+
+def test_identical_curves_for_every_number_of_layers_do_not_show_that_one_layer_is_poor(tmp_path):
+    _write(tmp_path, "accuracy_vs_samples/e1_layers.json", _layers({n: [0.5, 0.9] for n in (1, 2, 3)}))
+    finding = CHECKS["6"](tmp_path)
+    assert finding.verdict == "not reproduced" and finding.note == ""
+    _write(tmp_path, "accuracy_vs_samples/e1_layers.json", _layers({1: [0.3, 0.5], 2: [0.5, 0.9]}))
+    assert CHECKS["6"](tmp_path).note == "n_L = 1 compared with n_L = 2 (the sweep's extremes)"
+
+
+def test_the_kl_on_uniform_inputs_must_fall_with_p_too(tmp_path):
+    _write(tmp_path, "accuracy_vs_samples/fig9_kl.json", _kl_vs_samples([1.0, 0.99], [0.5, 3.0]))
+    assert CHECKS["9"](tmp_path).verdict == "not reproduced"
+
+
+def test_a_fine_tuned_encoder_below_scratch_is_not_reproduced(tmp_path):
+    _write(tmp_path, "sample_complexity/sample_complexity.json", _gap(0.10, 0.03, finetuned=-0.2))
+    finding = CHECKS["1f"](tmp_path)
+    assert finding.verdict == "not reproduced" and finding.measured["finetuned_minus_scratch"] == -0.2
+    _write(tmp_path, "sample_complexity/sample_complexity.json", _gap(0.10, 0.03, finetuned=None))
+    finding = CHECKS["1f"](tmp_path)
+    assert finding.verdict == "reproduced" and finding.note == "the finetuned arm was not run: not tested"
+
+
+def test_end_position_probes_need_the_climb_not_fig3b_margin_over_chance(tmp_path):
+    _write(tmp_path, "probe/probe_ends.json", _probe(CLIMBING_NEAR_CHANCE))
+    finding = CHECKS["12 (left)"](tmp_path)
+    assert finding.verdict == "reproduced" and finding.measured["gain_over_embedding"]["level 0"] == 0.05
+    _write(tmp_path, "probe/probe.json", _probe(CLIMBING_NEAR_CHANCE))
+    assert CHECKS["3b"](tmp_path).verdict == "not reproduced"  # Fig. 3b keeps its margin
+    no_climb_from_the_embedding = [[0.35, 0.35, 0.35]] + CLIMBING_NEAR_CHANCE[1:]
+    _write(tmp_path, "probe/probe_ends.json", _probe(no_climb_from_the_embedding))
+    assert CHECKS["12 (left)"](tmp_path).verdict == "not reproduced"
 
 
 def test_the_report_has_one_row_per_figure_and_findings_json_beside_it(tmp_path):

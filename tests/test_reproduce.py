@@ -76,6 +76,24 @@ def test_report_compares_models_with_bp_on_the_same_inputs(tiny_run):
     assert re.search(r"\| root \| 0 \| [0-9.]+ \| 1\.000 \| 1\.000 \|", report)
 
 
+def test_dynamics_records_how_far_apart_the_bp_k_are_on_the_runs_own_inputs(tiny_run):
+    """What Fig. 1c/d's and 3a's findings need beyond the history: the in-sample size, BP_k's argmax disagreement
+    with BP_k_train there, and the most-frequent-symbol accuracy of every k_test."""
+    out, _, _, _ = tiny_run
+    for task in ("root", "mlm"):
+        summary = json.loads((out / "dynamics" / f"{task}.json").read_text())
+        assert summary["num_in_sample"] == json.loads((out / "runs" / task / "metrics.json").read_text())["num_eval"]
+        disagreement = summary["bp_argmax_disagreement"]
+        assert sorted(disagreement) == [f"k{k}" for k in range(TINY.depth + 1)] and disagreement["k0"] == 0.0
+        assert all(0.0 <= v <= 1.0 for v in disagreement.values()) and max(disagreement.values()) > 0
+        chance = summary["chance_accuracy_ktest"]
+        assert sorted(chance) == [f"k{k}" for k in range(TINY.depth + 1)]
+        assert all(1 / TINY.num_symbols <= v <= 1.0 for v in chance.values())  # the most frequent of q symbols
+    findings = {f["figure"]: f for f in json.loads((out / "findings.json").read_text())["findings"]}
+    assert "no level exempted" not in findings["1d"]["note"]
+    assert "taken as reachable" not in findings["3a"]["note"] and "no pair exempted" not in findings["3a"]["note"]
+
+
 def test_rerun_skips_finished_steps_and_keeps_their_results(tiny_run):
     out, first, second, markers = tiny_run
     assert [r.status for r in second.steps] == ["skipped"] * len(first.steps)

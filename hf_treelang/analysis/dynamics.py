@@ -54,6 +54,12 @@ class DynamicsResult:
         reference_sizes: k_test -> sequences behind BP's reference accuracy, when the run's ``metrics.json`` says.
         kl_position: (E, 2**ℓ) mean D_KL(BP_{k_train}(x_i | x_<i) ‖ model) per leaf position i (a causal run), NaN
             where an evaluation did not log it; ``None`` for a run that logs no positions (root, MLM).
+        num_in_sample: inputs behind the KL, argmax-agreement and Spearman curves (one per in-sample sequence; one
+            per leaf of each sequence for next-leaf prediction), when :func:`oracle_baselines` filled it.
+        bp_disagreement: k_bp -> fraction of those inputs on which BP_k's argmax differs from BP_{k_train}'s: how
+            far apart the two ``match`` curves can be at most (:func:`oracle_baselines`; empty when not filled).
+        chance_accuracy: k_test -> accuracy of always predicting the most frequent label of BP's reference inputs
+            of that k_test (the most-frequent-symbol level; :func:`oracle_baselines`; empty when not filled).
     """
 
     steps: np.ndarray
@@ -67,6 +73,9 @@ class DynamicsResult:
     num_test: int | None = None
     reference_sizes: dict = field(default_factory=dict)
     kl_position: np.ndarray | None = None
+    num_in_sample: int | None = None
+    bp_disagreement: dict = field(default_factory=dict)
+    chance_accuracy: dict = field(default_factory=dict)
 
     @property
     def closest_bp(self) -> list:
@@ -148,6 +157,9 @@ class DynamicsResult:
             "bp_reference_size_ktest": {f"k{k}": n for k, n in sorted(self.reference_sizes.items())},
             "kl_position": self.kl_position,  # (E, 2**l) or null
             "half_kl_step_per_position": self.half_kl_steps() if self.kl_position is not None else None,
+            "num_in_sample": self.num_in_sample,
+            "bp_argmax_disagreement": {f"k{k}": v for k, v in sorted(self.bp_disagreement.items())},
+            "chance_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.chance_accuracy.items())},
         }
 
 
@@ -253,6 +265,29 @@ def learning_dynamics(run) -> DynamicsResult:
         reference_sizes=reference_sizes,
         kl_position=kl_position,
     )
+
+
+def oracle_baselines(callback) -> dict:
+    """What a run's history does not hold about its own evaluation inputs, from the run's BP-KL callback
+    (:class:`~hf_treelang.train.callbacks.BPKLCallback`, e.g. :func:`hf_treelang.train.loop.bp_callback_for` of the
+    run's data: the same inputs as in training): ``num_in_sample``, ``bp_disagreement`` and ``chance_accuracy`` of
+    :class:`DynamicsResult` (``dataclasses.replace(result, **oracle_baselines(callback))``).
+
+    They say what the curves can resolve: two BP_k whose argmax differ on few in-sample inputs cannot be told apart
+    by the model's argmax agreement, and a k_test whose BP accuracy is near the most-frequent-symbol level is
+    "reached" by a model that has learned nothing (:mod:`hf_treelang.reproduce.findings`, Fig. 1c/d and 3a).
+    """
+    targets = callback.prepare()
+    q = callback.grammar.num_symbols
+    argmax = {k: np.asarray(marginals).reshape(-1, q).argmax(-1) for k, marginals in targets.marginals.items()}
+    matched = argmax[callback.k_train]  # (n,) one prediction per row
+    chance = {}
+    for k_test, data in targets.tests.items():
+        labels = np.asarray(callback.reference(k_test, data, callback.test_sets[k_test][2]).labels).reshape(-1)
+        chance[k_test] = float(np.bincount(labels, minlength=q).max() / labels.size)
+    return {"num_in_sample": int(matched.size),
+            "bp_disagreement": {k: float(np.mean(a != matched)) for k, a in sorted(argmax.items())},
+            "chance_accuracy": chance}
 
 
 def _sizes(path: Path) -> tuple:

@@ -13,6 +13,7 @@ are lists of them (:func:`root_sweep_specs`), gathered by :mod:`hf_treelang.anal
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -33,7 +34,7 @@ from hf_treelang.train.arguments import DataArguments
 from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
 from hf_treelang.train.data import load_run_data
 from hf_treelang.sweep.runner import sweep_run
-from hf_treelang.train.loop import train
+from hf_treelang.train.loop import bp_callback_for, train
 from hf_treelang.train.run import Run
 
 from .presets import Preset, step_names
@@ -234,9 +235,15 @@ def _train_step(task: str, name: str, filter_level: int | None = None) -> Callab
 
 
 def _step_dynamics(ctx: Context) -> dict:
+    """Fig. 1c/d, 2b, 3a, 10: the curves of the root and MLM runs, with what their findings need to know of the
+    runs' own evaluation inputs (:func:`~hf_treelang.analysis.dynamics.oracle_baselines`: how often BP_k and
+    BP_k_train disagree there, the most-frequent-symbol accuracy)."""
     out = {}
     for task in ("root", "mlm"):
+        run = ctx.spec(task, task)
+        callback = bp_callback_for(load_run_data(run.data_args), run.data_args, task, batch_size=1024)
         result = dynamics_analysis.learning_dynamics(ctx.run_dir(task))
+        result = replace(result, **dynamics_analysis.oracle_baselines(callback))
         title = f"{'Root classification' if task == 'root' else 'MLM'}, k_train={ctx.preset.filter_level}"
         dynamics_analysis.write_outputs(result, ctx.out / "dynamics", name=task, title=title)
         out[task] = {"alignment_sequence": result.alignment_sequence}
