@@ -23,11 +23,20 @@ TRAIN = (
     "--num_train 64 --num_eval 32 --num_test 32 --k_test 0 4 --hidden_size 16 --intermediate_size 32 "
     "--max_steps 4 --num_evaluations 1 --num_checkpoints 1 --report_to none --disable_tqdm true"
 )
+OTHER_TRAIN = "--num_train 64 --num_eval 32 --num_test 32 --k_test 0 4 --max_steps 4 --num_evaluations 1 " \
+    "--num_checkpoints 1 --report_to none --disable_tqdm true"  # another architecture: its sizes are the command's
 TINY = {
     "accelerate launch training/run_mlm.py": TRAIN,
     "python training/run_root.py": TRAIN,
     "python training/run_clm.py": TRAIN,
     "hf-treelang generate outputs/run_clm --out figures/generate": "--num-samples 64",
+    'python training/run_mlm.py --model_type bert --config_overrides "hidden_size=64,num_hidden_layers=4,'
+    'num_attention_heads=1,intermediate_size=256" --output_dir outputs/run_mlm_bert': OTHER_TRAIN,
+    'python training/run_clm.py --model_type gpt2 --config_overrides "n_embd=64,n_layer=4,n_head=1" --output_dir '
+    'outputs/run_clm_gpt2': OTHER_TRAIN,
+    'python training/run_root.py --model_type mamba --config_overrides "hidden_size=64,num_hidden_layers=6" '
+    '--output_dir outputs/run_root_mamba': OTHER_TRAIN,
+    "hf-treelang compare outputs/run_mlm outputs/run_mlm_bert --out figures/compare": "",
     "python training/run_finetune.py --model_name_or_path outputs/run_mlm --freeze_encoder true": TRAIN,
     "hf-treelang calibration outputs/run_mlm --out figures/calibration": "--num-samples 64",
     "hf-treelang attention outputs/run_mlm --out figures/attention": "--num-samples 64",
@@ -103,7 +112,7 @@ def test_readme_commands_run_at_a_tiny_size(tmp_path):
     outputs = tmp_path / "outputs"
     assert (outputs / "run_mlm" / "config.json").is_file() and (outputs / "run_root" / "config.json").is_file()
     assert (outputs / "run_finetune" / "model.safetensors").is_file()
-    for name in ("calibration", "attention", "probe", "dynamics", "sample_complexity"):
+    for name in ("calibration", "attention", "probe", "dynamics", "sample_complexity", "compare"):
         assert list((tmp_path / "figures" / name).glob("*.png")), name
     assert (outputs / "reproduction" / "report.md").is_file()
     assert len((outputs / "sweep" / "results.jsonl").read_text().splitlines()) == 4  # the grid: 2 k_train x 2 seeds

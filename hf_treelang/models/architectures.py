@@ -196,15 +196,11 @@ def position_offset(model_type: str, pad_token_id: int) -> int:
     the padding id on (RoBERTa and the models whose modeling file uses ``create_position_ids_from_input_ids``)."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name  # lazy: resolved per type
 
+    module = model_type_to_module_name(model_type)
     try:
-        module = importlib.import_module(f"transformers.models.{model_type_to_module_name(model_type)}")
-        names = [name for name in dir(module) if name.startswith("modeling_")] or []
-        source = "".join(inspect.getsource(importlib.import_module(f"{module.__name__}.{name}")) for name in names)
-        if not source:
-            source = inspect.getsource(importlib.import_module(f"{module.__name__}.modeling_"
-                                                               f"{model_type_to_module_name(model_type)}"))
+        source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
     except (ImportError, OSError, TypeError):
-        return 0  # a user's own type: its forward check says whether 2**l positions fit
+        return 0  # a user's own type: the forward check of check_runs says whether 2**l positions fit
     return pad_token_id + 1 if "create_position_ids_from_input_ids" in source else 0
 
 
@@ -313,18 +309,17 @@ def _fit_architecture(config, model_type: str, task: str, sequence_length: int, 
         put("chunk_size", sequence_length)
     if model_type == "xlstm" and getattr(config, "mode", None) != "train":
         put("mode", "train")
-    if task == "clm" and hasattr(config, "is_decoder") and type(config) in _encoder_decoder_types():
-        put("is_decoder", True)
+    if task == "clm" and hasattr(config, "is_decoder") and model_type in _masked_lm_types():
+        put("is_decoder", True)  # an encoder's causal-LM head (BertLMHeadModel, ...) needs its decoder flag
     if task == "mlm" and getattr(config, "is_decoder", False) and "is_decoder" not in given:
         put("is_decoder", False)
 
 
-def _encoder_decoder_types() -> set:
-    """Config classes whose causal-LM head needs ``is_decoder = True`` (encoders with an LM-head decoder variant)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING  # lazy: the registry
+def _masked_lm_types() -> set:
+    """The model types that have a masked-LM head: encoders, whose causal-LM variant needs ``is_decoder = True``."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES  # lazy: the registry
 
-    return {config_class for config_class in MODEL_FOR_MASKED_LM_MAPPING.keys()
-            if config_class in AutoModelForCausalLM._model_mapping}
+    return set(MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def has_head(config, task: str) -> bool:
