@@ -348,7 +348,7 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                 write_json_atomic(os.path.join(output_dir, ARCHITECTURE_FILE),
                                   run.model_args.patched_config(data_args, task).summary())
             write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
-                          train_runtime, train_output, trainer.state.global_step)
+                          train_runtime, train_output, trainer.state.global_step, model_config=model.config)
             write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
 

@@ -185,7 +185,7 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
                       training_args: TreeLangTrainingArguments, final: dict, train_runtime: float,
                       global_step: int, template_path: str | os.PathLike = MODEL_CARD_TEMPLATE, *,
                       reference_sizes: dict | None = None, has_curves: bool = True,
-                      exact_loss: float | None = None) -> str:
+                      exact_loss: float | None = None, model_config=None) -> str:
     """The model card (README.md) of a finished run, from ``model_cards/treelang_model_card.md``.
 
     ``has_curves``: the run drew ``curves.png`` / ``kl_curves.png`` (False: it had no evaluation during training,
@@ -197,6 +197,9 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
 
     ``exact_loss``: a causal run's exact loss per leaf of its in-sample sequences (:attr:`~.callbacks.BPTargets.
     exact_loss`), stated beside the excess loss.
+
+    ``model_config``: the trained model's config, which names the architecture and its sizes in a run of another
+    architecture (``--model_type``); a TreeLang run's card takes them from ``model_args``.
     """
     rows = [
         f"| {k} | {format_value(final.get(f'eval_acc_ktest{k}'))} | {format_value(final.get(f'eval_bp_acc_ktest{k}'))} |"
@@ -213,8 +216,24 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
     else:
         origin = "trained from scratch"
     sizes_of = {"num_symbols": data_args.num_symbols, "depth": data_args.depth}
+    if model_args.is_treelang:
+        model_name, architecture = "TreeLang transformer", ARCHITECTURES.get(task, "An encoder-only transformer")
+        shape = (f"d = {model_args.hidden_size}, {model_args.model_kwargs(data_args.depth)['num_hidden_layers']} "
+                 f"layers, d' = {model_args.intermediate_size}, one\nattention head")
+    else:
+        name = type(model_config).__name__.removesuffix("Config") if model_config is not None else \
+            model_args.model_type
+        model_name = f"{name} on TreeLang data"
+        architecture = (f"A `{model_args.model_type}` model of transformers, its config fitted to the TreeLang "
+                        f"vocabulary (`architecture.json` lists what changed)")
+        dimensions = {label: getattr(model_config, field, None) for label, field in
+                      (("d", "hidden_size"), ("layers", "num_hidden_layers"), ("d'", "intermediate_size"))}
+        shape = ", ".join(f"{label} = {value}" for label, value in dimensions.items() if isinstance(value, int)) or \
+            f"config overrides: {model_args.config_overrides}"
     values = {
-        "architecture": ARCHITECTURES.get(task, "An encoder-only transformer"),
+        "model_name": model_name,
+        "shape": shape,
+        "architecture": architecture,
         "usage": string.Template(USAGE.get(task, DEFAULT_USAGE)).substitute(sizes_of),
         "task_evaluation": string.Template(EXCESS_LOSS_TEXT).substitute(
             k_train=data_args.k_train, excess_loss=format_value(final.get("eval_excess_loss")),
@@ -234,9 +253,6 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         "num_reference": num_reference,
         "model_error": f"{0.5 / math.sqrt(data_args.num_test):.3f}",
         "bp_error": f"{0.5 / math.sqrt(sizes[0]):.3f}",
-        "hidden_size": model_args.hidden_size,
-        "num_hidden_layers": model_args.model_kwargs(data_args.depth)["num_hidden_layers"],
-        "intermediate_size": model_args.intermediate_size,
         "origin": origin,
         "model_class": model_class,
         "optimizer": optimizer_text(training_args),
@@ -271,7 +287,7 @@ def write_tokenizer(output_dir, num_symbols: int, task: str) -> None:
 
 
 def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,
-                   train_output, global_step) -> None:
+                   train_output, global_step, model_config=None) -> None:
     """Write ``metrics.json``, ``curves.png``, ``kl_curves.png`` and the model card into
     ``training_args.output_dir``."""
     output_dir = training_args.output_dir
@@ -298,6 +314,6 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
                     num_eval=data_args.num_eval, num_test=data_args.num_test, reference_sizes=targets.reference_sizes)
     card = render_model_card(task, data_args, model_args, training_args, final, train_runtime, global_step,
                              reference_sizes=targets.reference_sizes, has_curves=bool(history),
-                             exact_loss=targets.exact_loss)
+                             exact_loss=targets.exact_loss, model_config=model_config)
     with open(os.path.join(output_dir, "README.md"), "w") as handle:
         handle.write(card)
