@@ -58,7 +58,7 @@ def test_a_run_of_another_architecture_loads_with_its_setting_from_run_config(ru
     assert ckpt.grammar.num_symbols == Q
     root = load_checkpoint(runs["root", "mamba"])
     assert type(root.model).__name__ == "MambaForRootClassification" and root.task == "root"
-    (step,) = [p for p in runs["clm", "gpt2"].iterdir() if p.name.startswith("checkpoint-")]
+    step = next(p for p in runs["clm", "gpt2"].iterdir() if p.name.startswith("checkpoint-"))
     assert load_checkpoint(step).depth == DEPTH  # a checkpoint-N reads its run folder's run_config.json
 
 
@@ -157,7 +157,7 @@ def test_the_generate_command_writes_the_mass_into_its_json(runs, tmp_path):
 def test_probe_reads_every_hidden_state_the_architecture_returns(runs):
     result = probe(runs["clm", "gpt2"], num_train=16, num_validation=8, num_test=8, epochs=1, batch_size=8)
     assert list(result.layers) == [0, 1, 2]  # GPT-2 with 2 blocks: the embedding and both blocks' outputs
-    assert np.asarray(result.accuracy).shape == (3, DEPTH + 1)
+    assert np.asarray(result.accuracy).shape == (3, DEPTH)  # ancestor levels 0 .. ℓ-1
 
 
 class _NoHiddenStates(torch.nn.Module):
