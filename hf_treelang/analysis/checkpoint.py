@@ -194,7 +194,8 @@ def load_checkpoint(path, *, task: str | None = None, device: str | torch.device
 
 def load_causal_checkpoint(path, *, device: str | torch.device = "cpu", needed_by: str = "this analysis"
                            ) -> Checkpoint:
-    """Load a causal-LM checkpoint (TreeLangForCausalLM; a run or model folder) for analysis: task ``"clm"``.
+    """Load a causal-LM checkpoint (TreeLangForCausalLM, a run or model folder; or a causal run of another
+    architecture, ``run_clm.py --model_type``) for analysis: task ``"clm"``.
 
     Any other checkpoint is refused before its weights are read, with one line naming what it holds and what
     ``needed_by`` (e.g. ``"generate"``) needs.
