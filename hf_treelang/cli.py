@@ -64,7 +64,8 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _calibration_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (MLM or root classification)")
+    parser.add_argument("checkpoint", help="a checkpoint folder (MLM or root classification): TreeLang's, or a "
+                                           "run of another architecture (--model_type)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--task", choices=CALIBRATION_TASKS, default=None,
                         help="require this task (default: the checkpoint's own)")
@@ -76,8 +77,8 @@ def _calibration_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _attention_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoints", nargs="+",
-                        help="one or more TreeLang checkpoint folders (rows of the grid); with --template, one "
-                             "training run folder")
+                        help="one or more checkpoint folders (rows of the grid; TreeLang's or runs of another "
+                             "architecture with attention); with --template, one training run folder")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--template", action="store_true",
                         help="compare every layer of every checkpoint of the run (checkpoint-<step> folders, then the "
@@ -92,7 +93,8 @@ def _attention_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a TreeLang checkpoint folder (an MLM model in the paper)")
+    parser.add_argument("checkpoint", help="a checkpoint folder (an MLM model in the paper; TreeLang's, or a run of "
+                                           "another architecture, read through output_hidden_states)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--target", choices=("ancestors", "messages"), default="ancestors",  # probing.PROBE_TARGETS
                         help="ancestors: the ancestor symbols (Fig. 3b, probe.png/json); messages: the BP upward "
@@ -146,7 +148,8 @@ GENERATE_MAX_SAMPLES = 10**6  # hf_treelang.analysis.generation.MAX_SAMPLES
 
 
 def _generate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a TreeLangForCausalLM training run or checkpoint folder")
+    parser.add_argument("run", help="a TreeLangForCausalLM training run or checkpoint folder, or a causal run of "
+                                    "another architecture (run_clm.py --model_type gpt2|llama|mamba|...)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--num-samples", type=int, default=10_000,
                         help=f"N generated and N true sequences, 1 .. {GENERATE_MAX_SAMPLES:,} (default: 10^4)")
@@ -266,7 +269,8 @@ COMMANDS = {
         "hf_treelang.analysis.calibration",
         "model vs BP probabilities (Fig. 1b)",
         "Model probabilities vs exact BP marginals (paper Fig. 1b): masked leaf (MLM) or root, on in-sample and "
-        "uniform random sequences. Writes calibration.png and calibration.json.",
+        "uniform random sequences; any architecture's logits over the q symbols, renormalised, with the probability "
+        "it put on the special ids (mass_on_special_tokens). Writes calibration.png and calibration.json.",
         _calibration_arguments,
     ),
     "attention": (
@@ -275,7 +279,8 @@ COMMANDS = {
         "Every layer's attention averaged over in-sample inputs (paper Fig. 4); several checkpoints give a grid "
         "with one row per model. Writes attention.png and attention.json. With --template, RUN is a training run "
         "folder: every checkpoint's layers are compared with App. F's attention templates (1 - mean total-variation "
-        "distance), written as attention_template.png and attention_template.json.",
+        "distance), written as attention_template.png and attention_template.json. Another architecture is read "
+        "with its eager attention; one without attention (Mamba, RWKV) is refused.",
         _attention_arguments,
     ),
     "probe": (
@@ -307,7 +312,7 @@ COMMANDS = {
     "generate": (
         "hf_treelang.analysis.generation",
         "sample a causal model; KL(model ‖ data) and KL(data ‖ model)",
-        "Sample N sequences from a TreeLangForCausalLM run and score them with the exact oracle BP_{k_train}: the "
+        "Sample N sequences from a causal run (TreeLang's or any architecture's, over the q symbols) and score them with the exact oracle BP_{k_train}: the "
         "estimated KL(model ‖ data) = E_model[log Q − log P] over the samples and KL(data ‖ model) = E_data[log P − "
         "log Q] over N true sequences, each ± its standard error, with the mean log-likelihoods under the grammar "
         "and the entropy rate. Samples of probability zero under the grammar make KL(model ‖ data) +inf (counted). "

@@ -2,7 +2,9 @@
 
 Shared parts: :mod:`~hf_treelang.analysis.checkpoint` (loading, with clear errors), :mod:`~hf_treelang.analysis.activations`
 (the one activation collector, ``run_with_cache``), :mod:`~hf_treelang.analysis.io` (output folders and JSON);
-figures use :mod:`hf_treelang.plotting`.
+figures use :mod:`hf_treelang.plotting`. A checkpoint is TreeLang's own or a run of any other architecture of
+``transformers`` (``--model_type``): the analyses read the q symbols' logits renormalised and report the probability
+left on the special ids (``mass_on_special_tokens``).
 
 * :func:`calibrate` — model vs BP probabilities, in-sample and uniform inputs (Fig. 1b): ``hf-treelang calibration``
 * :func:`average_attention` / :func:`attention_grid` — average attention per layer (Fig. 4): ``hf-treelang attention``;
@@ -19,7 +21,7 @@ figures use :mod:`hf_treelang.plotting`.
 
 from hf_treelang.core.metrics import DistributionComparison, compare_distributions
 
-from .activations import Activations, predict_probabilities, run_with_cache
+from .activations import Activations, Prediction, predict_distribution, predict_probabilities, run_with_cache
 from .checkpoint import Checkpoint, load_checkpoint
 from .attention import AttentionResult, TemplateResult, attention_grid, average_attention, template_dynamics
 from .calibration import CalibrationResult, CalibrationSet, calibrate, calibrate_predictor
@@ -40,6 +42,7 @@ __all__ = [
     "GenerationResult",
     "KLFigure",
     "MessageProbeResult",
+    "Prediction",
     "ProbeResult",
     "SampleComplexityResult",
     "TemplateResult",
@@ -51,6 +54,7 @@ __all__ = [
     "kl_vs_samples",
     "learning_dynamics",
     "load_checkpoint",
+    "predict_distribution",
     "predict_probabilities",
     "probe",
     "probe_messages",

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hf_treelang.train.callbacks import symbol_log_probabilities
+
 from .checkpoint import Checkpoint
 
 
@@ -20,7 +22,8 @@ class Activations:
     """What :func:`run_with_cache` collected (CPU tensors; a field not asked for is ``None``).
 
     Attributes:
-        logits: (n, q) root logits or (n, L, q) MLM logits, float32.
+        logits: (n, V) root logits or (n, L, V) MLM logits, float32: V = q for a TreeLang model, q + 2 ids for
+            another architecture (the symbols first).
         hidden_states: (n, P, L, d) float32, the embedding output then every layer's.
         attention_sum: (layers, H, L, L) float64, the attention maps summed over the n inputs.
     """
@@ -55,11 +58,14 @@ def run_with_cache(
         if logits:
             logit_parts.append(out.logits.float().cpu())
         if hidden_states:
+            if not getattr(out, "hidden_states", None):
+                raise ValueError(_no_hidden_states(checkpoint))
             state_parts.append(torch.stack(out.hidden_states, 1).float().cpu())  # (b, P, L, d)
         if attentions:
-            if not out.attentions or any(a is None for a in out.attentions):
-                raise ValueError(f"checkpoint {checkpoint.describe()} returned no attention maps with output_attentions=True")
-            summed = torch.stack([a.double().sum(0) for a in out.attentions]).cpu()  # (layers, H, L, L)
+            maps = getattr(out, "attentions", None)
+            if not maps or any(a is None for a in maps):
+                raise ValueError(_no_attentions(checkpoint))
+            summed = torch.stack([a.double().sum(0) for a in maps]).cpu()  # (layers, H, L, L)
             attention_sum = summed if attention_sum is None else attention_sum + summed
     return Activations(
         logits=torch.cat(logit_parts) if logit_parts else None,
@@ -68,11 +74,63 @@ def run_with_cache(
     )
 
 
-def predict_probabilities(checkpoint: Checkpoint, input_ids, positions=None, *, batch_size: int = 1024) -> np.ndarray:
-    """The model's distribution of the predicted variable, (n, q) float64: the root for a root checkpoint, the leaf at
-    ``positions`` (n,) for an MLM checkpoint."""
-    q = checkpoint.num_symbols
-    logits = run_with_cache(checkpoint, input_ids, batch_size=batch_size).logits  # (n, q) or (n, L, q)
+def _no_hidden_states(checkpoint: Checkpoint) -> str:
+    return (f"checkpoint {checkpoint.describe()} returns no hidden states with output_hidden_states=True: this "
+            f"analysis reads every layer's hidden states, which {checkpoint.model_type} does not give")
+
+
+def _no_attentions(checkpoint: Checkpoint) -> str:
+    return (f"checkpoint {checkpoint.describe()} returns no attention maps with output_attentions=True: "
+            f"{checkpoint.model_type} has no attention (a state-space or recurrent model such as Mamba or RWKV), so "
+            "there is no attention map to average")
+
+
+@torch.no_grad()
+def check_outputs(checkpoint: Checkpoint, *, hidden_states: bool = False, attentions: bool = False) -> int:
+    """Refuse, before any work, a checkpoint that does not return what an analysis reads: one forward of one
+    sequence of 2**ℓ symbols; a ValueError (one line) when the hidden states or attention maps asked for are missing.
+
+    Returns:
+        P - 1, the layers after the embedding in the hidden-state tuple (0 when hidden states were not asked for).
+    """
+    ids = torch.zeros((1, 2**checkpoint.depth), dtype=torch.long, device=checkpoint.device)  # (1, L)
+    try:
+        out = checkpoint.model(input_ids=ids, output_hidden_states=hidden_states, output_attentions=attentions)
+    except TypeError:  # a forward without those arguments returns neither
+        out = None
+    if hidden_states and not getattr(out, "hidden_states", None):
+        raise ValueError(_no_hidden_states(checkpoint))
+    if attentions:
+        maps = getattr(out, "attentions", None)
+        if not maps or any(a is None for a in maps):
+            raise ValueError(_no_attentions(checkpoint))
+    return len(out.hidden_states) - 1 if hidden_states else 0
+
+
+@dataclass
+class Prediction:
+    """The model's distribution of the predicted variable over the q symbols, and what it put elsewhere.
+
+    Attributes:
+        probabilities: (n, q) float64, the symbols' logits renormalised among themselves.
+        mass_on_special_tokens: the mean over the n predictions of the probability on ids that are not symbols
+            (0.0 for a TreeLang model, whose logits are the q symbols).
+    """
+
+    probabilities: np.ndarray
+    mass_on_special_tokens: float
+
+
+def predict_distribution(checkpoint: Checkpoint, input_ids, positions=None, *, batch_size: int = 1024) -> Prediction:
+    """The model's distribution of the predicted variable: the root for a root checkpoint, the leaf at ``positions``
+    (n,) for an MLM checkpoint; over the q symbols (:func:`~hf_treelang.train.callbacks.symbol_log_probabilities`)."""
+    logits = run_with_cache(checkpoint, input_ids, batch_size=batch_size).logits  # (n, V) or (n, L, V)
     if checkpoint.task == "mlm":
         logits = logits[torch.arange(logits.shape[0]), torch.as_tensor(np.asarray(positions), dtype=torch.long)]
-    return torch.softmax(logits[..., :q].double(), -1).numpy()  # (n, q)
+    log_probabilities, mass = symbol_log_probabilities(logits, checkpoint.num_symbols)  # (n, q)
+    return Prediction(log_probabilities.exp().numpy(), mass)
+
+
+def predict_probabilities(checkpoint: Checkpoint, input_ids, positions=None, *, batch_size: int = 1024) -> np.ndarray:
+    """(n, q) float64: the probabilities of :func:`predict_distribution`."""
+    return predict_distribution(checkpoint, input_ids, positions, batch_size=batch_size).probabilities

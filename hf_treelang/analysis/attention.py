@@ -10,6 +10,10 @@ layer t makes leaf i attend uniformly to the 2**(t−1) leaves that share its an
 one below): each layer's map, averaged over inputs and heads, gets a similarity to every template, 1 − mean over rows
 of the total-variation distance, step by step.
 
+Any architecture with attention reads the same way: a run of another type (``--model_type bert|gpt2|llama|...``) is
+loaded with the eager attention implementation, the one that returns its maps (``output_attentions=True``). An
+architecture without attention (Mamba, RWKV, ...) is refused in one line before any input is drawn.
+
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``h`` heads, ``c`` checkpoints of a run, ``t``
 template layer in 1 … ℓ.
 """
@@ -32,7 +36,7 @@ from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
 from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.train.folders import RUN_CONFIG, check_run_complete, checkpoints, is_run_folder
 
-from .activations import run_with_cache
+from .activations import check_outputs, run_with_cache
 from .checkpoint import as_checkpoint
 from .io import check_output_dir, check_positive, cli_error, prepare_output, write_json
 
@@ -45,11 +49,12 @@ class AttentionResult:
         maps: (layers, heads, L, L) attention averaged over the inputs; ``maps[i, h, a, b]`` is how much position a
             attends to position b in layer i (rows sum to 1).
         checkpoint: the folder it came from.
-        task: ``"mlm"``, ``"root"`` or ``None``.
+        task: ``"mlm"``, ``"root"``, ``"clm"`` or ``None``.
         depth: ℓ.
         filter_level: k_train.
         num_samples: number of averaged inputs.
         masked: whether one leaf per input was masked.
+        model_type: the architecture (``"treelang"``, ``"bert"``, ``"gpt2"``, ...).
     """
 
     maps: np.ndarray
@@ -59,12 +64,15 @@ class AttentionResult:
     filter_level: int
     num_samples: int
     masked: bool
+    model_type: str = "treelang"
 
     @property
     def label(self) -> str:
         """The row's name in a grid: the task, k_train and which checkpoint (``step N`` for a ``checkpoint-N``
         folder, else the folder's name), so that rows of one run's checkpoints are told apart."""
-        task = {"mlm": "MLM", "root": "root"}.get(self.task, "encoder")
+        task = {"mlm": "MLM", "root": "root", NEXT_LEAF_TASK: "causal"}.get(self.task, "encoder")
+        if self.model_type != "treelang":
+            task = f"{self.model_type} {task}"
         folder = Path(self.checkpoint).name
         match = re.fullmatch(r"checkpoint-(\d+)", folder)
         return f"{task}, k_train={self.filter_level}, " + (f"step {match.group(1)}" if match else folder)
@@ -77,6 +85,7 @@ class AttentionResult:
             "filter_level": self.filter_level,
             "num_samples": self.num_samples,
             "masked": self.masked,
+            "model_type": self.model_type,
             "maps": np.round(self.maps, 6),
         }
 
@@ -94,7 +103,8 @@ def average_attention(
     """Every layer's attention matrix, averaged over ``num_samples`` in-sample inputs (10^4 in the paper).
 
     Args:
-        checkpoint: a TreeLang checkpoint folder (any task) or a loaded checkpoint.
+        checkpoint: a checkpoint folder (any task; TreeLang's or a run of another architecture with attention) or a
+            loaded checkpoint.
         num_samples: inputs averaged over.
         seed: seed of the inputs (and of the masked positions).
         mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training. A causal
@@ -104,6 +114,7 @@ def average_attention(
     ckpt = as_checkpoint(checkpoint, device=device)
     num_samples = check_positive("num_samples", num_samples)
     batch_size = check_positive("batch_size", batch_size)
+    check_outputs(ckpt, attentions=True)
     causal = ckpt.task == NEXT_LEAF_TASK
     if causal and mask:
         raise ValueError("mask: a causal (next-leaf) model reads whole prefixes, never a masked leaf; leave mask unset")
@@ -122,6 +133,7 @@ def average_attention(
         filter_level=ckpt.filter_level,
         num_samples=num_samples,
         masked=masked,
+        model_type=ckpt.model_type,
     )
 
 
@@ -130,6 +142,8 @@ def attention_grid(checkpoints, **kwargs) -> list:
     if not checkpoints:
         raise ValueError("checkpoints must name at least one TreeLang checkpoint folder, got none")
     loaded = [as_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
+    for ckpt in loaded:
+        check_outputs(ckpt, attentions=True)  # an architecture without attention: refused before any runs
     return [average_attention(c, **kwargs) for c in loaded]
 
 
@@ -324,6 +338,7 @@ def template_dynamics(
     """
     steps, folders = zip(*run_checkpoints(run))
     final = as_checkpoint(folders[-1], device=device)
+    check_outputs(final, attentions=True)
     loaded = [dataclasses.replace(as_checkpoint(f, device=device), grammar=final.grammar) for f in folders[:-1]]
     loaded.append(final)
     for ckpt in loaded:

@@ -8,6 +8,9 @@ in training); for a root-classification checkpoint it is the root. Two input set
 
 BP is BP_{k_train}, the oracle matched to the training data. Metrics per set: mean D_KL(BP ‖ model), argmax
 agreement, mean Spearman rank correlation of the q-vectors, and the accuracies of both against the true symbol.
+The model's distribution is over the q symbols: a checkpoint of another architecture (whose logits also cover the
+special ids) is renormalised over the symbols' logits, and ``mass_on_special_tokens``, the mean probability it put
+on the other ids, is reported beside the metrics (0.0 for a TreeLang model).
 
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``q`` symbols.
 """
@@ -26,7 +29,7 @@ from hf_treelang.core.metrics import compare_distributions
 from hf_treelang.core.oracle import predicted_marginals, task_inputs
 from hf_treelang.plotting import pyplot, save_figure
 
-from .activations import predict_probabilities
+from .activations import Prediction, predict_distribution
 from .checkpoint import as_checkpoint
 from .io import check_positive, cli_error, prepare_output, write_json
 
@@ -43,7 +46,9 @@ class CalibrationSet:
         bp_probs: (n, q) BP_{k_train} marginals of the same symbol.
         targets: (n,) the true symbol (the masked leaf, or the root), -1 for uniform inputs (no accuracy there).
         metrics: kl_mean, kl_median, argmax_match, spearman_mean, model_accuracy, bp_accuracy, num_sequences,
-            num_impossible (inputs of probability zero under BP_{k_train}, left out of every metric).
+            num_impossible (inputs of probability zero under BP_{k_train}, left out of every metric),
+            mass_on_special_tokens (the mean over all n inputs of the model's probability off the q symbols; None
+            for a ``predict`` that returns bare probabilities).
     """
 
     name: str
@@ -102,7 +107,9 @@ def calibrate_predictor(
 
     Args:
         predict: ``predict(input_ids (n, L) int64, positions (n,) or None) -> (n, q)`` probabilities of the masked
-            leaf at ``positions`` (task ``"mlm"``, the mask id is q) or of the root (task ``"root"``, positions None).
+            leaf at ``positions`` (task ``"mlm"``, the mask id is q) or of the root (task ``"root"``, positions None),
+            or a :class:`~hf_treelang.analysis.activations.Prediction` (the probabilities and the mass off the
+            symbols).
         grammar: the grammar of the data.
         task: ``"mlm"`` or ``"root"``.
         depth: ℓ.
@@ -126,7 +133,9 @@ def calibrate_predictor(
         targets = data.labels.numpy()
         if name == "uniform":
             targets = np.full(num_samples, -1)  # a uniform input has no true root, and its leaves carry no signal
-        model_probs = np.asarray(predict(ids, positions), dtype=np.float64)
+        prediction = predict(ids, positions)
+        mass = prediction.mass_on_special_tokens if isinstance(prediction, Prediction) else None
+        model_probs = np.asarray(getattr(prediction, "probabilities", prediction), dtype=np.float64)
         if model_probs.shape != (num_samples, q):
             raise ValueError(f"predict must return shape ({num_samples}, {q}), got {model_probs.shape}")
         possible = ~bp.infer(data.inputs, downward=False).impossible.numpy()
@@ -137,6 +146,7 @@ def calibrate_predictor(
             bp_accuracy=_accuracy(bp_probs[possible], targets[possible]),
             num_sequences=int(num_samples),
             num_impossible=int((~possible).sum()),
+            mass_on_special_tokens=mass,
         )
         sets[name] = CalibrationSet(name, model_probs, bp_probs, np.asarray(targets), metrics)
     return CalibrationResult(task=task, depth=depth, filter_level=filter_level, num_symbols=q, sets=sets)
@@ -155,7 +165,7 @@ def calibrate(
 
     Args:
         checkpoint: a checkpoint folder (or a loaded :class:`~hf_treelang.analysis.Checkpoint`) of an MLM or a
-            root-classification model.
+            root-classification model: TreeLang's, or a run of another architecture (``--model_type``).
         task: ``"mlm"`` (the masked symbol) or ``"root"``; ``None`` takes the checkpoint's own task. A task the
             checkpoint was not trained for is an error.
         num_samples: sequences per input set.
@@ -171,7 +181,7 @@ def calibrate(
     batch_size = check_positive("batch_size", batch_size)
 
     def predict(ids, positions):
-        return predict_probabilities(ckpt, ids, positions, batch_size=batch_size)
+        return predict_distribution(ckpt, ids, positions, batch_size=batch_size)
 
     return calibrate_predictor(
         predict,
@@ -236,8 +246,10 @@ def summary_lines(result: CalibrationResult) -> list:
         else:
             accuracy = f"accuracy model {_number(m['model_accuracy'])} / BP {_number(m['bp_accuracy'])}"
         impossible = f"  ({m['num_impossible']} impossible under BP left out)" if m.get("num_impossible") else ""
+        special = m.get("mass_on_special_tokens")
+        special = f"  mass on special tokens {special:.3g} (renormalised away)" if special else ""
         lines.append(f"{name:>9}: KL={m['kl_mean']:.4g}  argmax match={_number(m['argmax_match'])}  "
-                     f"Spearman={_number(m['spearman_mean'])}  {accuracy}{impossible}")
+                     f"Spearman={_number(m['spearman_mean'])}  {accuracy}{impossible}{special}")
     return lines
 
 

@@ -9,6 +9,10 @@ also logs ``kl_position{i}``, the KL to the matched BP_{k_train} at leaf positio
 ``kl_bp_k{k_train}``); those become a heat map, positions × evaluations, with the tree's block boundaries marked: which
 positions (the ones that close a subtree, the ones that open one) are learned first.
 
+The callback also logs ``mass_on_special_tokens``, the probability the model put outside the q symbols (a run of
+another architecture, whose logits also cover the special ids; 0 for a TreeLang model): its curve is kept beside the
+KLs, which are over the renormalised symbol distribution.
+
 A history is read from the callback's JSON file, from a ``trainer_state.json`` (its ``log_history``) or from a run
 folder holding either. Several runs (the same training over several model seeds) are summarised together by
 :func:`seed_summary`: how far each seed's alignment sequence, climb times and final accuracy spread.
@@ -34,6 +38,7 @@ _BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
 _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
 _POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
+_SPECIAL_MASS = ("eval_mass_on_special_tokens", "mass_on_special_tokens")  # hf_treelang.train.callbacks.SPECIAL_MASS_KEY
 _HISTORY_FILE_HINTS = ("bp_kl", "bpkl", "bp_history", "kl_history", "history")
 
 
@@ -60,6 +65,8 @@ class DynamicsResult:
             far apart the two ``match`` curves can be at most (:func:`oracle_baselines`; empty when not filled).
         chance_accuracy: k_test -> accuracy of always predicting the most frequent label of BP's reference inputs
             of that k_test (the most-frequent-symbol level; :func:`oracle_baselines`; empty when not filled).
+        mass_on_special_tokens: (E,) the mean probability the model put outside the q symbols, NaN where an
+            evaluation did not log it; ``None`` for a history that never logs it.
     """
 
     steps: np.ndarray
@@ -76,6 +83,7 @@ class DynamicsResult:
     num_in_sample: int | None = None
     bp_disagreement: dict = field(default_factory=dict)
     chance_accuracy: dict = field(default_factory=dict)
+    mass_on_special_tokens: np.ndarray | None = None
 
     @property
     def closest_bp(self) -> list:
@@ -160,6 +168,7 @@ class DynamicsResult:
             "num_in_sample": self.num_in_sample,
             "bp_argmax_disagreement": {f"k{k}": v for k, v in sorted(self.bp_disagreement.items())},
             "chance_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.chance_accuracy.items())},
+            "mass_on_special_tokens": self.mass_on_special_tokens,  # (E,) or null
         }
 
 
@@ -252,6 +261,9 @@ def learning_dynamics(run) -> DynamicsResult:
         kl_position = np.full((len(rows), max(positions) + 1), np.nan)  # (E, 2**l)
         for i, values in positions.items():
             kl_position[:, i] = values
+    mass = None
+    if any(key in row for row in rows for key in _SPECIAL_MASS):
+        mass = np.array([_first_number(row, _SPECIAL_MASS) for row in rows])  # (E,)
     return DynamicsResult(
         steps=steps,
         epochs=epochs,
@@ -264,7 +276,17 @@ def learning_dynamics(run) -> DynamicsResult:
         num_test=num_test,
         reference_sizes=reference_sizes,
         kl_position=kl_position,
+        mass_on_special_tokens=mass,
     )
+
+
+def _first_number(row: dict, keys: tuple) -> float:
+    """The first of ``keys`` that ``row`` logs as a number, as a float; NaN when none does."""
+    for key in keys:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return float("nan")
 
 
 def oracle_baselines(callback) -> dict:
@@ -589,6 +611,10 @@ def run(args) -> int:
           f"{result.alignment_sequence}")
     if "positions" in paths:
         print(half_kl_line(result))
+    mass = None if result.mass_on_special_tokens is None else _last_finite(result.mass_on_special_tokens)
+    if mass:
+        print(f"mass on special tokens at the last evaluation: {mass:.3g} (the KLs are over the q symbols, "
+              "renormalised)")
     figures = " and ".join(str(paths[key]) for key in ("figure", "positions") if key in paths)
     print(f"wrote {figures} and {paths['json']}")
     return 0

@@ -22,13 +22,23 @@ depend on ``seed``, ``batch_size`` and the device; the true sequences are ``samp
 Sampling uses the model's full next-leaf distribution (temperature 1, no top-k or top-p truncation), so Q is the
 distribution the samples come from.
 
+Any causal architecture (a ``run_clm.py --model_type gpt2|llama|mamba|...`` run): its logits also cover the special
+ids (BOS = q, padding q + 1). Q is then its distribution over the q symbols, each next-leaf row renormalised over
+the symbols' logits (:func:`hf_treelang.train.callbacks.symbol_log_probabilities`), and the samples come from that Q:
+``generate`` suppresses the special ids (``suppress_tokens``, their logits set to −inf), which is the same
+renormalisation. What the rows put on the special ids is reported as ``mass_on_special_tokens``, the mean over the
+rows of the generated and of the true sequences (0.0 for a TreeLang model, whose logits are the q symbols). A sample
+that still holds a special id (a model whose ``generate`` does not apply ``suppress_tokens``) is not a sequence of
+the language: it is counted in ``num_special_samples`` and scored log P = log Q = −inf, i.e. as a sample the grammar
+cannot produce (KL(model ‖ data) = +inf with its count), never a crash.
+
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` leaves, ``q`` symbols (BOS = q).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -38,7 +48,9 @@ from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
 from hf_treelang.core.params import check_int
 from hf_treelang.core.sampling import sample_trees
+from hf_treelang.models.architectures import TREELANG
 from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.train.callbacks import symbol_log_probabilities
 
 from .checkpoint import Checkpoint, as_checkpoint, load_causal_checkpoint
 from .io import check_positive, cli_error, prepare_output, write_json
@@ -118,6 +130,9 @@ class GenerationResult:
             where the grammar cannot produce the sample).
         data: (n, L) int64 true sequences of the grammar at k_train.
         data_log_model / data_log_grammar: (n,) float64 log Q and log P of ``data``.
+        mass_on_special_tokens: ``{"generated": m, "data": m}``, the mean probability the model's next-leaf rows put
+            on ids that are not symbols, over the rows of the generated and of the true sequences (module docstring).
+        num_special_samples: generated sequences holding an id that is not a symbol (scored as impossible).
     """
 
     depth: int
@@ -130,6 +145,8 @@ class GenerationResult:
     data: np.ndarray
     data_log_model: np.ndarray
     data_log_grammar: np.ndarray
+    mass_on_special_tokens: dict = field(default_factory=lambda: {"generated": 0.0, "data": 0.0})
+    num_special_samples: int = 0
 
     @property
     def num_samples(self) -> int:
@@ -191,6 +208,8 @@ class GenerationResult:
             "log_likelihood_data": self.log_likelihood("data"),
             "entropy_rate": self.entropy_rate.to_dict(),
             "num_impossible_samples": self.num_impossible,
+            "mass_on_special_tokens": dict(self.mass_on_special_tokens),
+            "num_special_samples": self.num_special_samples,
         }
 
 
@@ -199,45 +218,87 @@ def _log_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(denominator), np.inf, numerator - np.where(np.isneginf(denominator), 0.0, denominator))
 
 
-def sequence_log_probabilities(model, leaves, *, batch_size: int = 4096) -> torch.Tensor:
-    """log Q(x) of a causal model: Σ_i log softmax(logits)[i, x_i] from one forward of ``[BOS, x_0 .. x_{L-2}]``.
+def _num_symbols(model, num_symbols: int | None) -> int:
+    """q: given, or the TreeLang model's own (another architecture's config does not say it)."""
+    if num_symbols is None:
+        if getattr(model.config, "num_symbols", None) is None:
+            raise ValueError(f"num_symbols must be given for a {model.config.model_type} model (its config does not "
+                             "say q), got None")
+        return int(model.config.num_symbols)
+    return check_positive("num_symbols", num_symbols, low=2)
 
-    Args:
-        model: a TreeLangForCausalLM (or any model with its input layout and ``config.bos_token_id``).
-        leaves: (n, L) integer symbols in [0, q).
-        batch_size: sequences per forward (memory only).
 
-    Returns:
-        (n,) float64 on the CPU, in nats.
-    """
+def special_token_ids(model, num_symbols: int) -> list:
+    """The ids a causal model scores beyond the q symbols (suppressed in its samples): none for a TreeLang model,
+    whose logits are the q symbols; ``q .. vocab_size - 1`` for another architecture."""
+    if model.config.model_type == TREELANG:
+        return []
+    return list(range(num_symbols, int(model.config.vocab_size)))
+
+
+def _score_sequences(model, leaves, num_symbols: int, batch_size: int) -> tuple:
+    """(log Q (n,) float64, the mean probability of the rows off the symbols) of ``leaves`` (n, L); a position that
+    holds no symbol has Q = 0 there (module docstring)."""
     leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.long)  # (n, L)
-    batch_size = check_positive("batch_size", batch_size)
     device = next(model.parameters()).device
     bos = int(model.config.bos_token_id)
     out = torch.empty(leaves.shape[0], dtype=torch.float64)  # (n,)
+    off_symbols = 0.0
     with torch.inference_mode():
         for start in range(0, leaves.shape[0], batch_size):
             x = leaves[start:start + batch_size].to(device)  # (b, L)
             inputs = next_leaf_inputs(x, bos)  # (b, L): [BOS, x_0 .. x_{L-2}]
-            log_rows = model(inputs).logits.double().log_softmax(-1)  # (b, L, q): row i = log Q(· | x_<i)
-            out[start:start + batch_size] = log_rows.gather(-1, x[..., None])[..., 0].sum(1).cpu()
-    return out
+            # row i = log Q(· | x_<i) over the q symbols; mass: the mean probability of the b·L rows off them
+            log_rows, mass = symbol_log_probabilities(model(inputs).logits, num_symbols)  # (b, L, q)
+            symbol = (x >= 0) & (x < num_symbols)  # (b, L)
+            log_leaf = log_rows.gather(-1, torch.where(symbol, x, 0)[..., None])[..., 0]  # (b, L)
+            log_leaf = torch.where(symbol, log_leaf, -math.inf)
+            out[start:start + batch_size] = log_leaf.sum(1).cpu()
+            off_symbols += mass * x.shape[0]
+    return out, off_symbols / max(1, leaves.shape[0])
 
 
-def generate_samples(model, num_samples: int, *, seed: int, batch_size: int = 4096) -> torch.Tensor:
+def sequence_log_probabilities(model, leaves, *, batch_size: int = 4096, num_symbols: int | None = None
+                               ) -> torch.Tensor:
+    """log Q(x) of a causal model: Σ_i log softmax(logits)[i, x_i] from one forward of ``[BOS, x_0 .. x_{L-2}]``.
+
+    Args:
+        model: a TreeLangForCausalLM (or any model with its input layout and ``config.bos_token_id``: a causal
+            architecture of transformers fitted to the TreeLang vocabulary, whose rows are renormalised over the q
+            symbols, module docstring).
+        leaves: (n, L) integer symbols in [0, q).
+        batch_size: sequences per forward (memory only).
+        num_symbols: q; ``None`` reads it from a TreeLang model's config.
+
+    Returns:
+        (n,) float64 on the CPU, in nats.
+    """
+    batch_size = check_positive("batch_size", batch_size)
+    return _score_sequences(model, leaves, _num_symbols(model, num_symbols), batch_size)[0]
+
+
+def generate_samples(model, num_samples: int, *, seed: int, batch_size: int = 4096, num_symbols: int | None = None,
+                     length: int | None = None) -> torch.Tensor:
     """``num_samples`` whole sequences of the model, ``generate(BOS, do_sample=True)`` batch after batch.
 
     Seeded inside :func:`torch.random.fork_rng`: the caller's global generators are left as they were. Sampling is
-    from the full softmax (temperature 1, top-k and top-p off), whatever generation_config.json says.
+    from the full softmax (temperature 1, top-k and top-p off), whatever generation_config.json says; for another
+    architecture, from its softmax over the q symbols (the special ids suppressed, module docstring).
+
+    Args:
+        num_symbols: q; ``None`` reads it from a TreeLang model's config.
+        length: L = 2**ℓ leaves per sample; ``None`` reads it from a TreeLang model's config.
 
     Returns:
         (n, L) int64 on the CPU: the leaves after BOS.
     """
     num_samples = check_int("num_samples", num_samples, 1, MAX_SAMPLES)
     batch_size = check_positive("batch_size", batch_size)
+    suppressed = special_token_ids(model, _num_symbols(model, num_symbols))
     device = next(model.parameters()).device
     bos = int(model.config.bos_token_id)
-    length = int(model.config.sequence_length)
+    length = int(model.config.sequence_length) if length is None else check_positive("length", length)
+    options = {"suppress_tokens": suppressed} if suppressed else {}
     cuda = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
     batches = []
     with torch.random.fork_rng(devices=cuda), torch.inference_mode():
@@ -246,7 +307,11 @@ def generate_samples(model, num_samples: int, *, seed: int, batch_size: int = 40
             size = min(batch_size, num_samples - start)
             prompt = torch.full((size, 1), bos, dtype=torch.long, device=device)  # (b, 1)
             sequences = model.generate(prompt, do_sample=True, max_new_tokens=length, temperature=1.0, top_k=0,
-                                       top_p=1.0)  # (b, 1 + L)
+                                       top_p=1.0, **options)  # (b, 1 + L)
+            if sequences.shape[1] != 1 + length:
+                raise ValueError(f"{model.config.model_type} generated sequences of {sequences.shape[1] - 1} tokens "
+                                 f"after BOS, not the {length} leaves asked for (does its generation config stop "
+                                 "early?)")
             batches.append(sequences[:, 1:].cpu())
     return torch.cat(batches)  # (n, L)
 
@@ -264,7 +329,8 @@ def score_model_generation(
     """Both KLs for any causal model in TreeLangForCausalLM's layout; :func:`score_generation` loads a checkpoint.
 
     Args:
-        model: the causal model (eval mode; on its device).
+        model: the causal model (eval mode; on its device): TreeLang's, or a causal architecture of transformers
+            fitted to the TreeLang vocabulary (q from the grammar, 2**ℓ leaves from ``depth``).
         grammar: the grammar of the data; P is BP_{filter_level} of it.
         depth: ℓ (the model generates 2**ℓ leaves).
         filter_level: k_train, the level of the true data and of the oracle.
@@ -275,27 +341,38 @@ def score_model_generation(
     num_samples = check_int("num_samples", num_samples, 1, MAX_SAMPLES)
     seed = check_int("seed", seed, 0, MAX_SEED)
     batch_size = check_positive("batch_size", batch_size)
-    if int(model.config.sequence_length) != 1 << depth:
+    treelang = model.config.model_type == TREELANG
+    if treelang and int(model.config.sequence_length) != 1 << depth:
         raise ValueError(f"depth must be the model's, {int(model.config.sequence_length).bit_length() - 1} (it "
                          f"generates {model.config.sequence_length} leaves), got {depth}")
+    q = grammar.num_symbols
     bp = BeliefPropagation(grammar, depth, filter_level, on_impossible="flag")
-    generated = generate_samples(model, num_samples, seed=seed, batch_size=batch_size)  # (n, L)
+    generated = generate_samples(model, num_samples, seed=seed, batch_size=batch_size, num_symbols=q,
+                                 length=1 << depth)  # (n, L)
     data = torch.as_tensor(sample_trees(grammar, num_samples, depth, filter_level, seed + 1).leaves)  # (n, L)
+    special = ((generated < 0) | (generated >= q)).any(1)  # (n,) samples holding an id that is not a symbol
 
-    def log_grammar(leaves):  # (n,) log P, -inf where P = 0
-        return torch.cat([bp.log_likelihood(leaves[s:s + batch_size]) for s in range(0, len(leaves), batch_size)])
+    def log_grammar(leaves, outside=None):  # (n,) log P, -inf where P = 0 (and for a sample off the symbols)
+        if outside is not None and outside.any():
+            leaves = torch.where(outside[:, None], 0, leaves)
+        log_p = torch.cat([bp.log_likelihood(leaves[s:s + batch_size]) for s in range(0, len(leaves), batch_size)])
+        return log_p if outside is None else torch.where(outside, -math.inf, log_p.double())
 
+    generated_log_model, generated_mass = _score_sequences(model, generated, q, batch_size)
+    data_log_model, data_mass = _score_sequences(model, data, q, batch_size)
     return GenerationResult(
         depth=depth,
         filter_level=filter_level,
         num_symbols=grammar.num_symbols,
         seed=seed,
         generated=generated.numpy(),
-        generated_log_model=sequence_log_probabilities(model, generated, batch_size=batch_size).numpy(),
-        generated_log_grammar=log_grammar(generated).double().numpy(),
+        generated_log_model=generated_log_model.numpy(),
+        generated_log_grammar=log_grammar(generated, special).double().numpy(),
         data=data.numpy(),
-        data_log_model=sequence_log_probabilities(model, data, batch_size=batch_size).numpy(),
+        data_log_model=data_log_model.numpy(),
         data_log_grammar=log_grammar(data).double().numpy(),
+        mass_on_special_tokens={"generated": generated_mass, "data": data_mass},
+        num_special_samples=int(special.sum()),
     )
 
 
@@ -310,8 +387,9 @@ def score_generation(
     """``hf-treelang generate``: sample a causal checkpoint and score both directions with the exact oracle.
 
     Args:
-        checkpoint: a TreeLangForCausalLM run or model folder (or a loaded causal
-            :class:`~hf_treelang.analysis.Checkpoint`); its grammar, ℓ and k_train define the data and the oracle.
+        checkpoint: a TreeLangForCausalLM run or model folder, a causal run of another architecture (``run_clm.py
+            --model_type``), or a loaded causal :class:`~hf_treelang.analysis.Checkpoint`; its grammar, ℓ and
+            k_train define the data and the oracle.
         num_samples: N generated and N true sequences, in [1, MAX_SAMPLES]; checked before anything is loaded.
         seed, batch_size: see :func:`score_model_generation`.
         device: where the model runs (BP runs on the CPU).
@@ -375,6 +453,10 @@ def summary_lines(result: GenerationResult) -> list:
         return f"{entry['per_leaf']:.4f} ± {entry['per_leaf_standard_error']:.2g}"
 
     impossible = f", {generated['num_impossible']} of probability zero left out" if generated["num_impossible"] else ""
+    mass = result.mass_on_special_tokens
+    special = ([f"mass on special tokens (renormalised away): {mass['generated']:.3g} on the generated rows, "
+                f"{mass['data']:.3g} on the true rows; {result.num_special_samples} samples held a special id"]
+               if any(mass.values()) or result.num_special_samples else [])
     return [
         f"KL(model ‖ data) = {result.kl_model_data.describe('nats per sequence')}  (N = {result.num_samples} "
         "samples of the model)",
@@ -382,6 +464,7 @@ def summary_lines(result: GenerationResult) -> list:
         f"sequences, k = {result.filter_level})",
         f"log P per leaf: generated {per_leaf(generated)}{impossible}; true {per_leaf(data)}; entropy rate "
         f"{result.entropy_rate.describe('nats per leaf')}",
+        *special,
     ]
 
 
@@ -413,6 +496,7 @@ __all__ = [
     "score_generation",
     "score_model_generation",
     "sequence_log_probabilities",
+    "special_token_ids",
     "summary_lines",
     "write_outputs",
 ]

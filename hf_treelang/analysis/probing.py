@@ -26,6 +26,10 @@ q-vector targets, the exact upward messages of the leaf's level-m ancestor and o
 (:func:`message_targets`), a softmax readout trained by KL to them, reported as test KL next to the KL of the mean
 message.
 
+Any architecture (a run of ``--model_type bert|gpt2|mamba|...``): its layers are the tuple of hidden states its
+forward returns with ``output_hidden_states=True``, the embedding first; an architecture that returns none is refused
+in one line before any probe trains.
+
 Dimension glossary: ``n`` sequences, ``L = 2**ℓ`` positions, ``P`` probed layers, ``V`` ancestor levels, ``H`` probe
 hidden units, ``d`` model hidden size, ``q`` symbols, ``T`` tokens in a batch, ``E`` epochs.
 """
@@ -49,7 +53,7 @@ from hf_treelang.plotting import level_color, pyplot, save_figure
 from hf_treelang.sweep.estimate import format_duration
 from hf_treelang.train import paper_settings as paper
 
-from .activations import batches, run_with_cache
+from .activations import batches, check_outputs, run_with_cache
 from .checkpoint import as_checkpoint
 from .io import check_positive, cli_error, prepare_output, write_json
 
@@ -388,7 +392,8 @@ def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_tr
     if not 0 <= k_data <= depth:
         raise ValueError(f"data_filter_level must be in [0, depth={depth}], got {k_data}")
     levels = check_levels(levels, depth, k_data)
-    layers = check_layers(layers, ckpt.num_layers)
+    # the layers are the hidden-state tuple the model returns (output_hidden_states=True), the embedding first
+    layers = check_layers(layers, ckpt.num_layers if ckpt.is_treelang else check_outputs(ckpt, hidden_states=True))
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
     n = num_train + num_validation + num_test
