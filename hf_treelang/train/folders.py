@@ -22,6 +22,10 @@ next to new ones): :func:`check_output_dir_free` refuses it unless the run resum
 replaces the previous run (``--overwrite_output_dir``, which :func:`clear_previous_run` implements: the previous run's
 files go, anything else in the folder stays).
 
+One process writes into a folder at a time: :func:`hf_treelang.train.loop.train` claims a run folder for the run's
+duration (:mod:`hf_treelang.claims`: ``.owner.json`` naming the owner's host, pid and start time); the checks here
+refuse a folder another live process holds, naming it, and leave the claim out of a folder's listing.
+
 Every check here runs before any work, raises a ``ValueError`` naming the parameter, the value and what is allowed,
 and creates nothing.
 """
@@ -40,8 +44,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hf_treelang.claims import check_unclaimed, is_claim_file, owner
 from hf_treelang.jsonio import TEMPORARY_SUFFIX, read_json_object, write_json_atomic
-from hf_treelang.processes import process_alive
 
 RUN_CONFIG = "run_config.json"  # written first: the folder is a run folder
 RUN_COMPLETE = "run_complete.json"  # written last: the run folder is complete
@@ -134,7 +138,19 @@ def _mebibytes(size: float) -> str:
 
 
 def _entries(folder: Path) -> list:
-    return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
+    """The names in ``folder`` but its owner's claim (:mod:`hf_treelang.claims`)."""
+    return sorted(entry.name for entry in folder.iterdir() if not is_claim_file(entry.name)) if folder.is_dir() else []
+
+
+def empty_folder(folder) -> None:
+    """Remove everything in ``folder`` but the claim of the process that owns it (a run trained again from scratch)."""
+    for entry in Path(folder).iterdir():
+        if is_claim_file(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _shown(names: list, limit: int = 6) -> str:
@@ -143,8 +159,10 @@ def _shown(names: list, limit: int = 6) -> str:
 
 def check_output_dir_free(output_dir, *, overwrite: bool, resume) -> None:
     """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run; and
-    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool)."""
+    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool); and refuse
+    a folder another live process owns, naming it (:class:`hf_treelang.claims.FolderTaken`)."""
     folder = Path(output_dir)
+    check_unclaimed(folder, "output_dir")
     entries = _entries(folder)
     if resume not in (None, False, True) and (folder / RUN_COMPLETE).is_file() and not overwrite:
         inside = Path(resume).resolve().is_relative_to(folder.resolve())
@@ -264,7 +282,8 @@ def _files_under(folder: Path) -> dict:
     """{relative posix path: size in bytes} of every file under ``folder``, but its marker and temporary files."""
     files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path != folder / RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX):
+        if path.is_file() and path != folder / RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX) \
+                and not is_claim_file(path.name):
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
     return files
 
@@ -440,8 +459,8 @@ class FolderState:
     """What a run folder holds for a given identity.
 
     ``status``: ``"done"`` (complete, same identity: ``result`` is its summary, :func:`finished_run`), ``"resume"``
-    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (same identity,
-    its process is alive), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
+    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (another live
+    process owns the folder, :mod:`hf_treelang.claims`; ``record`` names it), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
     empty). ``record``: the folder's ``run_identity.json``.
     """
 
@@ -456,7 +475,10 @@ def folder_state(output_dir, identity: str) -> FolderState:
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {str(folder)!r} exists and is not a folder")
-    if not folder.is_dir() or not any(folder.iterdir()):
+    taken = owner(folder) if folder.is_dir() else None
+    if taken is not None:
+        return FolderState("running", record={**(read_identity(folder) or {}), **taken})
+    if not _entries(folder):
         return FolderState("new")
     record = read_identity(folder)
     if record is None:
@@ -469,9 +491,6 @@ def folder_state(output_dir, identity: str) -> FolderState:
     result = finished_run(folder, identity)
     if result is not None:
         return FolderState("done", result=result, record=record)
-    if "error" not in record and record.get("pid") != os.getpid() \
-            and process_alive(record.get("host"), record.get("pid")) is not False:
-        return FolderState("running", record=record)
     return FolderState("resume", checkpoint=last_checkpoint(folder), record=record)
 
 
@@ -493,6 +512,7 @@ __all__ = [
     "check_run_complete",
     "clear_previous_run",
     "completed_run",
+    "empty_folder",
     "finished_run",
     "folder_state",
     "forget_identity",
