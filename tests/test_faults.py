@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from hf_treelang import claims, cli
 from hf_treelang.processes import process_alive
 from hf_treelang.train import loop
-from hf_treelang.train.folders import RUN_COMPLETE
+from hf_treelang.train.folders import RUN_COMPLETE, DamagedFile, last_checkpoint, write_run_complete
 from hf_treelang.train.run import runs_from_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,9 +376,9 @@ def test_a_run_killed_while_saving_a_checkpoint_resumes_from_the_one_before_to_t
             assert all(torch.equal(resumed[key], whole[key]) for key in whole), name
         else:
             assert all(torch.equal(a, b) for a, b in zip(_tensors(resumed), _tensors(whole))), name
-    steps = [entry["step"] for entry in json.loads((folder / "eval_history.json").read_text())]
-    whole_steps = [entry["step"] for entry in json.loads((tmp_path / "whole" / "eval_history.json").read_text())]
-    assert steps == whole_steps  # every evaluation once: none lost, none twice
+    steps = [[entry["step"] for entry in json.loads((path / "eval_history.json").read_text())["history"]]
+             for path in (folder, tmp_path / "whole")]
+    assert steps[0] == steps[1]  # every evaluation once: none lost, none twice
 
 
 def _tensors(value):
@@ -390,3 +390,92 @@ def _tensors(value):
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _tensors(item)
+
+
+# ---------------------------------------------------------------- damaged files named, not tracebacks
+
+
+def _complete_run(folder, head):
+    """A run folder marked complete (randomly initialised weights, ℓ = 2, q = 3, the scripts' SCRIPT data)."""
+    from hf_treelang import TreeLangConfig
+
+    torch.manual_seed(0)
+    config = TreeLangConfig.from_data(num_symbols=3, depth=2, filter_level=0, hidden_size=16, num_hidden_layers=1,
+                                      intermediate_size=16)
+    head(config).save_pretrained(folder)
+    (folder / "run_config.json").write_text("{}")
+    write_run_complete(folder, task="mlm", global_step=0)
+    return folder
+
+
+def _truncate(path):
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def test_a_truncated_weights_file_in_a_complete_run_is_one_line_from_every_loader(tmp_path, capsys):
+    from hf_treelang import TreeLangForCausalLM, TreeLangForMaskedLM
+
+    mlm = _complete_run(tmp_path / "mlm", TreeLangForMaskedLM)
+    causal = _complete_run(tmp_path / "causal", TreeLangForCausalLM)
+    for run in (mlm, causal):
+        _truncate(run / "model.safetensors")
+    capsys.readouterr()  # save_pretrained's progress bars
+    commands = {
+        "calibration": [str(mlm), "--num-samples", "8"], "attention": [str(mlm), "--num-samples", "8"],
+        "probe": [str(mlm), "--num-train", "8", "--num-validation", "8", "--num-test", "8", "--epochs", "1"],
+        "generate": [str(causal), "--num-samples", "2"],
+    }
+    for command, arguments in commands.items():
+        assert cli.run_command(command, [*arguments, "--out", str(tmp_path / command)]) == 2, command
+        line = _one_line(capsys.readouterr().err)
+        assert "model.safetensors is damaged" in line and "cut short" in line and "train it again" in line, line
+        assert not (tmp_path / command).exists()
+    finetune = [*SCRIPT, "--model_name_or_path", str(mlm), "--output_dir", str(tmp_path / "finetuned")]
+    assert loop.main("finetune", finetune, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "model.safetensors is damaged" in line and "train it again" in line, line
+    assert not (tmp_path / "finetuned").exists()
+
+
+def test_weights_rewritten_in_place_differ_from_the_recorded_digest(tmp_path):
+    from hf_treelang import TreeLangForMaskedLM
+    from hf_treelang.analysis import load_checkpoint
+
+    run = _complete_run(tmp_path / "mlm", TreeLangForMaskedLM)
+    data = bytearray((run / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header
+    (run / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(DamagedFile, match=r"model.safetensors is damaged \(its content differs from the sha256"):
+        load_checkpoint(run)
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A finished tiny run with two checkpoints (6 steps)."""
+    folder = tmp_path_factory.mktemp("checkpointed") / "run"
+    assert loop.main("root", [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder)]) == 0
+    return folder
+
+
+DAMAGES = {
+    "trainer_state.json": lambda path: path.write_text('{"global_step": 6, "log_history": ['),
+    "model.safetensors": _truncate,
+    "optimizer.pt": _truncate,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGES))
+def test_resuming_from_a_checkpoint_with_a_damaged_file_names_it_and_the_checkpoint_to_resume_from(
+        tmp_path, checkpointed_run, capsys, name):
+    import shutil
+
+    folder = shutil.copytree(checkpointed_run, tmp_path / "run")
+    (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
+    DAMAGES[name](latest / name)
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    arguments = [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)]
+    assert loop.main("root", arguments, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"is damaged: {name} is " in line and f"--resume_from_checkpoint {str(earlier)!r}" in line, line
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
+    assert last_checkpoint(folder) == earlier  # a sweep resumes from the intact one

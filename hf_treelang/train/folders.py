@@ -22,6 +22,13 @@ next to new ones): :func:`check_output_dir_free` refuses it unless the run resum
 replaces the previous run (``--overwrite_output_dir``, which :func:`clear_previous_run` implements: the previous run's
 files go, anything else in the folder stays).
 
+A file damaged after it was written (a copy cut short, a checkpoint's save killed half-way, a disk error) is named
+before anything loads it (:class:`DamagedFile`, with what to do: resume from an earlier checkpoint, or train again):
+:func:`check_run_complete` compares every file a complete run folder's marker lists with the size it recorded (and the
+weights with their recorded sha256), :func:`check_resume_checkpoint` and :func:`read_model_config` check each file's
+own format (:func:`file_damage`: JSON that parses, a safetensors file as long as its header says, a torch archive
+with its end).
+
 One process writes into a folder at a time: :func:`hf_treelang.train.loop.train` claims a run folder for the run's
 duration (:mod:`hf_treelang.claims`: ``.owner.json`` naming the owner's host, pid and start time); the checks here
 refuse a folder another live process holds, naming it, and leave the claim out of a folder's listing.
@@ -35,12 +42,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import socket
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,6 +227,125 @@ def clear_previous_run(output_dir) -> list:
 # ---------------------------------------------------------------- what a run starts or resumes from
 
 
+# the files the package reads back, by suffix: their sizes and formats are checked before a load (README.md and the
+# figures are for people, who may edit or redraw them)
+READ_BACK_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth")
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format (since torch 1.6)
+
+
+class DamagedFile(ValueError):
+    """A file of a run folder or a checkpoint is damaged: one line naming it and what to do."""
+
+
+def file_damage(path, recorded_size: int | None = None) -> str | None:
+    """What is wrong with a file that a run or a checkpoint holds, or None when nothing is seen.
+
+    Checked without loading: the size ``recorded_size`` (``run_complete.json``'s), then the format — a ``.json``
+    file parses; a ``.safetensors`` file is exactly as long as its header says (8 bytes of header length, the
+    header, then the tensors' bytes up to the largest end offset); a ``.pt`` / ``.pth`` / ``.bin`` torch archive (a
+    zip) still has its central directory, which is written last, so a truncated one lacks it.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "missing"
+    if recorded_size is not None and size != recorded_size:
+        return f"{size} bytes where {RUN_COMPLETE} recorded {recorded_size}: cut short or rewritten"
+    try:
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".safetensors":
+            return _safetensors_damage(path, size)
+        elif path.suffix in (".pt", ".pth", ".bin"):
+            with open(path, "rb") as handle:
+                if handle.read(4) == ZIP_MAGIC:
+                    with zipfile.ZipFile(handle):
+                        pass
+    except (ValueError, UnicodeDecodeError) as error:
+        return f"not valid JSON: {error}"
+    except zipfile.BadZipFile:
+        return f"{size} bytes, an incomplete torch archive: cut short"
+    except OSError as error:
+        return f"unreadable: {error.strerror or error}"
+    return None
+
+
+def _safetensors_damage(path: Path, size: int) -> str | None:
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            return f"{size} bytes, shorter than a safetensors header: cut short"
+        (length,) = struct.unpack("<Q", prefix)
+        if 8 + length > size:
+            return f"{size} bytes, shorter than its own header ({8 + length} bytes): cut short"
+        try:
+            header = json.loads(handle.read(length))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"),
+                      default=0)
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError):
+            return "its safetensors header is not valid"
+    if 8 + length + end != size:
+        return f"{size} bytes where its header describes {8 + length + end}: " + (
+            "cut short" if size < 8 + length + end else "bytes appended")
+    return None
+
+
+def _weights_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checkpoint_problem(folder: Path) -> str | None:
+    """What keeps a ``checkpoint-N`` folder from resuming (files it lacks, or a damaged one), or None."""
+    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
+    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
+        missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
+    for required in RESUME_FILES:
+        if required == "rng_state.pth":
+            if not (folder / required).is_file() and not any(folder.glob("rng_state_*.pth")):
+                missing.append(required)
+        elif not (folder / required).is_file():
+            missing.append(required)
+    if missing:
+        return f"is incomplete (a save interrupted?): it lacks {', '.join(missing)}"
+    for path in sorted(folder.iterdir()):
+        damage = file_damage(path) if path.is_file() and path.suffix in READ_BACK_SUFFIXES else None
+        if damage is not None:
+            return f"is damaged: {path.name} is {damage}"
+    return None
+
+
+def _earlier_checkpoint(run_folder: Path, before: int | None = None) -> Path | None:
+    """The resumable ``checkpoint-<step>`` of ``run_folder`` of the highest step (below ``before``), or None."""
+    for step, path in reversed(checkpoints(run_folder)):
+        if (before is None or step < before) and _checkpoint_problem(path) is None:
+            return path
+    return None
+
+
+def repair_advice(folder) -> str:
+    """What to do about a damaged or missing file of ``folder``: resume from the latest intact checkpoint (of a run
+    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again."""
+    folder = Path(folder)
+    step = folder.name[len(CHECKPOINT_PREFIX):]
+    if folder.name.startswith(CHECKPOINT_PREFIX) and step.isdigit():
+        earlier = _earlier_checkpoint(folder.parent, before=int(step))
+        if earlier is not None:
+            return f"resume from an earlier checkpoint: --resume_from_checkpoint {str(earlier)!r}"
+        return "no earlier checkpoint of this run is intact: train it again with --overwrite_output_dir true"
+    if is_run_folder(folder):
+        latest = _earlier_checkpoint(folder)
+        if latest is not None:
+            return f"resume it with --resume_from_checkpoint {str(latest)!r}"
+        return "train it again with --overwrite_output_dir true"
+    return "save or copy the model again (save_pretrained, hf-treelang convert)"
+
+
+
 def read_model_config(name: str, path) -> tuple[Path, dict]:
     """Check that ``path`` is a TreeLang model folder without loading it; returns (folder, config.json as a dict).
 
@@ -247,11 +376,17 @@ def read_model_config(name: str, path) -> tuple[Path, dict]:
     if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
         raise ValueError(f"`{name}` {str(folder)!r} has a config.json but no weights (expected one of "
                          f"{', '.join(WEIGHT_FILES)}); expected {MODEL_FOLDER}")
+    for weights in WEIGHT_FILES:
+        damage = file_damage(folder / weights) if (folder / weights).is_file() else None
+        if damage is not None:
+            raise DamagedFile(f"`{name}` {str(folder)!r}: {weights} is damaged ({damage}); {repair_advice(folder)}")
     return folder, config
 
 
 def check_resume_checkpoint(path) -> tuple[Path, dict]:
-    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`); returns (folder, config)."""
+    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`), every file intact
+    (:func:`file_damage`); returns (folder, config). A damaged one is refused naming the file and the checkpoint to
+    resume from instead (:func:`repair_advice`)."""
     name = "resume_from_checkpoint"
     expected = f"a checkpoint-N folder written by the Trainer (config.json, weights, {', '.join(RESUME_FILES)})"
     folder = Path(path)
@@ -260,18 +395,9 @@ def check_resume_checkpoint(path) -> tuple[Path, dict]:
         raise ValueError(f"`{name}` {str(folder)!r} {what}; expected {expected}")
     if not any(folder.iterdir()):
         raise ValueError(f"`{name}` {str(folder)!r} is empty; expected {expected}")
-    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
-    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
-        missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
-    for required in RESUME_FILES:
-        if required == "rng_state.pth":
-            if not (folder / required).is_file() and not any(folder.glob("rng_state_*.pth")):
-                missing.append(required)
-        elif not (folder / required).is_file():
-            missing.append(required)
-    if missing:
-        raise ValueError(f"`{name}` {str(folder)!r} is incomplete (a save interrupted?): it lacks "
-                         f"{', '.join(missing)}; expected {expected}")
+    problem = _checkpoint_problem(folder)
+    if problem is not None:
+        raise DamagedFile(f"`{name}` {str(folder)!r} {problem}; {repair_advice(folder)} (expected {expected})")
     return read_model_config(name, folder)
 
 
@@ -289,9 +415,11 @@ def _files_under(folder: Path) -> dict:
 
 
 def write_run_complete(output_dir, **summary) -> Path:
-    """Write ``run_complete.json`` last, atomically: ``summary`` and every file the run folder holds, with sizes."""
+    """Write ``run_complete.json`` last, atomically: ``summary``, every file the run folder holds with its size, and
+    the sha256 of the weights (``digests``), which :func:`check_run_complete` compares before a load."""
     folder = Path(output_dir)
-    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder)})
+    digests = {name: _weights_digest(folder / name) for name in WEIGHT_FILES if (folder / name).is_file()}
+    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder), "digests": digests})
 
 
 def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
@@ -326,30 +454,40 @@ def is_run_folder(path) -> bool:
 def check_run_complete(path, name: str = "run") -> None:
     """Refuse a run folder that is not complete, naming what is missing; a model folder (no run_config.json) passes.
 
-    A complete run folder has ``run_complete.json`` (written last) and every file it lists.
+    A complete run folder has ``run_complete.json`` (written last) and every file it lists, each file the package
+    reads back (:data:`READ_BACK_SUFFIXES`) of the size recorded there, in its format, and the weights of the
+    recorded sha256 (:func:`file_damage`); a damaged one is :class:`DamagedFile` naming it and what to do
+    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here.
     """
     folder = Path(path)
     if not is_run_folder(folder):
         return
     marker = folder / RUN_COMPLETE
-    checkpoints = sorted((p for p in folder.glob(CHECKPOINT_PREFIX + "*") if p.is_dir()),
-                         key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]) if p.name[len(CHECKPOINT_PREFIX):].isdigit()
-                         else -1)
-    advice = ("; resume it with --resume_from_checkpoint " + repr(str(checkpoints[-1])) if checkpoints
-              else "; train it again with --overwrite_output_dir true")
     if not marker.is_file():
         missing = [RUN_COMPLETE] + [f for f in RUN_FILES if not (folder / f).is_file()]
         raise ValueError(
             f"`{name}` {str(folder)!r} is an incomplete training run: it lacks {', '.join(missing)} (training writes "
-            f"{RUN_COMPLETE} last, so the run was interrupted or is still running){advice}"
+            f"{RUN_COMPLETE} last, so the run was interrupted or is still running); {repair_advice(folder)}"
         )
     try:
-        listed = json.loads(marker.read_text()).get("files", {})
+        document = json.loads(marker.read_text())
+        listed, digests = document.get("files", {}), document.get("digests") or {}
+        sizes = {str(f): (None if isinstance(size, bool) or not isinstance(size, int) else size)
+                 for f, size in listed.items()}
     except (ValueError, AttributeError) as error:
-        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error})") from None
-    missing = [f for f in listed if not (folder / f).is_file()]
+        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error}); "
+                         f"{repair_advice(folder)}") from None
+    missing = [f for f in sizes if not (folder / f).is_file()]
     if missing:
         raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
+    for relative, size in sizes.items():
+        if Path(relative).suffix in READ_BACK_SUFFIXES:
+            damage = file_damage(folder / relative, size)
+            if damage is None and relative in digests and _weights_digest(folder / relative) != digests[relative]:
+                damage = f"its content differs from the sha256 {RUN_COMPLETE} recorded"
+            if damage is not None:
+                raise DamagedFile(f"`{name}` {str(folder)!r}: {relative} is damaged ({damage}); "
+                                  f"{repair_advice(folder)}")
 
 
 def completed_run(path) -> dict | None:
@@ -379,10 +517,13 @@ def checkpoints(output_dir) -> list:
 
 
 def last_checkpoint(output_dir) -> Path | None:
-    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
+    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short or a damaged file is passed
+    over), or None."""
     for _, path in reversed(checkpoints(output_dir)):
+        if _checkpoint_problem(path) is not None:
+            continue
         try:
-            check_resume_checkpoint(path)
+            read_model_config("resume_from_checkpoint", path)
         except ValueError:
             continue
         return path
@@ -496,6 +637,7 @@ def folder_state(output_dir, identity: str) -> FolderState:
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "DamagedFile",
     "ENSEMBLE_FILE",
     "IDENTITY_FILE",
     "FolderState",
@@ -513,6 +655,7 @@ __all__ = [
     "clear_previous_run",
     "completed_run",
     "empty_folder",
+    "file_damage",
     "finished_run",
     "folder_state",
     "forget_identity",
@@ -520,6 +663,7 @@ __all__ = [
     "last_checkpoint",
     "read_identity",
     "record_failure",
+    "repair_advice",
     "write_identity",
     "mark_run_started",
     "start_run_folder",
