@@ -19,6 +19,9 @@ short-lived guard, ``.owner.json.takeover``, so that of two processes taking it 
   folder after at most that long; the nodes' clocks must agree to well within it; an owner stopped for longer (a
   suspended job) loses its claim.
 
+The processes of one data-parallel job (``torchrun``, ``accelerate launch``: ``RANK`` set) write one folder
+together: its rank 0 claims it for all of them (:func:`leads`), the other ranks neither claim nor check.
+
 Standard library only.
 """
 
@@ -54,6 +57,13 @@ class FolderTaken(ValueError):
     """Another process owns the folder, or wrote into it after this process checked it: one line naming it."""
 
 
+def leads() -> bool:
+    """Whether this process claims folders for its job: True but in ranks > 0 of a ``torch.distributed`` job
+    (``RANK``), whose folders rank 0 owns."""
+    rank = os.environ.get("RANK", "0")
+    return not (rank.isdigit() and int(rank) > 0)
+
+
 def claim_record(pid: int | None = None) -> dict:
     """What a claim names: this host, ``pid`` (default: this process), its start time and the time of the claim."""
     pid = os.getpid() if pid is None else int(pid)
@@ -82,7 +92,7 @@ def describe(record: dict) -> str:
 
 def check_unclaimed(folder, name: str) -> None:
     """Raise :class:`FolderTaken` naming the owner when another live process holds ``folder``; creates nothing."""
-    found = owner(folder)
+    found = owner(folder) if leads() else None
     if found is not None:
         raise FolderTaken(_taken_message(folder, name, found))
 
@@ -94,6 +104,9 @@ def claim_folder(folder, name: str):
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"`{name}` {str(folder)!r} exists and is not a folder")
+    if not leads():  # a rank > 0 of a data-parallel job: rank 0 holds the folder for the job
+        yield folder
+        return
     key = str(folder.resolve())
     with _lock:
         if key in _held:
@@ -249,4 +262,4 @@ def _taken_message(folder, name: str, record: dict) -> str:
 
 
 __all__ = ["CLAIM_FILE", "FolderTaken", "HEARTBEAT_S", "STALE_AFTER_S", "check_unclaimed", "claim_folder",
-           "claim_record", "describe", "is_claim_file", "owner"]
+           "claim_record", "describe", "is_claim_file", "leads", "owner"]

@@ -46,7 +46,7 @@ from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import TrainOutput
 
-from hf_treelang.claims import FolderTaken, claim_folder
+from hf_treelang.claims import FolderTaken, claim_folder, leads
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.models.loading import load_pretrained
 from hf_treelang.models.modeling_treelang import (
@@ -236,11 +236,14 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
 
 
 def _train_owned(run: Run, reuse: bool, cache: RunDataCache | None, callbacks) -> TrainingResult:
-    if not reuse:
+    if not reuse and leads():
+        # the scripts' rule, again now that the folder is ours: another run may have written into it since the
+        # checks (rank 0 of a data-parallel job checks for all: the other ranks would see the files it writes)
         try:
-            check_output(run)  # the scripts' rule, again now that the folder is ours: another run may have written
+            check_output(run)
         except ValueError as error:
             raise FolderTaken(str(error)) from None
+    if not reuse:
         record = _script_identity(run)
         forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
         return _train(run, cache, callbacks, record_identity=record)
@@ -388,7 +391,7 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
     with contextlib.ExitStack() as owned:
         if ensemble_dir is not None:
             owned.enter_context(claim_folder(ensemble_dir, "output_dir"))
-            if not reuse:  # checked again now that the folder is ours: another run may have written into it
+            if not reuse and leads():  # checked again now that the folder is ours: another run may have written
                 try:
                     check_output_dir_free(ensemble_dir, overwrite=runs[0].training_args.overwrite_output_dir,
                                           resume=resume_from_checkpoint)
