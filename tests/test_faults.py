@@ -473,7 +473,8 @@ def test_resuming_from_a_checkpoint_with_a_damaged_file_names_it_and_the_checkpo
     (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
     DAMAGES[name](latest / name)
     before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
-    arguments = [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)]
+    arguments = [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder),
+                 "--resume_from_checkpoint", str(latest)]
     assert loop.main("root", arguments, as_script=True) == 2
     line = _one_line(capsys.readouterr().err)
     assert f"is damaged: {name} is " in line and f"--resume_from_checkpoint {str(earlier)!r}" in line, line

@@ -24,10 +24,10 @@ files go, anything else in the folder stays).
 
 A file damaged after it was written (a copy cut short, a checkpoint's save killed half-way, a disk error) is named
 before anything loads it (:class:`DamagedFile`, with what to do: resume from an earlier checkpoint, or train again):
-:func:`check_run_complete` compares every file a complete run folder's marker lists with the size it recorded (and the
-weights with their recorded sha256), :func:`check_resume_checkpoint` and :func:`read_model_config` check each file's
-own format (:func:`file_damage`: JSON that parses, a safetensors file as long as its header says, a torch archive
-with its end).
+:func:`check_run_complete` compares every file the package reads back that a complete run folder's marker lists
+with the size recorded there (and the weights with their recorded sha256); :func:`check_resume_checkpoint` and
+:func:`read_model_config` check each file's own format (:func:`file_damage`: JSON that parses, a safetensors file as
+long as its header says, a torch archive with its end).
 
 One process writes into a folder at a time: :func:`hf_treelang.train.loop.train` claims a run folder for the run's
 duration (:mod:`hf_treelang.claims`: ``.owner.json`` naming the owner's host, pid and start time); the checks here
@@ -601,8 +601,8 @@ class FolderState:
 
     ``status``: ``"done"`` (complete, same identity: ``result`` is its summary, :func:`finished_run`), ``"resume"``
     (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (another live
-    process owns the folder, :mod:`hf_treelang.claims`; ``record`` names it), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
-    empty). ``record``: the folder's ``run_identity.json``.
+    process owns the folder, :mod:`hf_treelang.claims`; ``record`` names it), ``"stale"`` (trained under another
+    identity, or by no runner), ``"new"`` (missing or empty). ``record``: the folder's ``run_identity.json``.
     """
 
     status: str
