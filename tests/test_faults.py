@@ -330,6 +330,17 @@ def test_an_owner_refreshes_its_claim_and_removes_it_when_its_work_fails(tmp_pat
 # ---------------------------------------------------------------- killed while saving a checkpoint
 
 
+CHECKPOINTED = [*SCRIPT, "--num_checkpoints", "3", "--num_evaluations", "2"]  # 6 steps, 3 checkpoints
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A finished tiny run (:data:`CHECKPOINTED`), uninterrupted."""
+    folder = tmp_path_factory.mktemp("checkpointed") / "run"
+    assert loop.main("root", [*CHECKPOINTED, "--output_dir", str(folder)]) == 0
+    return folder
+
+
 KILLED_AT_SECOND_SAVE = """import os, signal, sys, torch
 from hf_treelang.train import loop
 
@@ -350,13 +361,14 @@ sys.exit(loop.main("root", sys.argv[1:], as_script=True))
 """
 
 
-def test_a_run_killed_while_saving_a_checkpoint_resumes_from_the_one_before_to_the_same_weights(tmp_path, capsys):
+def test_a_run_killed_while_saving_a_checkpoint_resumes_from_the_one_before_to_the_same_weights(
+        tmp_path, checkpointed_run, capsys):
     folder = tmp_path / "cc"
-    arguments = [*T, "--num_checkpoints", "3", "--output_dir", str(folder)]
+    arguments = [*CHECKPOINTED, "--output_dir", str(folder)]
     killed = subprocess.run([sys.executable, "-c", KILLED_AT_SECOND_SAVE, *arguments], capture_output=True,
                             text=True, timeout=240)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    (first, _), (second, _) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))[:2]
+    (first, _), (second, _) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
     assert (folder / claims.CLAIM_FILE).is_file() and not (folder / RUN_COMPLETE).exists()
 
     half_saved = folder / f"checkpoint-{second}"
@@ -366,18 +378,16 @@ def test_a_run_killed_while_saving_a_checkpoint_resumes_from_the_one_before_to_t
 
     resume = folder / f"checkpoint-{first}"
     assert loop.main("root", [*arguments, "--resume_from_checkpoint", str(resume)], as_script=True) == 0
-    assert (folder / RUN_COMPLETE).is_file() and not (folder / claims.CLAIM_FILE).exists()
-    assert loop.main("root", [*T, "--num_checkpoints", "3", "--output_dir", str(tmp_path / "whole")],
-                     as_script=True) == 0
+    assert (folder / RUN_COMPLETE).is_file() and not (folder / claims.CLAIM_FILE).exists()  # the dead one's claim
     for name in ("model.safetensors", f"checkpoint-{second}/optimizer.pt"):
         resumed, whole = (load_file(path / name) if name.endswith(".safetensors") else torch.load(path / name)
-                          for path in (folder, tmp_path / "whole"))
+                          for path in (folder, checkpointed_run))
         if name.endswith(".safetensors"):
             assert all(torch.equal(resumed[key], whole[key]) for key in whole), name
         else:
             assert all(torch.equal(a, b) for a, b in zip(_tensors(resumed), _tensors(whole))), name
     steps = [[entry["step"] for entry in json.loads((path / "eval_history.json").read_text())["history"]]
-             for path in (folder, tmp_path / "whole")]
+             for path in (folder, checkpointed_run)]
     assert steps[0] == steps[1]  # every evaluation once: none lost, none twice
 
 
@@ -449,14 +459,6 @@ def test_weights_rewritten_in_place_differ_from_the_recorded_digest(tmp_path):
         load_checkpoint(run)
 
 
-@pytest.fixture(scope="module")
-def checkpointed_run(tmp_path_factory):
-    """A finished tiny run with two checkpoints (6 steps)."""
-    folder = tmp_path_factory.mktemp("checkpointed") / "run"
-    assert loop.main("root", [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder)]) == 0
-    return folder
-
-
 DAMAGES = {
     "trainer_state.json": lambda path: path.write_text('{"global_step": 6, "log_history": ['),
     "model.safetensors": _truncate,
@@ -470,11 +472,10 @@ def test_resuming_from_a_checkpoint_with_a_damaged_file_names_it_and_the_checkpo
     import shutil
 
     folder = shutil.copytree(checkpointed_run, tmp_path / "run")
-    (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
+    *_, (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
     DAMAGES[name](latest / name)
     before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
-    arguments = [*SCRIPT, "--num_checkpoints", "2", "--output_dir", str(folder),
-                 "--resume_from_checkpoint", str(latest)]
+    arguments = [*CHECKPOINTED, "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)]
     assert loop.main("root", arguments, as_script=True) == 2
     line = _one_line(capsys.readouterr().err)
     assert f"is damaged: {name} is " in line and f"--resume_from_checkpoint {str(earlier)!r}" in line, line
