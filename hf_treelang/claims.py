@@ -44,7 +44,7 @@ HEARTBEAT_S = 60.0  # an owner refreshes its claim's modification time this ofte
 STALE_AFTER_S = 600.0  # a claim of another host not refreshed for this long is stale (ten heartbeats)
 GUARD_STALE_S = 60.0  # a takeover guard is held for milliseconds: one older than this was left by a killed process
 
-_held: dict = {}  # resolved folder -> [nesting depth, heartbeat stop event] of the claims this process holds
+_held: dict = {}  # resolved folder -> nesting depth of the claims this process holds
 _lock = threading.Lock()
 
 
@@ -109,47 +109,31 @@ def claim_folder(folder, name: str):
         return
     key = str(folder.resolve())
     with _lock:
-        if key in _held:
-            _held[key][0] += 1
-            nested = True
-        else:
-            nested = False
+        nested = key in _held
+        _held[key] = _held.get(key, 0) + 1
     if nested:
         try:
             yield folder
         finally:
             with _lock:
-                _held[key][0] -= 1
+                _held[key] -= 1
         return
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
     try:
         _acquire(folder, name)
-    except BaseException:
-        if created:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
-    stop = threading.Event()
-    with _lock:
-        _held[key] = [1, stop]
-    threading.Thread(target=_heartbeat, args=(folder / CLAIM_FILE, stop), name="folder-claim-heartbeat",
-                     daemon=True).start()
-    try:
+        threading.Thread(target=_heartbeat, args=(folder / CLAIM_FILE, stop), name="folder-claim-heartbeat",
+                         daemon=True).start()
         yield folder
     finally:
         with _lock:
-            depth = _held[key][0]
-            if depth <= 1:
-                del _held[key]
-            else:  # a nested claim outlived this one (it cannot: claims nest as blocks); keep the file
-                _held[key][0] -= 1
-        if depth <= 1:
-            stop.set()
-            _release(folder / CLAIM_FILE)
-            if created:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty: a claim that wrote nothing leaves nothing
+            del _held[key]
+        stop.set()
+        _release(folder / CLAIM_FILE)
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: a claim that wrote nothing leaves nothing
 
 
 def _acquire(folder: Path, name: str, attempts: int = 5) -> None:
@@ -161,7 +145,7 @@ def _acquire(folder: Path, name: str, attempts: int = 5) -> None:
         if record is None and age is None:
             continue  # released meanwhile
         if record is not None and _ours(record):
-            return  # a claim of this process whose block ended without removing it (cannot happen): keep it
+            return  # already this process's
         if not _stale(record, age):
             raise FolderTaken(_taken_message(folder, name, {**(record or {}), "age_s": age}))
         _take_over(path, record)
