@@ -9,17 +9,41 @@ import threading
 import time
 
 
-def process_alive(host: str | None, pid) -> bool | None:
-    """Whether process ``pid`` of ``host`` runs: True/False on this host, None (unknown) on another."""
+def process_alive(host: str | None, pid, started: str | None = None) -> bool | None:
+    """Whether process ``pid`` of ``host`` runs: True/False on this host, None (unknown) on another.
+
+    ``started`` (:func:`process_start`, recorded when the process left its record): a process that runs under ``pid``
+    but started at another time is another process (the pid was reused), so the recorded one is gone.
+    """
     if host != socket.gethostname():
         return None
     try:
         os.kill(int(pid), 0)
-    except (ProcessLookupError, TypeError, ValueError):
+    except (ProcessLookupError, TypeError, ValueError, OverflowError):
         return False
     except PermissionError:
-        return True
+        pass
+    if started is not None and process_start(int(pid)) not in (None, started):
+        return False
     return not _zombie(int(pid))
+
+
+def process_start(pid: int | None = None) -> str | None:
+    """When process ``pid`` (default: this one) started, as a token that tells two processes of one pid apart: the
+    start time in clock ticks after boot (``/proc/<pid>/stat``, field 22) with the boot's id; None where the platform
+    has no ``/proc``."""
+    pid = os.getpid() if pid is None else int(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            ticks = handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}:{ticks}"
 
 
 def _zombie(pid: int) -> bool:

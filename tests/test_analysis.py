@@ -180,6 +180,24 @@ def test_probe_on_first_and_last_positions_writes_its_own_files(checkpoints, tmp
     assert saved["positions"] == "ends" and saved["levels"] == [0, 1, 2]
 
 
+def test_probe_of_a_causal_run_says_probes_need_an_mlm_or_root_run(tmp_path, capsys):
+    from hf_treelang import TreeLangForCausalLM
+
+    causal = _save(tmp_path / "causal", TreeLangForCausalLM)
+    capsys.readouterr()  # save_pretrained's progress bars
+    assert run_command("probe", [str(causal), "--out", str(tmp_path / "never")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "causal language model" in error and "probes need an MLM" in error, error
+    assert "beginning-of-sequence" not in error and not (tmp_path / "never").exists()
+
+
+def test_probe_draws_its_progress_bars_only_on_a_terminal(checkpoints, tmp_path, capsys):
+    arguments = [str(checkpoints["mlm"]), "--out", str(tmp_path), "--levels", "0", "--num-train", "8",
+                 "--num-validation", "8", "--num-test", "8", "--epochs", "2"]
+    assert run_command("probe", arguments) == 0
+    assert "probe epochs" not in capsys.readouterr().err  # stderr is captured here: not a terminal
+
+
 def test_probe_levels_the_data_do_not_have_are_refused(checkpoints, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"level 4 is outside \[0, depth=3\]"):
         probing.probe(checkpoints["mlm"], levels=[4], num_train=8, num_test=8, epochs=1)

@@ -155,9 +155,16 @@ def test_the_generate_command_writes_the_mass_into_its_json(runs, tmp_path):
 
 
 def test_probe_reads_every_hidden_state_the_architecture_returns(runs):
-    result = probe(runs["clm", "gpt2"], num_train=16, num_validation=8, num_test=8, epochs=1, batch_size=8)
-    assert list(result.layers) == [0, 1, 2]  # GPT-2 with 2 blocks: the embedding and both blocks' outputs
-    assert np.asarray(result.accuracy).shape == (3, DEPTH)  # ancestor levels 0 .. ℓ-1
+    blocks = load_checkpoint(runs["mlm", "bert"]).model.config.num_hidden_layers
+    result = probe(runs["mlm", "bert"], num_train=16, num_validation=8, num_test=8, epochs=1, batch_size=8)
+    assert list(result.layers) == list(range(blocks + 1))  # the embedding and every block's output
+    assert np.asarray(result.accuracy).shape == (blocks + 1, DEPTH)  # ancestor levels 0 .. ℓ-1
+
+
+def test_probe_refuses_a_causal_run_of_any_architecture_before_loading_it(runs):
+    with pytest.raises(ValueError, match="probes need an MLM") as error:
+        probe(runs["clm", "gpt2"], num_train=16, num_validation=8, num_test=8, epochs=1)
+    assert "\n" not in str(error.value)
 
 
 class _NoHiddenStates(torch.nn.Module):

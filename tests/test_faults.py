@@ -1,9 +1,12 @@
-"""Fault injection: a process killed at a random point of a run, a sweep and a publish, and a disk that fills (a
-size-limited tmpfs where the platform lets this process mount one, else an injected ``ENOSPC``). After each, nothing
-of the user's is lost, nothing half-written passes for complete, and the next run picks up cleanly.
+"""Fault injection: a process killed at a random point of a run, a sweep and a publish, killed in the middle of a
+checkpoint's save, a disk that fills (a size-limited tmpfs where the platform lets this process mount one, else an
+injected ``ENOSPC``), and two writers on one folder. After each, nothing of the user's is lost, nothing half-written
+passes for complete, and the next run picks up cleanly.
 
-Each kill is at a seeded random time after the first sign of work (a checkpoint, a staging folder), so the tests are
-reproducible and still hit the middle of the work rather than its start.
+Each kill is at a seeded random time after the first sign of work (a checkpoint, a staging folder), or at a chosen
+write, so the tests are reproducible and still hit the middle of the work rather than its start. The races between
+two writers are made deterministic: the test holds the folder's claim for another live process (``other_owner``),
+then starts the second writer.
 """
 
 import errno
@@ -21,9 +24,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from hf_treelang import claims, cli
 from hf_treelang.processes import process_alive
 from hf_treelang.train import loop
-from hf_treelang.train.folders import RUN_COMPLETE
+from hf_treelang.train.folders import RUN_COMPLETE, DamagedFile, last_checkpoint, write_run_complete
+from hf_treelang.train.run import runs_from_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "16", "--num_hidden_layers", "1",
@@ -37,6 +42,15 @@ SWEEP_BASE = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layer
               "num_evaluations": 2, "num_checkpoints": 6, "report_to": "none", "disable_tqdm": True,
               "use_dataset_builder": False, "cpu_threads": 1}
 SPEC = {"task": "root", "base": SWEEP_BASE, "grid": {"seed": [0]}}
+# the issue's tiny run (`T`), on data drawn without the dataset builder
+T = ["--cpu_threads", "1", "--max_steps", "20", "--num_train", "256", "--num_eval", "32", "--num_test", "32",
+     "--num_evaluations", "2", "--hidden_size", "16", "--intermediate_size", "32", "--report_to", "none",
+     "--disable_tqdm", "true", "--use_dataset_builder", "false"]
+TINY_SPEC = {"task": "root", "base": {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layers": 1,
+                                      "intermediate_size": 16, "num_train": 32, "num_eval": 16, "num_test": 16,
+                                      "max_steps": 4, "num_evaluations": 1, "num_checkpoints": 1, "report_to": "none",
+                                      "disable_tqdm": True, "use_dataset_builder": False, "cpu_threads": 1},
+             "grid": {"seed": [0]}}
 
 
 def _wait_for(condition, timeout_s: float, what: str):
@@ -161,3 +175,309 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_from_the_script_and_leaves_an_u
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "no space left on the disk of" in last and "a checkpoint of this model takes about" in last
     assert (tmp_path / "run" / "run_config.json").exists() and not (tmp_path / "run" / RUN_COMPLETE).exists()
+
+
+# ---------------------------------------------------------------- two writers on one folder
+
+
+@pytest.fixture
+def other_owner(request):
+    """``hold(folder)``: claim ``folder`` for another live process of this host (as its own claim would read);
+    returns that process, which ``kill`` ends."""
+    process = subprocess.Popen(["sleep", "600"])
+    request.addfinalizer(process.kill)
+
+    def hold(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / claims.CLAIM_FILE).write_text(json.dumps(claims.claim_record(process.pid)))
+        return process
+
+    return hold
+
+
+def _names(folder):
+    return sorted(path.name for path in folder.iterdir())
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_second_run_into_a_folder_another_run_writes_is_refused_naming_it_and_writes_nothing(
+        tmp_path, other_owner, capsys):
+    folder = tmp_path / "cc"
+    owner = other_owner(folder)
+    assert loop.main("root", [*T, "--output_dir", str(folder), "--seed", "2"], as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert ": error: `output_dir` " in line and f"in use by process {owner.pid} on " in line
+    assert _names(folder) == [claims.CLAIM_FILE]  # the first run's folder, untouched
+
+    owner.kill()
+    owner.wait()  # its claim is left behind by a dead process: it no longer stands in the way
+    (run,), _ = runs_from_command_line("root", [*T, "--output_dir", str(folder), "--seed", "2"])
+
+
+def test_a_run_checked_before_another_claimed_its_folder_is_refused_once_it_tries_to_write(tmp_path, other_owner):
+    """The race of two ``run_root.py`` into one folder: both find it empty, then the first starts writing."""
+    folder = tmp_path / "cc"
+    (run,), _ = runs_from_command_line("root", [*T, "--output_dir", str(folder), "--seed", "2"])  # checked: empty
+    owner = other_owner(folder)
+    with pytest.raises(claims.FolderTaken, match=f"in use by process {owner.pid} "):
+        loop.train(run)
+    (folder / "model.safetensors").write_text("the first run's")  # it wrote, finished and let the folder go
+    (folder / claims.CLAIM_FILE).unlink()
+    with pytest.raises(claims.FolderTaken, match="is not empty"):
+        loop.train(run)
+    assert _names(folder) == ["model.safetensors"] and (folder / "model.safetensors").read_text() == "the first run's"
+
+
+def test_a_second_sweep_on_a_folder_is_refused_naming_the_first_and_records_nothing(tmp_path, other_owner, capsys):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(TINY_SPEC))
+    out = tmp_path / "sw"
+    owner = other_owner(out)
+    assert cli.run_command("sweep", [str(spec_file), str(out), "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("hf-treelang sweep: error: `OUT` ") and f"in use by process {owner.pid} " in line
+    assert _names(out) == [claims.CLAIM_FILE]
+
+
+def test_a_sweep_that_planned_before_another_finished_its_runs_trains_none_of_them_again(tmp_path, monkeypatch):
+    """The race of two sweeps on one folder: the second reads the folders, the first trains every run and lets the
+    folder go, then the second claims it. It reads the folders again: nothing is trained twice, one record per run."""
+    from hf_treelang.sweep import runner
+
+    out = tmp_path / "sw"
+    plan, calls = runner.plan_runs, []
+
+    def plan_then_let_the_other_sweep_finish(runs, folder):
+        states = plan(runs, folder)
+        calls.append(sorted(state.status for state in states.values()))
+        if len(calls) == 1:  # the second sweep's first reading, before its claim
+            first = runner.run_sweep(TINY_SPEC, out, workers=0, progress=False, estimate=False)
+            assert first.trained == ["seed=0"]
+        return states
+
+    monkeypatch.setattr(runner, "plan_runs", plan_then_let_the_other_sweep_finish)
+    second = runner.run_sweep(TINY_SPEC, out, workers=0, progress=False, estimate=False)
+    assert calls[0] == ["new"] and calls[-1] == ["done"]
+    assert second.trained == [] and second.skipped == ["seed=0"]
+    assert [record["name"] for record in runner.read_results(out)] == ["seed=0"]
+
+
+def test_a_second_reproduction_on_a_folder_is_refused_naming_the_first_and_writes_nothing(tmp_path, other_owner,
+                                                                                          capsys):
+    out = tmp_path / "out"
+    owner = other_owner(out)
+    assert cli.run_command("reproduce", [str(out), "--preset", "quick", "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("hf-treelang reproduce: error: `OUT` ") and f"in use by process {owner.pid} " in line
+    assert _names(out) == [claims.CLAIM_FILE]
+
+
+# ---------------------------------------------------------------- claims of dead processes
+
+
+def test_a_claim_of_a_dead_process_or_of_a_reused_pid_is_taken_over(tmp_path, other_owner):
+    owner = other_owner(tmp_path / "alive")
+    with pytest.raises(claims.FolderTaken):
+        with claims.claim_folder(tmp_path / "alive", "output_dir"):
+            pass
+    reused = {**claims.claim_record(owner.pid), "started": "another boot:1"}  # a live pid, but another process
+    (tmp_path / "reused").mkdir()
+    (tmp_path / "reused" / claims.CLAIM_FILE).write_text(json.dumps(reused))
+    with claims.claim_folder(tmp_path / "reused", "output_dir"):
+        assert json.loads((tmp_path / "reused" / claims.CLAIM_FILE).read_text())["pid"] == os.getpid()
+    assert _names(tmp_path / "reused") == []
+    other_owner(tmp_path / "dead")
+    owner.kill()
+    owner.wait()
+    with claims.claim_folder(tmp_path / "dead", "output_dir"):
+        assert claims.owner(tmp_path / "dead") is None  # ours
+    assert _names(tmp_path / "dead") == []
+
+
+def test_a_claim_of_another_host_holds_until_its_heartbeat_stops(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    record = {**claims.claim_record(), "host": "another-node", "pid": 4242}
+    (folder / claims.CLAIM_FILE).write_text(json.dumps(record))
+    with pytest.raises(claims.FolderTaken, match="process 4242 on another-node .*minutes without a heartbeat"):
+        with claims.claim_folder(folder, "OUT"):
+            pass
+    old = time.time() - claims.STALE_AFTER_S - 1
+    os.utime(folder / claims.CLAIM_FILE, (old, old))
+    with claims.claim_folder(folder, "OUT"):
+        assert json.loads((folder / claims.CLAIM_FILE).read_text())["host"] == socket.gethostname()
+
+
+def test_an_owner_refreshes_its_claim_and_removes_it_when_its_work_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims, "HEARTBEAT_S", 0.05)
+    folder = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="diverged"):
+        with claims.claim_folder(folder, "output_dir"):
+            with claims.claim_folder(folder, "output_dir"):  # nested in one process: still one claim
+                old = time.time() - claims.STALE_AFTER_S - 1
+                os.utime(folder / claims.CLAIM_FILE, (old, old))
+                _wait_for(lambda: time.time() - (folder / claims.CLAIM_FILE).stat().st_mtime < 5, 10, "a heartbeat")
+            assert (folder / claims.CLAIM_FILE).is_file()
+            raise RuntimeError("diverged")
+    assert not folder.exists()  # the claim made the folder, nothing was written into it: both gone
+
+
+# ---------------------------------------------------------------- killed while saving a checkpoint
+
+
+CHECKPOINTED = [*SCRIPT, "--num_checkpoints", "3", "--num_evaluations", "2"]  # 6 steps, 3 checkpoints
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A finished tiny run (:data:`CHECKPOINTED`), uninterrupted."""
+    folder = tmp_path_factory.mktemp("checkpointed") / "run"
+    assert loop.main("root", [*CHECKPOINTED, "--output_dir", str(folder)]) == 0
+    return folder
+
+
+KILLED_AT_SECOND_SAVE = """import os, signal, sys, torch
+from hf_treelang.train import loop
+
+save, saves = torch.save, []
+
+
+def save_then_die(obj, f, *args, **kwargs):
+    save(obj, f, *args, **kwargs)
+    if str(f).endswith("optimizer.pt"):
+        saves.append(f)
+        if len(saves) == 2:  # the second checkpoint: its optimiser state half written, then kill -9
+            os.truncate(f, os.path.getsize(f) // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+torch.save = save_then_die
+sys.exit(loop.main("root", sys.argv[1:], as_script=True))
+"""
+
+
+def test_a_run_killed_while_saving_a_checkpoint_resumes_from_the_one_before_to_the_same_weights(
+        tmp_path, checkpointed_run, capsys):
+    folder = tmp_path / "cc"
+    arguments = [*CHECKPOINTED, "--output_dir", str(folder)]
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_SECOND_SAVE, *arguments], capture_output=True,
+                            text=True, timeout=240)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (first, _), (second, _) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
+    assert (folder / claims.CLAIM_FILE).is_file() and not (folder / RUN_COMPLETE).exists()
+
+    half_saved = folder / f"checkpoint-{second}"
+    assert loop.main("root", [*arguments, "--resume_from_checkpoint", str(half_saved)], as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(half_saved) in line and f"checkpoint-{first}" in line  # what is wrong, and where to resume from
+
+    resume = folder / f"checkpoint-{first}"
+    assert loop.main("root", [*arguments, "--resume_from_checkpoint", str(resume)], as_script=True) == 0
+    assert (folder / RUN_COMPLETE).is_file() and not (folder / claims.CLAIM_FILE).exists()  # the dead one's claim
+    for name in ("model.safetensors", f"checkpoint-{second}/optimizer.pt"):
+        resumed, whole = (load_file(path / name) if name.endswith(".safetensors") else torch.load(path / name)
+                          for path in (folder, checkpointed_run))
+        if name.endswith(".safetensors"):
+            assert all(torch.equal(resumed[key], whole[key]) for key in whole), name
+        else:
+            assert all(torch.equal(a, b) for a, b in zip(_tensors(resumed), _tensors(whole))), name
+    steps = [[entry["step"] for entry in json.loads((path / "eval_history.json").read_text())["history"]]
+             for path in (folder, checkpointed_run)]
+    assert steps[0] == steps[1]  # every evaluation once: none lost, none twice
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            yield from _tensors(value[key])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+# ---------------------------------------------------------------- damaged files named, not tracebacks
+
+
+def _complete_run(folder, head):
+    """A run folder marked complete (randomly initialised weights, ℓ = 2, q = 3, the scripts' SCRIPT data)."""
+    from hf_treelang import TreeLangConfig
+
+    torch.manual_seed(0)
+    config = TreeLangConfig.from_data(num_symbols=3, depth=2, filter_level=0, hidden_size=16, num_hidden_layers=1,
+                                      intermediate_size=16)
+    head(config).save_pretrained(folder)
+    (folder / "run_config.json").write_text("{}")
+    write_run_complete(folder, task="mlm", global_step=0)
+    return folder
+
+
+def _truncate(path):
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def test_a_truncated_weights_file_in_a_complete_run_is_one_line_from_every_loader(tmp_path, capsys):
+    from hf_treelang import TreeLangForCausalLM, TreeLangForMaskedLM
+
+    mlm = _complete_run(tmp_path / "mlm", TreeLangForMaskedLM)
+    causal = _complete_run(tmp_path / "causal", TreeLangForCausalLM)
+    for run in (mlm, causal):
+        _truncate(run / "model.safetensors")
+    capsys.readouterr()  # save_pretrained's progress bars
+    commands = {
+        "calibration": [str(mlm), "--num-samples", "8"], "attention": [str(mlm), "--num-samples", "8"],
+        "probe": [str(mlm), "--num-train", "8", "--num-validation", "8", "--num-test", "8", "--epochs", "1"],
+        "generate": [str(causal), "--num-samples", "2"],
+    }
+    for command, arguments in commands.items():
+        assert cli.run_command(command, [*arguments, "--out", str(tmp_path / command)]) == 2, command
+        line = _one_line(capsys.readouterr().err)
+        assert "model.safetensors is damaged" in line and "cut short" in line and "train it again" in line, line
+        assert not (tmp_path / command).exists()
+    finetune = [*SCRIPT, "--model_name_or_path", str(mlm), "--output_dir", str(tmp_path / "finetuned")]
+    assert loop.main("finetune", finetune, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "model.safetensors is damaged" in line and "train it again" in line, line
+    assert not (tmp_path / "finetuned").exists()
+
+
+def test_weights_rewritten_in_place_differ_from_the_recorded_digest(tmp_path):
+    from hf_treelang import TreeLangForMaskedLM
+    from hf_treelang.analysis import load_checkpoint
+
+    run = _complete_run(tmp_path / "mlm", TreeLangForMaskedLM)
+    data = bytearray((run / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header
+    (run / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(DamagedFile, match=r"model.safetensors is damaged \(its content differs from the sha256"):
+        load_checkpoint(run)
+
+
+DAMAGES = {
+    "trainer_state.json": lambda path: path.write_text('{"global_step": 6, "log_history": ['),
+    "model.safetensors": _truncate,
+    "optimizer.pt": _truncate,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGES))
+def test_resuming_from_a_checkpoint_with_a_damaged_file_names_it_and_the_checkpoint_to_resume_from(
+        tmp_path, checkpointed_run, capsys, name):
+    import shutil
+
+    folder = shutil.copytree(checkpointed_run, tmp_path / "run")
+    *_, (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
+    DAMAGES[name](latest / name)
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    arguments = [*CHECKPOINTED, "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)]
+    assert loop.main("root", arguments, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"is damaged: {name} is " in line and f"--resume_from_checkpoint {str(earlier)!r}" in line, line
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
+    assert last_checkpoint(folder) == earlier  # a sweep resumes from the intact one

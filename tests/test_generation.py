@@ -140,6 +140,16 @@ def test_generate_command_writes_figure_and_json(folders, tmp_path, capsys):
     assert report["kl_model_data"]["estimate"] > 0 and report["kl_data_model"]["estimate"] > 0
 
 
+def test_one_sample_prints_no_standard_error_as_the_json_holds_none(folders, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_command("generate", [str(folders / "causal"), "--out", str(out), "--num-samples", "1",
+                                    "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "generate.json").read_text())
+    assert report["kl_data_model"]["standard_error"] is None and report["kl_model_data"]["standard_error"] is None
+    assert "inf" not in printed and "± n/a" in printed, printed
+
+
 @pytest.mark.parametrize("value", ["0", str(GENERATE_MAX_SAMPLES + 1)])
 def test_a_bad_number_of_samples_is_refused_naming_it_and_the_range(folders, tmp_path, capsys, value):
     out = tmp_path / "never"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_treelang import TreeLangConfig, TreeLangForMaskedLM, cli
+from hf_treelang import TreeLangConfig, TreeLangForMaskedLM, claims, cli
 from hf_treelang.analysis import sample_complexity
 from hf_treelang.reproduce import plan as reproduce_plan
 from hf_treelang.reproduce.presets import PAPER_FIGURES, check_figures
@@ -259,6 +259,7 @@ def test_status_shows_done_running_failed_and_interrupted_runs(tmp_path, fake_tr
         (folder / folders.RUN_COMPLETE).unlink()  # not complete
         record = json.loads((folder / folders.IDENTITY_FILE).read_text())
         (folder / folders.IDENTITY_FILE).write_text(json.dumps({**record, "pid": pid}))
+        (folder / claims.CLAIM_FILE).write_text(json.dumps(claims.claim_record(pid)))  # each still claims its folder
     statuses = {row.name: row.status for row in engine.sweep_status(tmp_path)}
     assert statuses == {"seed=0": "done", "seed=13": "failed", "seed=2": "running", "seed=3": "interrupted"}
     assert cli.run_command("sweep", ["--status", str(tmp_path)]) == 0

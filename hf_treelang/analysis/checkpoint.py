@@ -161,6 +161,15 @@ def checkpoint_task(config: dict) -> str | None:
     return None
 
 
+def task_of(path) -> str | None:
+    """The task of a checkpoint folder of any architecture, read without loading its weights (``"mlm"``, ``"root"``,
+    ``"clm"``, or None for a bare TreeLang encoder)."""
+    other = _other_architecture(path)
+    if other is not None:
+        return other[2]
+    return checkpoint_task(read_checkpoint_config(path)[1])
+
+
 def load_checkpoint(path, *, task: str | None = None, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint for analysis, checking that it is of the expected task before anything is written.
 

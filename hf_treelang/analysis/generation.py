@@ -100,13 +100,20 @@ class MeanEstimate:
         }
 
     def describe(self, unit: str = "nats", digits: int = 4) -> str:
-        """``4.344 ± 0.023 nats``, or ``+inf: 193 of 200 sequences have probability zero (the other 7: ...)``."""
+        """``4.344 ± 0.023 nats`` (``± n/a`` of one sequence), or ``+inf: 193 of 200 sequences have probability zero
+        (the other 7: ...)``."""
         if self.num_infinite:
             others = self.num_sequences - self.num_infinite
             finite = ("" if self.finite_estimate is None
                       else f" (the other {others}: {self.finite_estimate:.{digits}g} {unit})")
             return f"+inf: {self.num_infinite} of {self.num_sequences} sequences have probability zero{finite}"
-        return f"{self.estimate:.{digits}g} ± {self.standard_error:.2g} {unit}"
+        return f"{self.estimate:.{digits}g} ± {standard_error_text(self.standard_error)} {unit}"
+
+
+def standard_error_text(error) -> str:
+    """A standard error as printed: ``0.023``, or ``n/a`` where there is none (fewer than two finite values), which
+    ``generate.json`` holds as null."""
+    return f"{error:.2g}" if error is not None and math.isfinite(error) else "n/a"
 
 
 def _mean_and_error(values: np.ndarray) -> tuple:
@@ -450,7 +457,7 @@ def summary_lines(result: GenerationResult) -> list:
     def per_leaf(entry):
         if entry["per_leaf"] is None:
             return "n/a"
-        return f"{entry['per_leaf']:.4f} ± {entry['per_leaf_standard_error']:.2g}"
+        return f"{entry['per_leaf']:.4f} ± {standard_error_text(entry['per_leaf_standard_error'])}"
 
     impossible = f", {generated['num_impossible']} of probability zero left out" if generated["num_impossible"] else ""
     mass = result.mass_on_special_tokens

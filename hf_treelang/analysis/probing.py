@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -47,6 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_treelang.core.bp import BeliefPropagation
+from hf_treelang.core.oracle import NEXT_LEAF_TASK
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import ancestor_labels
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -54,7 +56,7 @@ from hf_treelang.sweep.estimate import format_duration
 from hf_treelang.train import paper_settings as paper
 
 from .activations import batches, check_outputs, run_with_cache
-from .checkpoint import as_checkpoint
+from .checkpoint import Checkpoint, as_checkpoint, task_of
 from .io import check_positive, cli_error, prepare_output, write_json
 
 POSITION_MODES = ("all", "ends")
@@ -382,11 +384,23 @@ def _check_training(num_train, num_validation, num_test, epochs, batch_size, pro
     return (*checked, probe_hidden, float(learning_rate))
 
 
+def probe_checkpoint(checkpoint, device="cpu") -> Checkpoint:
+    """The checkpoint to probe, loaded: an MLM, a root classifier or a bare encoder. A causal run is refused before
+    its weights are read: the probes read an encoder's hidden states of a whole sequence, and a causal model's are of
+    ``[BOS, x_0 .. x_{T-2}]``, each position seeing only the leaves before it."""
+    task = checkpoint.task if isinstance(checkpoint, Checkpoint) else task_of(checkpoint)
+    if task == NEXT_LEAF_TASK:
+        raise ValueError(f"checkpoint {str(getattr(checkpoint, 'path', checkpoint))!r} is a causal language model "
+                         "(next-leaf prediction, run_clm.py); probes need an MLM (run_mlm.py) or a "
+                         "root-classification (run_root.py) run, whose encoder reads the whole sequence")
+    return as_checkpoint(checkpoint, device=device)
+
+
 def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_train, num_validation, num_test, seed,
              device, estimate: Callable | None) -> _ProbeData:
     """Load and check, sample the trees, and collect the hidden states (``estimate(ckpt, leaves, layers, levels)``,
     if given, is called before the hidden states are computed)."""
-    ckpt = as_checkpoint(checkpoint, device=device)
+    ckpt = probe_checkpoint(checkpoint, device=device)
     depth = ckpt.depth
     k_data = ckpt.filter_level if data_filter_level is None else int(data_filter_level)
     if not 0 <= k_data <= depth:
@@ -880,7 +894,7 @@ def probe_filtered_models(checkpoints, **kwargs) -> FilteredProbeResult:
     for name in ("layers", "data_filter_level"):
         if name in kwargs:
             raise ValueError(f"{name} is fixed by probe_filtered_models (the last layer, k = 0 data)")
-    loaded = [as_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
+    loaded = [probe_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
     same_grammar = all(np.array_equal(c.grammar.M, loaded[0].grammar.M) for c in loaded)
     if len({(c.depth, c.num_symbols) for c in loaded}) != 1 or not same_grammar:
         raise ValueError("checkpoints must share one grammar, q and depth ℓ (one reproduction), got "
@@ -930,6 +944,7 @@ def run(args) -> int:
             positions=args.positions, num_train=args.num_train, num_validation=args.num_validation,
             num_test=args.num_test, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
             probe_hidden=args.probe_hidden, seed=args.seed, device=args.device,
+            progress=sys.stderr.isatty(),  # bars only on a terminal: a log file holds no \r redraws
             log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)

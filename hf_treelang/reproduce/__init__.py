@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang import register
+from hf_treelang.claims import claim_folder
 from hf_treelang.lazy import lazy_attributes
 
 from .plan_cache import write_cached_plan
@@ -95,21 +96,15 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
     """Run (or resume) every step of a preset into ``out_dir`` and write ``out_dir/report.md``.
 
     Args:
-        out_dir: the output folder (created; a folder of another preset is refused).
+        out_dir: the output folder (created; a folder of another preset is refused). This process owns it for the
+            duration (:func:`hf_treelang.claims.claim_folder`): a second reproduction on it is refused naming this
+            one.
         preset: ``"quick"``, ``"laptop_long"``, ``"paper"`` (or ``"tiny"``, the smoke test).
         progress: show progress bars.
         log: called with one line of text per step (the CLI prints them).
         only: run only these steps (the others are left as they are); ``None`` runs all.
     """
-    # lazy: torch and the steps load on a run; `hf-treelang --help` imports this package for its presets
-    import torch
-    from tqdm.auto import tqdm
-
-    from hf_treelang.analysis.io import write_json
-
-    from .plan import EngineRunner, marker_record, marker_valid, remaining_lines
-    from .report import DONE_DIR, read_json, write_report
-    from .steps import Context, steps_of
+    from .steps import steps_of  # lazy: loads torch; `hf-treelang --help` imports this package for its presets
 
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
@@ -122,6 +117,24 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         unknown = [name for name in only if name not in names]
         if unknown:
             raise ValueError(f"only: unknown steps {unknown}; steps of preset {preset!r}: {names}")
+    with claim_folder(out, "OUT"):  # one reproduction per folder: a second one is refused, naming this process
+        _check_out(out, spec)  # again, now that the folder is ours
+        return _reproduce_owned(out, spec, steps, only=only, progress=progress, log=log)
+
+
+def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bool, log) -> ReproduceResult:
+    """:func:`reproduce` in the claimed ``out``."""
+    # lazy: torch and the steps load on a run; `hf-treelang --help` imports this package for its presets
+    import torch
+    from tqdm.auto import tqdm
+
+    from hf_treelang.analysis.io import write_json
+
+    from .plan import EngineRunner, marker_record, marker_valid, remaining_lines
+    from .report import DONE_DIR, read_json, write_report
+    from .steps import Context
+
+    preset = spec.name
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / PRESET_FILE, asdict(spec))
     (out / DONE_DIR).mkdir(exist_ok=True)

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from hf_treelang.claims import claim_folder, describe, is_claim_file, owner
 from hf_treelang.core.params import check_int
 from hf_treelang.jsonio import append_jsonl, read_json_object, read_jsonl, write_json_atomic, write_jsonl_atomic
-from hf_treelang.processes import exit_with_parent, process_alive
+from hf_treelang.processes import exit_with_parent
 from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
 from hf_treelang.train.folders import (
     finished_run,
@@ -313,7 +314,8 @@ def check_out(out: Path, source: dict | None, force: bool) -> dict | None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"OUT {str(out)!r} exists and is not a folder")
     recorded = read_json_object(out / SWEEP_FILE) if out.is_dir() else None
-    if source is not None and out.is_dir() and recorded is None and any(out.iterdir()):
+    if source is not None and out.is_dir() and recorded is None \
+            and any(not is_claim_file(entry.name) for entry in out.iterdir()):
         raise ValueError(f"OUT {str(out)!r} holds files but no {SWEEP_FILE}: choose a new or empty folder")
     if source is not None and recorded is not None and recorded.get("source") != source and not force:
         changes = _differences(recorded.get("source"), source)
@@ -466,9 +468,11 @@ def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = F
         log: called with lines of text (the estimate, each run as it finishes).
         on_record: called with ``(records, sweep_runs)`` after every finished run (to redraw figures).
         estimate: measure steps/s and log the estimated time before training.
-    """
-    from tqdm.auto import tqdm
 
+    This process owns ``out`` for the duration (:func:`hf_treelang.claims.claim_folder`): a second sweep (or
+    reproduction) on it is refused naming this one, so no run is trained twice and ``results.jsonl`` gets one record
+    per run; a run whose folder another process owns (a training script's run) is refused naming that process.
+    """
     log = log or (lambda line: None)
     out = Path(out)
     if executor not in EXECUTORS:
@@ -479,6 +483,20 @@ def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = F
     workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"`workers` must be an integer >= 0 (0: train in this process), got {workers!r}")
+    check_out(out, source, force)
+    plan_runs(runs, out)  # every check before the folder is claimed: bad input leaves nothing behind
+    with claim_folder(out, "OUT"):  # one sweep per folder; a reproduction that claimed it calls this again
+        return _execute_owned(runs, out, source=source, force=force, executor=executor, workers=workers,
+                              threads=threads, cluster=cluster, slurm_parameters=slurm_parameters,
+                              progress=progress, log=log, on_record=on_record, estimate=estimate)
+
+
+def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, threads, cluster, slurm_parameters,
+                   progress, log, on_record, estimate) -> SweepResult:
+    """:func:`execute_runs` in the claimed ``out``: the folders are read again, since another sweep may have
+    finished runs between the checks and the claim."""
+    from tqdm.auto import tqdm
+
     recorded = check_out(out, source, force)
     states = plan_runs(runs, out)
     pending = [run for run in runs if states[run.name].status != "done"]
@@ -592,15 +610,15 @@ def sweep_status(out) -> list:
             rows.append(RunStatus(entry["name"], "stale", "its folder holds another identity"))
         elif "error" in record:
             rows.append(RunStatus(entry["name"], "failed", record["error"]))
-        else:  # started and not complete: its process runs, or is gone
-            alive = process_alive(record.get("host"), record.get("pid"))
-            where = f"process {record.get('pid')} on {record.get('host')}"
+        else:  # started and not complete: its process owns the folder, or is gone (hf_treelang.claims)
+            taken = owner(folder)
             checkpoint = last_checkpoint(folder)
-            if alive is False:
-                rows.append(RunStatus(entry["name"], "interrupted", f"{where} is gone; last checkpoint "
+            if taken is None:
+                rows.append(RunStatus(entry["name"], "interrupted", f"process {record.get('pid')} on "
+                                      f"{record.get('host')} is gone; last checkpoint "
                                       f"{checkpoint.name if checkpoint else 'none'}"))
             else:
-                rows.append(RunStatus(entry["name"], "running", where + ("" if alive else " (another host)")))
+                rows.append(RunStatus(entry["name"], "running", describe(taken)))
     return rows
 
 

@@ -22,6 +22,17 @@ next to new ones): :func:`check_output_dir_free` refuses it unless the run resum
 replaces the previous run (``--overwrite_output_dir``, which :func:`clear_previous_run` implements: the previous run's
 files go, anything else in the folder stays).
 
+A file damaged after it was written (a copy cut short, a checkpoint's save killed half-way, a disk error) is named
+before anything loads it (:class:`DamagedFile`, with what to do: resume from an earlier checkpoint, or train again):
+:func:`check_run_complete` compares every file the package reads back that a complete run folder's marker lists
+with the size recorded there (and the weights with their recorded sha256); :func:`check_resume_checkpoint` and
+:func:`read_model_config` check each file's own format (:func:`file_damage`: JSON that parses, a safetensors file as
+long as its header says, a torch archive with its end).
+
+One process writes into a folder at a time: :func:`hf_treelang.train.loop.train` claims a run folder for the run's
+duration (:mod:`hf_treelang.claims`: ``.owner.json`` naming the owner's host, pid and start time); the checks here
+refuse a folder another live process holds, naming it, and leave the claim out of a folder's listing.
+
 Every check here runs before any work, raises a ``ValueError`` naming the parameter, the value and what is allowed,
 and creates nothing.
 """
@@ -31,17 +42,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import socket
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from hf_treelang.claims import check_unclaimed, is_claim_file, owner
 from hf_treelang.jsonio import TEMPORARY_SUFFIX, read_json_object, write_json_atomic
-from hf_treelang.processes import process_alive
 
 RUN_CONFIG = "run_config.json"  # written first: the folder is a run folder
 RUN_COMPLETE = "run_complete.json"  # written last: the run folder is complete
@@ -134,7 +148,19 @@ def _mebibytes(size: float) -> str:
 
 
 def _entries(folder: Path) -> list:
-    return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
+    """The names in ``folder`` but its owner's claim (:mod:`hf_treelang.claims`)."""
+    return sorted(entry.name for entry in folder.iterdir() if not is_claim_file(entry.name)) if folder.is_dir() else []
+
+
+def empty_folder(folder) -> None:
+    """Remove everything in ``folder`` but the claim of the process that owns it (a run trained again from scratch)."""
+    for entry in Path(folder).iterdir():
+        if is_claim_file(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _shown(names: list, limit: int = 6) -> str:
@@ -143,8 +169,10 @@ def _shown(names: list, limit: int = 6) -> str:
 
 def check_output_dir_free(output_dir, *, overwrite: bool, resume) -> None:
     """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run; and
-    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool)."""
+    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool); and refuse
+    a folder another live process owns, naming it (:class:`hf_treelang.claims.FolderTaken`)."""
     folder = Path(output_dir)
+    check_unclaimed(folder, "output_dir")
     entries = _entries(folder)
     if resume not in (None, False, True) and (folder / RUN_COMPLETE).is_file() and not overwrite:
         inside = Path(resume).resolve().is_relative_to(folder.resolve())
@@ -199,6 +227,125 @@ def clear_previous_run(output_dir) -> list:
 # ---------------------------------------------------------------- what a run starts or resumes from
 
 
+# the files the package reads back, by suffix: their sizes and formats are checked before a load (README.md and the
+# figures are for people, who may edit or redraw them)
+READ_BACK_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth")
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format (since torch 1.6)
+
+
+class DamagedFile(ValueError):
+    """A file of a run folder or a checkpoint is damaged: one line naming it and what to do."""
+
+
+def file_damage(path, recorded_size: int | None = None) -> str | None:
+    """What is wrong with a file that a run or a checkpoint holds, or None when nothing is seen.
+
+    Checked without loading: the size ``recorded_size`` (``run_complete.json``'s), then the format — a ``.json``
+    file parses; a ``.safetensors`` file is exactly as long as its header says (8 bytes of header length, the
+    header, then the tensors' bytes up to the largest end offset); a ``.pt`` / ``.pth`` / ``.bin`` torch archive (a
+    zip) still has its central directory, which is written last, so a truncated one lacks it.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "missing"
+    if recorded_size is not None and size != recorded_size:
+        return f"{size} bytes where {RUN_COMPLETE} recorded {recorded_size}: cut short or rewritten"
+    try:
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".safetensors":
+            return _safetensors_damage(path, size)
+        elif path.suffix in (".pt", ".pth", ".bin"):
+            with open(path, "rb") as handle:
+                if handle.read(4) == ZIP_MAGIC:
+                    with zipfile.ZipFile(handle):
+                        pass
+    except (ValueError, UnicodeDecodeError) as error:
+        return f"not valid JSON: {error}"
+    except zipfile.BadZipFile:
+        return f"{size} bytes, an incomplete torch archive: cut short"
+    except OSError as error:
+        return f"unreadable: {error.strerror or error}"
+    return None
+
+
+def _safetensors_damage(path: Path, size: int) -> str | None:
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            return f"{size} bytes, shorter than a safetensors header: cut short"
+        (length,) = struct.unpack("<Q", prefix)
+        if 8 + length > size:
+            return f"{size} bytes, shorter than its own header ({8 + length} bytes): cut short"
+        try:
+            header = json.loads(handle.read(length))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"),
+                      default=0)
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError):
+            return "its safetensors header is not valid"
+    if 8 + length + end != size:
+        return f"{size} bytes where its header describes {8 + length + end}: " + (
+            "cut short" if size < 8 + length + end else "bytes appended")
+    return None
+
+
+def _weights_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checkpoint_problem(folder: Path) -> str | None:
+    """What keeps a ``checkpoint-N`` folder from resuming (files it lacks, or a damaged one), or None."""
+    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
+    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
+        missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
+    for required in RESUME_FILES:
+        if required == "rng_state.pth":
+            if not (folder / required).is_file() and not any(folder.glob("rng_state_*.pth")):
+                missing.append(required)
+        elif not (folder / required).is_file():
+            missing.append(required)
+    if missing:
+        return f"is incomplete (a save interrupted?): it lacks {', '.join(missing)}"
+    for path in sorted(folder.iterdir()):
+        damage = file_damage(path) if path.is_file() and path.suffix in READ_BACK_SUFFIXES else None
+        if damage is not None:
+            return f"is damaged: {path.name} is {damage}"
+    return None
+
+
+def _earlier_checkpoint(run_folder: Path, before: int | None = None) -> Path | None:
+    """The resumable ``checkpoint-<step>`` of ``run_folder`` of the highest step (below ``before``), or None."""
+    for step, path in reversed(checkpoints(run_folder)):
+        if (before is None or step < before) and _checkpoint_problem(path) is None:
+            return path
+    return None
+
+
+def repair_advice(folder) -> str:
+    """What to do about a damaged or missing file of ``folder``: resume from the latest intact checkpoint (of a run
+    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again."""
+    folder = Path(folder)
+    step = folder.name[len(CHECKPOINT_PREFIX):]
+    if folder.name.startswith(CHECKPOINT_PREFIX) and step.isdigit():
+        earlier = _earlier_checkpoint(folder.parent, before=int(step))
+        if earlier is not None:
+            return f"resume from an earlier checkpoint: --resume_from_checkpoint {str(earlier)!r}"
+        return "no earlier checkpoint of this run is intact: train it again with --overwrite_output_dir true"
+    if is_run_folder(folder):
+        latest = _earlier_checkpoint(folder)
+        if latest is not None:
+            return f"resume it with --resume_from_checkpoint {str(latest)!r}"
+        return "train it again with --overwrite_output_dir true"
+    return "save or copy the model again (save_pretrained, hf-treelang convert)"
+
+
+
 def read_model_config(name: str, path, model_type: str = "treelang") -> tuple[Path, dict]:
     """Check that ``path`` is a model folder of ``model_type`` (default: a TreeLang model) without loading it;
     returns (folder, config.json as a dict).
@@ -231,12 +378,17 @@ def read_model_config(name: str, path, model_type: str = "treelang") -> tuple[Pa
     if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
         raise ValueError(f"`{name}` {str(folder)!r} has a config.json but no weights (expected one of "
                          f"{', '.join(WEIGHT_FILES)}); expected {MODEL_FOLDER}")
+    for weights in WEIGHT_FILES:
+        damage = file_damage(folder / weights) if (folder / weights).is_file() else None
+        if damage is not None:
+            raise DamagedFile(f"`{name}` {str(folder)!r}: {weights} is damaged ({damage}); {repair_advice(folder)}")
     return folder, config
 
 
 def check_resume_checkpoint(path, model_type: str = "treelang") -> tuple[Path, dict]:
-    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`) of a ``model_type`` model;
-    returns (folder, config)."""
+    """Check that ``path`` is a complete Trainer checkpoint (:data:`RESUME_FILES`) of a ``model_type`` model, every
+    file intact (:func:`file_damage`); returns (folder, config). A damaged one is refused naming the file and the
+    checkpoint to resume from instead (:func:`repair_advice`)."""
     name = "resume_from_checkpoint"
     expected = f"a checkpoint-N folder written by the Trainer (config.json, weights, {', '.join(RESUME_FILES)})"
     folder = Path(path)
@@ -245,18 +397,9 @@ def check_resume_checkpoint(path, model_type: str = "treelang") -> tuple[Path, d
         raise ValueError(f"`{name}` {str(folder)!r} {what}; expected {expected}")
     if not any(folder.iterdir()):
         raise ValueError(f"`{name}` {str(folder)!r} is empty; expected {expected}")
-    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
-    if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
-        missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
-    for required in RESUME_FILES:
-        if required == "rng_state.pth":
-            if not (folder / required).is_file() and not any(folder.glob("rng_state_*.pth")):
-                missing.append(required)
-        elif not (folder / required).is_file():
-            missing.append(required)
-    if missing:
-        raise ValueError(f"`{name}` {str(folder)!r} is incomplete (a save interrupted?): it lacks "
-                         f"{', '.join(missing)}; expected {expected}")
+    problem = _checkpoint_problem(folder)
+    if problem is not None:
+        raise DamagedFile(f"`{name}` {str(folder)!r} {problem}; {repair_advice(folder)} (expected {expected})")
     return read_model_config(name, folder, model_type)
 
 
@@ -267,15 +410,18 @@ def _files_under(folder: Path) -> dict:
     """{relative posix path: size in bytes} of every file under ``folder``, but its marker and temporary files."""
     files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path != folder / RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX):
+        if path.is_file() and path != folder / RUN_COMPLETE and not path.name.endswith(TEMPORARY_SUFFIX) \
+                and not is_claim_file(path.name):
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
     return files
 
 
 def write_run_complete(output_dir, **summary) -> Path:
-    """Write ``run_complete.json`` last, atomically: ``summary`` and every file the run folder holds, with sizes."""
+    """Write ``run_complete.json`` last, atomically: ``summary``, every file the run folder holds with its size, and
+    the sha256 of the weights (``digests``), which :func:`check_run_complete` compares before a load."""
     folder = Path(output_dir)
-    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder)})
+    digests = {name: _weights_digest(folder / name) for name in WEIGHT_FILES if (folder / name).is_file()}
+    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder), "digests": digests})
 
 
 def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
@@ -310,30 +456,40 @@ def is_run_folder(path) -> bool:
 def check_run_complete(path, name: str = "run") -> None:
     """Refuse a run folder that is not complete, naming what is missing; a model folder (no run_config.json) passes.
 
-    A complete run folder has ``run_complete.json`` (written last) and every file it lists.
+    A complete run folder has ``run_complete.json`` (written last) and every file it lists, each file the package
+    reads back (:data:`READ_BACK_SUFFIXES`) of the size recorded there, in its format, and the weights of the
+    recorded sha256 (:func:`file_damage`); a damaged one is :class:`DamagedFile` naming it and what to do
+    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here.
     """
     folder = Path(path)
     if not is_run_folder(folder):
         return
     marker = folder / RUN_COMPLETE
-    checkpoints = sorted((p for p in folder.glob(CHECKPOINT_PREFIX + "*") if p.is_dir()),
-                         key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]) if p.name[len(CHECKPOINT_PREFIX):].isdigit()
-                         else -1)
-    advice = ("; resume it with --resume_from_checkpoint " + repr(str(checkpoints[-1])) if checkpoints
-              else "; train it again with --overwrite_output_dir true")
     if not marker.is_file():
         missing = [RUN_COMPLETE] + [f for f in RUN_FILES if not (folder / f).is_file()]
         raise ValueError(
             f"`{name}` {str(folder)!r} is an incomplete training run: it lacks {', '.join(missing)} (training writes "
-            f"{RUN_COMPLETE} last, so the run was interrupted or is still running){advice}"
+            f"{RUN_COMPLETE} last, so the run was interrupted or is still running); {repair_advice(folder)}"
         )
     try:
-        listed = json.loads(marker.read_text()).get("files", {})
+        document = json.loads(marker.read_text())
+        listed, digests = document.get("files", {}), document.get("digests") or {}
+        sizes = {str(f): (None if isinstance(size, bool) or not isinstance(size, int) else size)
+                 for f, size in listed.items()}
     except (ValueError, AttributeError) as error:
-        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error})") from None
-    missing = [f for f in listed if not (folder / f).is_file()]
+        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error}); "
+                         f"{repair_advice(folder)}") from None
+    missing = [f for f in sizes if not (folder / f).is_file()]
     if missing:
         raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
+    for relative, size in sizes.items():
+        if Path(relative).suffix in READ_BACK_SUFFIXES:
+            damage = file_damage(folder / relative, size)
+            if damage is None and relative in digests and _weights_digest(folder / relative) != digests[relative]:
+                damage = f"its content differs from the sha256 {RUN_COMPLETE} recorded"
+            if damage is not None:
+                raise DamagedFile(f"`{name}` {str(folder)!r}: {relative} is damaged ({damage}); "
+                                  f"{repair_advice(folder)}")
 
 
 def completed_run(path) -> dict | None:
@@ -363,10 +519,13 @@ def checkpoints(output_dir) -> list:
 
 
 def last_checkpoint(output_dir) -> Path | None:
-    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short is passed over), or None."""
+    """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short or a damaged file is passed
+    over), or None."""
     for _, path in reversed(checkpoints(output_dir)):
+        if _checkpoint_problem(path) is not None:
+            continue
         try:
-            check_resume_checkpoint(path)
+            read_model_config("resume_from_checkpoint", path)
         except ValueError:
             continue
         return path
@@ -443,9 +602,9 @@ class FolderState:
     """What a run folder holds for a given identity.
 
     ``status``: ``"done"`` (complete, same identity: ``result`` is its summary, :func:`finished_run`), ``"resume"``
-    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (same identity,
-    its process is alive), ``"stale"`` (trained under another identity, or by no runner), ``"new"`` (missing or
-    empty). ``record``: the folder's ``run_identity.json``.
+    (same identity, not complete; ``checkpoint`` to resume from, or None to start over), ``"running"`` (another live
+    process owns the folder, :mod:`hf_treelang.claims`; ``record`` names it), ``"stale"`` (trained under another
+    identity, or by no runner), ``"new"`` (missing or empty). ``record``: the folder's ``run_identity.json``.
     """
 
     status: str
@@ -459,7 +618,10 @@ def folder_state(output_dir, identity: str) -> FolderState:
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {str(folder)!r} exists and is not a folder")
-    if not folder.is_dir() or not any(folder.iterdir()):
+    taken = owner(folder) if folder.is_dir() else None
+    if taken is not None:
+        return FolderState("running", record={**(read_identity(folder) or {}), **taken})
+    if not _entries(folder):
         return FolderState("new")
     record = read_identity(folder)
     if record is None:
@@ -472,14 +634,12 @@ def folder_state(output_dir, identity: str) -> FolderState:
     result = finished_run(folder, identity)
     if result is not None:
         return FolderState("done", result=result, record=record)
-    if "error" not in record and record.get("pid") != os.getpid() \
-            and process_alive(record.get("host"), record.get("pid")) is not False:
-        return FolderState("running", record=record)
     return FolderState("resume", checkpoint=last_checkpoint(folder), record=record)
 
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "DamagedFile",
     "ENSEMBLE_FILE",
     "IDENTITY_FILE",
     "FolderState",
@@ -496,6 +656,8 @@ __all__ = [
     "check_run_complete",
     "clear_previous_run",
     "completed_run",
+    "empty_folder",
+    "file_damage",
     "finished_run",
     "folder_state",
     "forget_identity",
@@ -503,6 +665,7 @@ __all__ = [
     "last_checkpoint",
     "read_identity",
     "record_failure",
+    "repair_advice",
     "write_identity",
     "mark_run_started",
     "start_run_folder",

@@ -31,9 +31,9 @@ members is no faster than N matmuls (``benchmarks/bench_train.py`` measures both
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -46,6 +46,7 @@ from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import TrainOutput
 
+from hf_treelang.claims import FolderTaken, claim_folder, leads
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.models.architectures import build_model as build_architecture
 from hf_treelang.models.loading import load_pretrained
@@ -79,8 +80,10 @@ from .data import to_datasets
 from .device_data import TrainingStream
 from .folders import (
     ENSEMBLE_FILE,
+    check_output_dir_free,
     clear_previous_run,
     disk_full_named,
+    empty_folder,
     finished_run,
     folder_state,
     forget_identity,
@@ -230,15 +233,33 @@ def bp_callback_for(data, data_args, model_task: str, batch_size: int) -> BPKLCa
 def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, callbacks=()) -> TrainingResult:
     """Train ``run`` into its output folder (see the module docstring); returns a :class:`TrainingResult`.
 
+    The run's process owns the folder from start to end (:func:`hf_treelang.claims.claim_folder`): a second writer
+    is refused naming it, and the folder is checked again once claimed, so that a run started next to another one
+    into the same folder never mixes its files with the other's.
+
     Args:
         run: the resolved run (:func:`hf_treelang.train.run.resolve`).
         reuse: decide by the run's identity what its folder's content is worth (finished: returned as it is;
             interrupted: resumed; another run: replaced) instead of the scripts' rule for a non-empty folder.
         cache: shares the data and BP targets with the other runs of this process that have the same data.
         callbacks: more ``TrainerCallback`` objects for the run's Trainer (after the package's own).
+
+    Raises:
+        FolderTaken: another process owns the folder, or wrote into it after the run was checked.
     """
+    with claim_folder(run.output_dir, "output_dir"):
+        return _train_owned(run, reuse, cache, callbacks)
+
+
+def _train_owned(run: Run, reuse: bool, cache: RunDataCache | None, callbacks) -> TrainingResult:
+    if not reuse and leads():
+        # the scripts' rule, again now that the folder is ours: another run may have written into it since the
+        # checks (rank 0 of a data-parallel job checks for all: the other ranks would see the files it writes)
+        try:
+            check_output(run)
+        except ValueError as error:
+            raise FolderTaken(str(error)) from None
     if not reuse:
-        check_output(run)  # the scripts' rule: a non-empty folder needs overwriting or resuming
         record = _script_identity(run)
         forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
         return _train(run, cache, callbacks, record_identity=record)
@@ -250,8 +271,7 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
                          f"{state.record.get('pid')} on {state.record.get('host')}")
     resume = state.checkpoint if state.status == "resume" else None
     if resume is None:
-        if run.output_dir.is_dir():
-            shutil.rmtree(run.output_dir)  # another run, or interrupted before its first checkpoint: start over
+        empty_folder(run.output_dir)  # another run, or interrupted before its first checkpoint: start over
         run = run.replace_training(overwrite_output_dir=True, resume_from_checkpoint=None)
     else:
         run = run.replace_training(overwrite_output_dir=False, resume_from_checkpoint=str(resume))
@@ -381,12 +401,30 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
         reuse: as :func:`train`: runs finished with the same identity are returned as they are, the others are
             trained again from the start.
         callbacks: more ``TrainerCallback`` objects for the Trainer (each member's, in sequence; the ensemble's).
+
+    This process owns the ensemble's folder and every run's folder from start to end, as :func:`train` does.
     """
     check_together(runs, mode=mode, resume_from_checkpoint=resume_from_checkpoint)
     if mode == "auto":
         first = runs[0]
         mode = choose_ensemble_mode(first.model_args.config(first.data_args),
                                     first.training_args.per_device_train_batch_size, first.training_args.device)
+    with contextlib.ExitStack() as owned:
+        if ensemble_dir is not None:
+            owned.enter_context(claim_folder(ensemble_dir, "output_dir"))
+            if not reuse and leads():  # checked again now that the folder is ours: another run may have written
+                try:
+                    check_output_dir_free(ensemble_dir, overwrite=runs[0].training_args.overwrite_output_dir,
+                                          resume=resume_from_checkpoint)
+                except ValueError as error:
+                    raise FolderTaken(str(error)) from None
+        for run in runs:
+            owned.enter_context(claim_folder(run.output_dir, "output_dir"))
+        return _train_together_owned(runs, mode, ensemble_dir, resume_from_checkpoint, reuse, callbacks)
+
+
+def _train_together_owned(runs: list, mode: str, ensemble_dir, resume_from_checkpoint, reuse: bool,
+                          callbacks) -> EnsembleResult:
     results, cache, records = {}, RunDataCache(), {}
     if reuse:
         for run in runs:
@@ -394,8 +432,7 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
                 results[run.name] = _result_of(run, reused=True)
         runs = [run for run in runs if run.name not in results]
         for run in runs:
-            if run.output_dir.is_dir():
-                shutil.rmtree(run.output_dir)
+            empty_folder(run.output_dir)
             records[run.name] = write_identity(run.output_dir, run.identity, run.task, run.arguments, run.config)
     elif resume_from_checkpoint is None:
         for run in runs:
@@ -564,8 +601,9 @@ def summary_lines(result: EnsembleResult, runs: list) -> list:
 def main(task: str, argv: list | None = None, *, as_script: bool = False) -> int:
     """Entry point of the scripts: resolve the command line (flags or one JSON file) into runs, train, print a
     summary; returns 0. Bad arguments fail before any process, data or folder is created: with a ``ValueError``, or
-    with ``as_script`` (the scripts) as one line ``run_root.py: error: ...`` on stderr and exit status 2; a disk
-    that fills while the run writes is one such line too (exit status 1)."""
+    with ``as_script`` (the scripts) as one line ``run_root.py: error: ...`` on stderr and exit status 2; so does an
+    ``output_dir`` that another process owns (:class:`~hf_treelang.claims.FolderTaken`); a disk that fills while the
+    run writes is one such line too (exit status 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     script = os.path.basename(sys.argv[0]) or "hf_treelang"
     try:
@@ -577,6 +615,11 @@ def main(task: str, argv: list | None = None, *, as_script: bool = False) -> int
         return 2
     try:
         return _train_and_report(task, argv, runs, ensemble)
+    except FolderTaken as error:  # another process owns output_dir, or wrote into it since the checks
+        if not as_script:
+            raise
+        sys.stderr.write(f"{script}: error: {error}\n")
+        return 2
     except OSError as error:
         if not as_script or error.errno != errno.ENOSPC:
             raise

@@ -50,6 +50,7 @@ from .arguments import (
 from .folders import (
     CHECKPOINT_PREFIX,
     ENSEMBLE_FILE,
+    DamagedFile,
     TASK_ARCHITECTURES,
     check_output_dir_free,
     check_resume_checkpoint,
@@ -347,6 +348,8 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
         try:
             _, saved = read_model_config("model_name_or_path", path)
             check_run_complete(path, "model_name_or_path")
+        except DamagedFile:
+            raise  # it says what to do
         except ValueError as error:
             raise ValueError(f"{error}; run training/run_mlm.py first or pass --model_name_or_path <MLM output "
                              "folder>") from None
