@@ -1,0 +1,280 @@
+"""Tree grammars beyond the paper's (issue 35): arity s, rules per level and the Random Hierarchy Model — the
+grammar's definition and checks, the sampler's statistics against exact ones, and BP_k / the next-leaf oracle of
+s-ary trees against brute-force enumeration."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from enumeration import EnumeratedModel
+from hf_treelang import Grammar, sample_trees
+from hf_treelang.core.grammar import GRAMMAR_FILE_FORMAT, TREE_GRAMMAR_FILE_FORMAT
+
+
+def dense_rules(q, s, seed, levels=None):
+    """Random dense production tensors (q,)*(s+1) (gamma weights, so some rules are small), one or ``levels``."""
+    rng = np.random.default_rng(seed)
+
+    def one():
+        T = rng.gamma(0.7, size=(q,) * (s + 1))
+        return T / T.reshape(q, -1).sum(1).reshape((q,) + (1,) * s)
+
+    return one() if levels is None else [one() for _ in range(levels)]
+
+
+def per_level_grammar(q, s, depth, seed):
+    rng = np.random.default_rng(seed + 100)
+    return Grammar(root_prior=rng.dirichlet(np.ones(q)), level_rules=dense_rules(q, s, seed, depth))
+
+
+def rule_sets(grammar, level):
+    """{symbol: set of tuple indices with a non-zero rule} of one level."""
+    q, s = grammar.num_symbols, grammar.arity
+    table = grammar.rules(level).reshape(q, q**s)
+    return {a: set(np.flatnonzero(table[a]).tolist()) for a in range(q)}
+
+
+# ---------------------------------------------------------------- the grammar
+
+
+@pytest.mark.parametrize("v,n,m,s,L,seed", [(8, 2, 4, 2, 3, 0), (4, 4, 16, 3, 2, 5), (3, 1, 1, 4, 2, 9), (5, 3, 5, 2, 2, 1)])
+def test_random_hierarchy_satisfies_the_rhm_definition(v, n, m, s, L, seed):
+    grammar = Grammar.random_hierarchy(num_symbols=v, num_classes=n, num_rules=m, arity=s, depth=L, grammar_seed=seed)
+    assert (grammar.num_symbols, grammar.arity, grammar.depth) == (v, s, L)
+    assert grammar.M is None and len(grammar.level_rules) == L
+    np.testing.assert_array_equal(grammar.root_prior, [1 / n] * n + [0.0] * (v - n))  # n classes, uniform
+    for level in range(L):
+        sets = rule_sets(grammar, level)
+        table = grammar.rules(level).reshape(v, v**s)
+        for a in range(v):
+            assert len(sets[a]) == m  # m distinct tuples per symbol
+            np.testing.assert_array_equal(table[a, sorted(sets[a])], 1.0 / m)  # uniform over its rules
+        assert sum(len(t) for t in sets.values()) == len(set().union(*sets.values())) == m * v  # no tuple shared
+
+
+def reference_sample_rules(v, n, m, s, L, seed):
+    """The RHM's reference code (pcsl-epfl/hierarchy-learning ``sample_rules``), as a dict of (symbols, m, s) arrays:
+    Python's random.seed(seed), then random.sample over the list of s-tuples in itertools.product order."""
+    import random
+
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        tuples = list(itertools.product(range(v), repeat=s))
+        rules = {0: np.array(random.sample(tuples, n * m)).reshape(n, m, s)}
+        for level in range(1, L):
+            rules[level] = np.array(random.sample(tuples, v * m)).reshape(v, m, s)
+    finally:
+        random.setstate(state)
+    return rules
+
+
+@pytest.mark.parametrize("v,n,m,s,L,seed", [(8, 2, 4, 2, 3, 0), (6, 6, 3, 3, 3, 42), (4, 3, 2, 2, 4, 7)])
+def test_random_hierarchy_has_the_reference_codes_rules(v, n, m, s, L, seed):
+    grammar = Grammar.random_hierarchy(num_symbols=v, num_classes=n, num_rules=m, arity=s, depth=L, grammar_seed=seed)
+    reference = reference_sample_rules(v, n, m, s, L, seed)
+    for level in range(L):
+        for a, tuples in enumerate(reference[level]):
+            expected = {int(np.ravel_multi_index(tuple(t), (v,) * s)) for t in tuples}
+            assert rule_sets(grammar, level)[a] == expected, (level, a)
+
+
+def test_random_hierarchy_is_deterministic_and_seeded():
+    draw = lambda seed: Grammar.random_hierarchy(8, 2, 4, 2, 3, grammar_seed=seed)  # noqa: E731
+    assert draw(3) == draw(3) and hash(draw(3)) == hash(draw(3))
+    assert draw(3) != draw(4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"arity": 1}, r"`arity` must be an integer in \[2, 16\], got 1"),
+        ({"num_rules": 5}, r"`num_rules` must be an integer in \[1, 4\] with num_symbols = 4 and arity = 2 .*got 5"),
+        ({"num_rules": 0}, r"`num_rules` must be an integer in \[1, 4\]"),
+        ({"num_classes": 5}, r"`num_classes` must be an integer in \[1, 4\], got 5"),
+        ({"num_symbols": 1}, r"`num_symbols` must be an integer in \[2, 256\], got 1"),
+        ({"depth": 0}, r"`depth` must be an integer in \[1, 16\], got 0"),
+        ({"arity": 3, "depth": 11}, r"`depth` must be an integer in \[1, 10\] with arity = 3 .*got 11"),
+        ({"num_symbols": 256, "arity": 4},
+         r"`num_symbols` must be at most 42 with arity = 4, got 256: a production tensor holds q\*\*\(s\+1\)"),
+        ({"grammar_seed": -1}, r"`grammar_seed` must be an integer in \[0, 4294967295\], got -1"),
+    ],
+)
+def test_random_hierarchy_refuses_impossible_parameters_in_one_line(kwargs, match):
+    params = {"num_symbols": 4, "num_classes": 2, "num_rules": 2, "arity": 2, "depth": 2} | kwargs
+    with pytest.raises((ValueError, TypeError), match=match) as error:
+        Grammar.random_hierarchy(**params)
+    assert "\n" not in str(error.value)
+
+
+def test_level_rules_of_the_wrong_shape_are_refused():
+    rules = dense_rules(3, 2, 0, levels=2)
+    with pytest.raises(ValueError, match=r"level_rules\[1\] must have shape \(3, 3, 3\) like level_rules\[0\], got "
+                                         r"\(3, 3, 3, 3\)"):
+        Grammar(level_rules=[rules[0], dense_rules(3, 3, 1)])
+    with pytest.raises(ValueError, match=r"level_rules\[0\] must have shape"):
+        Grammar(level_rules=[np.full((3, 3), 1 / 3)])
+    with pytest.raises(ValueError, match="exactly one of `M`"):
+        Grammar(rules[0], level_rules=rules)
+    with pytest.raises(ValueError, match="exactly one of `M`"):
+        Grammar()
+
+
+def test_level_rules_whose_rows_do_not_sum_to_one_are_refused():
+    rules = dense_rules(3, 3, 0, levels=2)
+    rules[1] = rules[1].copy()
+    rules[1][2, 0, 0, 0] += 1e-6
+    with pytest.raises(ValueError, match=r"every level_rules\[1\]\[a\] must sum to 1 .*sum\(level_rules\[1\]\[2\]\)"):
+        Grammar(level_rules=rules)
+    shared = dense_rules(3, 3, 1)
+    shared[0, 1, 1, 1] += 1e-3
+    with pytest.raises(ValueError, match=r"sum\(M\[0\]\)"):
+        Grammar(shared)
+
+
+def test_depth_must_match_rules_given_per_level():
+    grammar = per_level_grammar(2, 3, 2, seed=0)
+    with pytest.raises(ValueError, match=r"`depth` must be 2 for this grammar \(its rules are given per level\), got 3"):
+        sample_trees(grammar, 4, depth=3)
+    with pytest.raises(ValueError, match=r"`filter_level` must be an integer in \[0, 2\], got 3"):
+        grammar.path_matrices(3)
+
+
+def test_binary_only_views_fail_in_one_line_on_other_grammars():
+    rhm = Grammar.random_hierarchy(4, 2, 2, 2, 2)
+    with pytest.raises(ValueError, match="M_left needs a binary grammar with one shared tensor M .* rules per level"):
+        rhm.M_left
+    with pytest.raises(ValueError, match="M_right needs .* arity 3"):
+        Grammar(dense_rules(2, 3, 0)).M_right
+
+
+@pytest.mark.parametrize("s,per_level", [(3, False), (3, True), (2, True), (4, True)])
+def test_path_matrices_are_products_of_the_child_marginals_along_the_path(s, per_level):
+    q, k = 3, 2
+    grammar = per_level_grammar(q, s, k, seed=s) if per_level else Grammar(dense_rules(q, s, s))
+    paths = grammar.path_matrices(k)
+    assert paths.shape == (q, q, s**k)
+    for j in range(s**k):
+        digits = [(j // s ** (k - 1 - t)) % s for t in range(k)]  # most significant first
+        expected = np.eye(q)
+        for level, d in enumerate(digits):
+            P = grammar.rules(level)
+            other = tuple(1 + e for e in range(s) if e != d)
+            expected = expected @ P.sum(axis=other)  # (q, q): P(child d = b | parent a)
+        np.testing.assert_allclose(paths[:, :, j], expected, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [Grammar.random_hierarchy(8, 3, 4, 2, 3, 11), Grammar.random_hierarchy(3, 2, 2, 3, 2, 1),
+     Grammar(dense_rules(3, 3, 0)), per_level_grammar(2, 4, 2, 3)],
+    ids=["rhm-s2", "rhm-s3", "shared-s3", "per-level-s4"],
+)
+def test_grammar_json_round_trips_bit_exactly(tmp_path, grammar):
+    path = tmp_path / "grammar.json"
+    grammar.save(path)
+    data = json.loads(path.read_text())
+    assert data["format"] == TREE_GRAMMAR_FILE_FORMAT and data["arity"] == grammar.arity
+    loaded = Grammar.load(path)
+    assert loaded == grammar and loaded.params == grammar.params and loaded.depth == grammar.depth
+    for level in range(grammar.depth or 1):
+        assert loaded.rules(level).tobytes() == grammar.rules(level).tobytes()
+    assert loaded.root_prior.tobytes() == grammar.root_prior.tobytes()
+
+
+def test_paper_grammars_keep_the_first_file_format(tmp_path):
+    grammar = Grammar.random(4, 1.0, 0)
+    assert grammar.to_dict()["format"] == GRAMMAR_FILE_FORMAT and "arity" not in grammar.to_dict()
+    assert list(grammar.to_dict()) == ["format", "num_symbols", "params", "root_prior", "M"]
+    assert grammar.arity == 2 and grammar.depth is None and grammar.is_shared_binary
+
+
+def test_a_description_whose_arity_disagrees_with_its_rules_is_refused():
+    data = Grammar(dense_rules(2, 3, 0)).to_dict()
+    data["arity"] = 2
+    with pytest.raises(ValueError, match="arity is 2 but the rules have arity 3"):
+        Grammar.from_dict(data)
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+def _within_sampling_error(counts, probabilities, total, sigmas=5.0):
+    """Every empirical frequency within ``sigmas`` binomial standard deviations (+ 1 count) of the exact one."""
+    expected = probabilities * total
+    spread = sigmas * np.sqrt(expected * (1 - probabilities)) + 1
+    worst = np.max(np.abs(counts - expected) - spread)
+    assert worst <= 0, f"a frequency is off by {worst:.1f} counts beyond {sigmas} sigmas"
+
+
+SAMPLER_CASES = [
+    ("shared-s3", Grammar(dense_rules(3, 3, 1)), 3),
+    ("per-level-s3", per_level_grammar(3, 3, 3, seed=2), 3),
+    ("rhm-s2", Grammar.random_hierarchy(4, 2, 3, 2, 3, 5), 3),
+    ("per-level-s4", per_level_grammar(2, 4, 2, seed=4), 2),
+]
+
+
+@pytest.mark.parametrize("name,grammar,depth", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_level_statistics_match_the_exact_ones(name, grammar, depth):
+    """P(root = a, node j of level m = b) = p0[a] P_m[a, b, j] for every level the filtered model has."""
+    q, s, n = grammar.num_symbols, grammar.arity, 20_000
+    for k in range(depth + 1):
+        trees = sample_trees(grammar, n, depth, filter_level=k, sampling_seed=k)
+        assert trees.leaves.shape == (n, s**depth)
+        for m in [0] + list(range(max(k, 1), depth + 1)):
+            level = trees.levels[m]  # (n, s**m)
+            assert level.shape == (n, s**m)
+            exact = grammar.root_prior[:, None, None] * grammar.path_matrices(m)  # (q, q, s**m): [a, b, j]
+            for j in range(s**m):
+                counts = np.bincount(trees.roots * q + level[:, j], minlength=q * q)
+                _within_sampling_error(counts, exact[:, :, j].ravel(), n)
+        assert all(trees.levels[m] is None for m in range(1, k))
+
+
+@pytest.mark.parametrize("name,grammar,depth", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_child_tuples_follow_the_rules_of_their_level(name, grammar, depth):
+    q, s, n = grammar.num_symbols, grammar.arity, 4_000
+    trees = sample_trees(grammar, n, depth, filter_level=0, sampling_seed=9)
+    for m in range(depth):
+        parents = trees.levels[m].ravel()  # (n s**m,)
+        children = trees.levels[m + 1].reshape(-1, s)  # (n s**m, s): node i's children are s i .. s i + s - 1
+        tuples = np.ravel_multi_index(tuple(children.T), (q,) * s)
+        counts = np.bincount(parents * q**s + tuples, minlength=q ** (s + 1)).reshape(q, q**s)
+        table = grammar.rules(m).reshape(q, q**s)
+        assert np.all(counts[table == 0] == 0), f"a rule of probability zero was drawn at level {m}"
+        for a in range(q):
+            if counts[a].sum():
+                _within_sampling_error(counts[a], table[a], counts[a].sum())
+
+
+def test_rhm_leaves_are_uniform_over_the_exact_sequences():
+    """An RHM gives each of its n m**((s**L - 1)/(s - 1)) sequences probability 1 / that count (non-overlapping
+    rules: a sequence has a single tree). Checked against enumeration and by a chi-square on 40 000 samples."""
+    v, n, m, s, L = 3, 2, 2, 2, 2
+    grammar = Grammar.random_hierarchy(num_symbols=v, num_classes=n, num_rules=m, arity=s, depth=L, grammar_seed=3)
+    exact = EnumeratedModel(grammar, L, 0).sequence_probabilities()  # {(root, leaves): probability}
+    count = n * m ** ((s**L - 1) // (s - 1))
+    assert len(exact) == count == 16
+    np.testing.assert_allclose(list(exact.values()), 1 / count, rtol=1e-12)
+    assert len({key[1:] for key in exact}) == count  # the leaves determine the tree, the root included
+    total = 40_000
+    trees = sample_trees(grammar, total, L, sampling_seed=1)
+    keys = [tuple(row) for row in np.column_stack([trees.roots, trees.leaves]).tolist()]
+    index = {key: i for i, key in enumerate(exact)}
+    assert all(key in index for key in keys), "a sequence outside the RHM's support was drawn"
+    counts = np.bincount([index[key] for key in keys], minlength=count)
+    chi2 = float(((counts - total / count) ** 2 / (total / count)).sum())
+    assert chi2 < 45.0  # 15 degrees of freedom: P(chi2 > 45) ~ 7e-5
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_s_ary_samples_do_not_depend_on_the_chunking(k):
+    grammar = per_level_grammar(3, 3, 2, seed=7)
+    whole = sample_trees(grammar, 700, 2, k, sampling_seed=4)
+    first = sample_trees(grammar, 300, 2, k, sampling_seed=4, chunk_size=7)
+    rest = sample_trees(grammar, 400, 2, k, sampling_seed=4, start=300, chunk_size=64)
+    np.testing.assert_array_equal(whole.leaves, np.concatenate([first.leaves, rest.leaves]))
+    np.testing.assert_array_equal(whole.roots, np.concatenate([first.roots, rest.roots]))
