@@ -278,3 +278,203 @@ def test_s_ary_samples_do_not_depend_on_the_chunking(k):
     rest = sample_trees(grammar, 400, 2, k, sampling_seed=4, start=300, chunk_size=64)
     np.testing.assert_array_equal(whole.leaves, np.concatenate([first.leaves, rest.leaves]))
     np.testing.assert_array_equal(whole.roots, np.concatenate([first.roots, rest.roots]))
+
+
+# ---------------------------------------------------------------- BP_k and the next-leaf oracle on s-ary trees
+
+import torch  # noqa: E402
+
+from hf_treelang import BeliefPropagation  # noqa: E402
+from hf_treelang.core import next_leaf_distributions  # noqa: E402
+from hf_treelang.core import next_leaf as next_leaf_module  # noqa: E402
+
+TOLERANCE = 1e-12  # float64 against enumeration
+
+# (name, grammar, depth, the filter levels small enough to enumerate: q**nodes <= 2e6)
+BP_CASES = [
+    ("shared-s3-q2", Grammar(dense_rules(2, 3, 0)), 2, (0, 1, 2)),
+    ("per-level-s3-q2", per_level_grammar(2, 3, 2, seed=1), 2, (0, 1, 2)),
+    ("per-level-s3-q3", per_level_grammar(3, 3, 2, seed=2), 2, (2,)),
+    ("per-level-s2-q3", per_level_grammar(3, 2, 2, seed=3), 2, (0, 1, 2)),
+    ("per-level-s2-q2-l3", per_level_grammar(2, 2, 3, seed=4), 3, (0, 1, 2, 3)),
+    ("rhm-s2", Grammar.random_hierarchy(3, 2, 2, 2, 2, grammar_seed=5), 2, (0, 1, 2)),
+    ("rhm-s3", Grammar.random_hierarchy(2, 2, 3, 3, 2, grammar_seed=6), 2, (0, 1, 2)),
+    ("per-level-s4-q2", per_level_grammar(2, 4, 2, seed=7), 2, (2,)),
+    ("per-level-s4-q3-l1", per_level_grammar(3, 4, 1, seed=8), 1, (0, 1)),
+]
+BP_IDS = [case[0] for case in BP_CASES]
+
+
+def masked_evidence(grammar, depth, data_level, seed, num=6):
+    """Sequences drawn at ``data_level`` with masks in all patterns: none, one, several, every leaf."""
+    q, length = grammar.num_symbols, grammar.arity**depth
+    leaves = sample_trees(grammar, n=num, depth=depth, filter_level=data_level, sampling_seed=seed).leaves.copy()
+    rng = np.random.default_rng(seed)
+    for row in range(1, num - 1):
+        leaves[row, rng.choice(length, size=row % length or 1, replace=False)] = q
+    leaves[num - 1] = q
+    return leaves
+
+
+def assert_matches_enumeration(result, exact, leaves, q, tolerance, where):
+    for row, sequence in enumerate(leaves):
+        with np.errstate(invalid="ignore"):  # the marginals of an impossible sequence are 0 / 0
+            likelihood, marginals = exact.posterior(sequence, mask_id=q)
+        if likelihood == 0:  # mismatched BP on a sparse grammar: evidence it cannot produce
+            assert result.impossible[row] and result.log_likelihood[row].item() == -np.inf, where
+            continue
+        assert not result.impossible[row]
+        assert result.log_likelihood[row].item() == pytest.approx(np.log(likelihood), abs=tolerance), where
+        for m, table in marginals.items():
+            np.testing.assert_allclose(result.levels[m][row].double().numpy(), table, atol=tolerance,
+                                       err_msg=f"{where} row={row} m={m}")
+        np.testing.assert_allclose(result.root[row].double().numpy(), marginals[0][0], atol=tolerance)
+
+
+@pytest.mark.parametrize("name,grammar,depth,levels", BP_CASES, ids=BP_IDS)
+def test_bp_marginals_and_likelihood_match_enumeration(name, grammar, depth, levels):
+    q = grammar.num_symbols
+    for k in levels:
+        exact = EnumeratedModel(grammar, depth, k)
+        bp = BeliefPropagation(grammar, depth, k, on_impossible="flag")
+        for data_level in sorted({k, 0, depth}):  # matched and mismatched
+            leaves = masked_evidence(grammar, depth, data_level, seed=10 * k + data_level)
+            result = bp.infer(leaves)
+            assert result.leaves.shape == (len(leaves), grammar.arity**depth, q)
+            assert all(result.levels[m] is None for m in range(1, k))
+            assert_matches_enumeration(result, exact, leaves, q, TOLERANCE, f"k={k} data level={data_level}")
+            ids = bp._validate(leaves)
+            log_domain = bp._infer(ids, True, log_domain=True)[0]  # the kernels of the rows at risk of underflow
+            assert_matches_enumeration(log_domain, exact, leaves, q, TOLERANCE, f"log domain k={k}")
+
+
+@pytest.mark.parametrize("name,grammar,depth,levels", BP_CASES[:2] + BP_CASES[6:7], ids=BP_IDS[:2] + BP_IDS[6:7])
+def test_upward_messages_are_the_likelihoods_of_the_leaves_below(name, grammar, depth, levels):
+    """upward[m][:, i, a] ∝ P_k(leaves under node i of level m | node = a), by enumeration."""
+    q, s = grammar.num_symbols, grammar.arity
+    for k in levels:
+        exact = EnumeratedModel(grammar, depth, k)
+        leaves = masked_evidence(grammar, depth, k, seed=k)
+        upward = BeliefPropagation(grammar, depth, k, on_impossible="flag").upward_messages(leaves)
+        for row, sequence in enumerate(leaves[:-1]):
+            for m in [0] + list(range(max(k, 1), depth + 1)):
+                for i, col in enumerate(exact.levels[m]):
+                    below = np.arange(i * s ** (depth - m), (i + 1) * s ** (depth - m))
+                    observed = below[sequence[below] != q]
+                    consistent = np.all(exact.leaves[:, observed] == sequence[observed], axis=1)
+                    node = exact.assignments[:, col]
+                    joint = np.bincount(node, weights=exact.prob * consistent, minlength=q)
+                    prior = np.bincount(node, weights=exact.prob, minlength=q)
+                    likelihood = np.divide(joint, prior, out=np.zeros(q), where=prior > 0)
+                    if likelihood.sum() == 0:
+                        continue
+                    expected = likelihood / likelihood.sum()
+                    got = upward[m][row, i].numpy()
+                    np.testing.assert_allclose(np.where(prior > 0, got, 0), expected, atol=TOLERANCE,
+                                               err_msg=f"k={k} m={m} node={i}")
+
+
+def leaf_distribution(grammar, depth, k):
+    """(sequences (S, s**ℓ), probabilities (S,)) of P_k by enumeration, the trees of the same leaves summed."""
+    exact = EnumeratedModel(grammar, depth, k)
+    shape = (grammar.num_symbols,) * exact.leaves.shape[1]
+    codes, inverse = np.unique(np.ravel_multi_index(tuple(exact.leaves.T), shape), return_inverse=True)  # rows as ints
+    sequences = np.stack(np.unravel_index(codes, shape), axis=1)  # (S, s**ℓ)
+    return sequences, np.bincount(inverse.ravel(), weights=exact.prob, minlength=len(sequences))
+
+
+def enumerated_next_leaf(sequences, probabilities, sequence, q):
+    """(L, q) P(x_i = s | x_<i) of one sequence by summing the enumerated sequences that share its prefix."""
+    rows = []
+    for i in range(len(sequence)):
+        consistent = np.all(sequences[:, :i] == sequence[:i], axis=1)  # (S,)
+        weights = np.bincount(sequences[consistent, i], weights=probabilities[consistent], minlength=q)
+        rows.append(weights / weights.sum())
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("name,grammar,depth,levels", BP_CASES, ids=BP_IDS)
+def test_next_leaf_distributions_match_enumeration_and_the_chain_rule(name, grammar, depth, levels):
+    q = grammar.num_symbols
+    for k in levels:
+        sequences, probabilities = leaf_distribution(grammar, depth, k)
+        bp = BeliefPropagation(grammar, depth, k, on_impossible="flag")
+        for data_level in sorted({k, 0, depth}):
+            leaves = sample_trees(grammar, 4, depth, data_level, sampling_seed=k + 7 * data_level).leaves
+            result = next_leaf_distributions(bp, leaves)
+            log_domain = next_leaf_module._next_leaf(bp, bp._validate(leaves), log_domain=True)
+            # the chain rule equals BP's log P_k(x)
+            torch.testing.assert_close(result.log_likelihood, bp.log_likelihood(leaves), atol=1e-10, rtol=0)
+            for row, sequence in enumerate(leaves):
+                index = np.flatnonzero(np.all(sequences == sequence, axis=1))
+                if probabilities[index].sum() == 0:  # mismatched BP on a sparse grammar: a sequence it cannot produce
+                    assert result.impossible[row]
+                    continue
+                expected = enumerated_next_leaf(sequences, probabilities, sequence, q)
+                where = f"k={k} data level={data_level} row={row}"
+                np.testing.assert_allclose(result.probabilities[row].numpy(), expected, atol=TOLERANCE, err_msg=where)
+                np.testing.assert_allclose(log_domain[0][row].numpy(), expected, atol=TOLERANCE, err_msg=where)
+                assert result.log_likelihood[row].item() == pytest.approx(np.log(probabilities[index[0]]), abs=1e-12)
+
+
+def test_chain_rule_with_masked_leaves_equals_the_likelihood_of_the_observed_leaves():
+    grammar = Grammar.random_hierarchy(8, 4, 4, 3, 3, grammar_seed=2)
+    for k in (0, 1, 3):
+        leaves = sample_trees(grammar, 16, 3, k, sampling_seed=k).leaves.copy()
+        leaves[np.random.default_rng(k).random(leaves.shape) < 0.3] = 8
+        bp = BeliefPropagation(grammar, 3, k, on_impossible="flag")
+        torch.testing.assert_close(next_leaf_distributions(bp, leaves).log_likelihood, bp.log_likelihood(leaves),
+                                   atol=1e-10, rtol=0)
+
+
+def test_products_below_float32s_range_go_to_the_log_domain_and_stay_exact():
+    """Rules of 1e-30 (three children per product: 1e-90 and beyond) flush in float32's plain kernels; those rows run
+    again in the log domain and match float64 enumeration."""
+    q, s, depth = 2, 3, 2
+    rules = []
+    for level in range(depth):
+        T = np.full((q,) * (s + 1), 1e-30)
+        T[0, 0, 0, 0] = T[1, 1, 1, 1] = 1.0
+        T[0, 1, 0, 1] = 0.3
+        rules.append(T / T.reshape(q, -1).sum(1).reshape((q,) + (1,) * s))
+    grammar = Grammar(level_rules=rules)
+    leaves = np.array([[0, 1, 0, 1, 1, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 1, 2, 1, 1, 2, 0, 0, 1]])
+    for k in (0, 1):
+        exact = EnumeratedModel(grammar, depth, k)
+        bp = BeliefPropagation(grammar, depth, k, dtype=torch.float32)
+        assert bp._infer(bp._validate(leaves), True, log_domain=False)[1].all()  # every row marked fragile
+        result = bp.infer(leaves)
+        for row, sequence in enumerate(leaves):
+            likelihood, marginals = exact.posterior(sequence, mask_id=q)
+            assert result.log_likelihood[row].item() == pytest.approx(np.log(likelihood), rel=1e-5)
+            for m, table in marginals.items():
+                np.testing.assert_allclose(result.levels[m][row].double().numpy(), table, atol=1e-5, rtol=1e-4)
+
+
+def test_bp_refuses_sequences_of_the_wrong_length_and_depths_of_other_rules():
+    grammar = Grammar.random_hierarchy(4, 2, 2, 3, 2)
+    bp = BeliefPropagation(grammar, 2)
+    with pytest.raises(ValueError, match=r"leaves must have shape \(n, 3\*\*depth\) = \(n, 9\), got \(1, 8\)"):
+        bp.infer(np.zeros((1, 8), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"`depth` must be 2 for this grammar"):
+        BeliefPropagation(grammar, 3)
+    with pytest.raises(ValueError, match=r"`depth` must be an integer in \[1, 10\] with arity = 3"):
+        BeliefPropagation(Grammar(dense_rules(2, 3, 0)), 11)
+
+
+def test_s_ary_node_slices_and_passes_do_not_change_the_results(monkeypatch):
+    from hf_treelang.core import bp as bp_module
+
+    grammar = per_level_grammar(3, 3, 3, seed=12)
+    leaves = masked_evidence(grammar, 3, 1, seed=3, num=5)
+    bp = BeliefPropagation(grammar, 3, 1)
+    ids = bp._validate(leaves)
+    whole = [bp.infer(leaves), bp._infer(ids, True, log_domain=True)[0], next_leaf_distributions(bp, leaves)]
+    monkeypatch.setattr(bp_module, "WORKING_SET_BYTES", 1)
+    monkeypatch.setattr(next_leaf_module, "WORKING_SET_BYTES", 1)
+    sliced = [bp.infer(leaves), bp._infer(ids, True, log_domain=True)[0], next_leaf_distributions(bp, leaves)]
+    for one, other in zip(sliced[:2], whole[:2]):
+        for m in (0, 1, 2, 3):
+            torch.testing.assert_close(one.levels[m], other.levels[m], atol=1e-15, rtol=0)
+        torch.testing.assert_close(one.log_likelihood, other.log_likelihood, atol=1e-12, rtol=0)
+    torch.testing.assert_close(sliced[2].probabilities, whole[2].probabilities, atol=1e-15, rtol=0)
