@@ -299,6 +299,8 @@ BP_CASES = [
     ("per-level-s2-q2-l3", per_level_grammar(2, 2, 3, seed=4), 3, (0, 1, 2, 3)),
     ("rhm-s2", Grammar.random_hierarchy(3, 2, 2, 2, 2, grammar_seed=5), 2, (0, 1, 2)),
     ("rhm-s3", Grammar.random_hierarchy(2, 2, 3, 3, 2, grammar_seed=6), 2, (0, 1, 2)),
+    ("rhm-s2-sparse", Grammar.random_hierarchy(4, 3, 1, 2, 2, grammar_seed=7), 2, (0, 1, 2)),
+    ("rhm-s3-sparse", Grammar.random_hierarchy(2, 2, 1, 3, 2, grammar_seed=8), 2, (0, 1, 2)),
     ("per-level-s4-q2", per_level_grammar(2, 4, 2, seed=7), 2, (2,)),
     ("per-level-s4-q3-l1", per_level_grammar(3, 4, 1, seed=8), 1, (0, 1)),
 ]
@@ -478,3 +480,35 @@ def test_s_ary_node_slices_and_passes_do_not_change_the_results(monkeypatch):
             torch.testing.assert_close(one.levels[m], other.levels[m], atol=1e-15, rtol=0)
         torch.testing.assert_close(one.log_likelihood, other.log_likelihood, atol=1e-12, rtol=0)
     torch.testing.assert_close(sliced[2].probabilities, whole[2].probabilities, atol=1e-15, rtol=0)
+
+
+def test_levels_with_few_rules_take_the_sparse_plain_kernels_and_the_paper_grammar_never():
+    from hf_treelang.core import bp as bp_module
+
+    def sparse_levels(grammar, depth, k=0):
+        tables = BeliefPropagation(grammar, depth, k)._grammar_tensors(torch.device("cpu"), torch.float64)
+        return [r is not None for r in tables.sparse_rules]
+
+    assert sparse_levels(Grammar.random(4, 1.0, 0), 4) == [False] * 4  # R = q² = q**s / q: dense, as before
+    assert sparse_levels(Grammar.random_hierarchy(8, 8, 4, 3, 3), 3) == [True] * 3  # R = 32 of q**s = 512
+    assert sparse_levels(Grammar.random_hierarchy(8, 8, 4, 2, 3), 3, k=1) == [False] * 3  # R = 32 of 64: dense
+    assert sparse_levels(Grammar.random_hierarchy(4, 3, 1, 2, 2), 2, k=1) == [False, True]  # levels k .. ℓ-1 only
+    assert bp_module._SPARSE_RATIO == 4
+
+
+def test_sparse_and_dense_plain_kernels_agree(monkeypatch):
+    from hf_treelang.core import bp as bp_module
+
+    grammar = Grammar.random_hierarchy(8, 4, 4, 3, 3, grammar_seed=1)
+    leaves = masked_evidence(grammar, 3, 1, seed=2, num=8)
+    run = lambda: [BeliefPropagation(grammar, 3, k, on_impossible="flag") for k in (0, 1)]  # noqa: E731
+    sparse = [(bp.infer(leaves), next_leaf_distributions(bp, leaves)) for bp in run()]
+    monkeypatch.setattr(bp_module, "_SPARSE_RATIO", 10**9)  # every level dense
+    dense = [(bp.infer(leaves), next_leaf_distributions(bp, leaves)) for bp in run()]
+    assert not any(bp._grammar_tensors(torch.device("cpu"), torch.float64).sparse_rules[2] for bp in run())
+    for (bp_sparse, leaf_sparse), (bp_dense, leaf_dense) in zip(sparse, dense):
+        torch.testing.assert_close(bp_sparse.log_likelihood, bp_dense.log_likelihood, atol=1e-12, rtol=0)
+        for one, other in zip(bp_sparse.levels, bp_dense.levels):
+            if one is not None:
+                torch.testing.assert_close(one, other, atol=1e-13, rtol=0)
+        torch.testing.assert_close(leaf_sparse.probabilities, leaf_dense.probabilities, atol=1e-13, rtol=0)

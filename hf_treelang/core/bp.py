@@ -42,8 +42,10 @@ the rules P_m of each node's level in place of M. With ``child_1 .. child_s`` th
     downward_child_i[b] ∝ Σ_{a, b_j (j != i), b_i = b} P_m[a,b_1..b_s] downward[a] Π_{j != i} child_j[b_j]
 
 (the s = 2 case is the binary update above); the plain kernels form the q**s-entry outer product of the children per
-node, the log-domain ones sum over the non-zero rules of the level (m v rules for an RHM level). The fragility guards
-count s message entries per product instead of two, and the level above the leaves is a table lookup for s = 2 only.
+node, or, for a level whose R non-zero rules are few (``R <= q**s / 4``, an RHM level has R = m q), sum over those
+rules only (a gather per child and one scatter-add per update); the log-domain ones always sum over the non-zero rules.
+The paper's grammars (s = 2, one shared M) always take the dense kernels. The fragility guards count s message
+entries per product instead of two, and the level above the leaves is a table lookup for s = 2 only.
 
 Dimension glossary: ``n`` batch, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, ``s`` arity, level ``m`` has
 ``2**m`` nodes (``s**m`` at arity s), ``c`` a slice of nodes of one level, ``j`` a node of level k, ``R`` the non-zero
@@ -68,6 +70,7 @@ _LEAVES_PER_PASS = 1 << 17  # at small q, passes of about this many leaves are t
 _QQ_BUFFERS = 2  # q**s tensors (q x q at s = 2) alive at once per node in the plain kernels (outer product or joint)
 _RULE_BUFFERS = 4  # R-sized tensors alive at once per node in the log-domain kernels (terms, index, shifted, exp)
 _Q_BUFFERS = 12  # q-sized tensors per leaf in a pass: evidence, messages of every level, marginals
+_SPARSE_RATIO = 4  # a level of an s-ary or per-level grammar with R * _SPARSE_RATIO <= q**s rules sums over its rules
 
 
 @dataclass
@@ -396,7 +399,7 @@ class _PlainKernels:
         self.tables = tables
         info, q, s = torch.finfo(tables.dtype), tables.num_symbols, tables.arity
         self.threshold = q**s * info.tiny / info.eps  # q² tiny / eps at s = 2
-        self.bytes_per_node = q**s * _QQ_BUFFERS * tables.itemsize
+        self.bytes_per_node = tables.plain_entries_per_node() * tables.itemsize
         self.fragile = torch.zeros(n, dtype=torch.bool, device=device)  # (n,)
 
     def _watch(self, total: torch.Tensor) -> None:
@@ -427,6 +430,12 @@ class _PlainKernels:
         """(upward (n, c, q) normalised, log of its normaliser (n, c)) of c parents of ``level`` from their s children
         (each (n, c, q), first child first)."""
         # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]   (s = 2; at arity s, Σ_b P_m[a,b_1..b_s] Π_i child_i[b_i])
+        sparse = self.tables.sparse_rules[level]
+        if sparse is not None:  # the same sum over the R non-zero rules (a, b_1..b_s) only
+            terms = sparse.M
+            for child, index in zip(children, sparse.children):
+                terms = terms * child[..., index]  # (n, c, R)
+            return self._normalise_with_log(_scatter_sum(terms, sparse.parent, self.tables.num_symbols))
         outer = _outer(children)  # (n, c, q**s)
         return self._normalise_with_log(outer @ self.tables.rules_flat_t[level])
 
@@ -446,6 +455,18 @@ class _PlainKernels:
         """(to_child_1 .. to_child_s), each (n, c, q) unnormalised, from c parents' downward messages and their
         children's upward ones; for s = 2 (to_left, to_right)."""
         q, s = self.tables.num_symbols, len(children)
+        sparse = self.tables.sparse_rules[level]
+        if sparse is not None:  # over the R non-zero rules: child i's message scatters Π_{j != i} child_j into b_i
+            from_parent = sparse.M * down[..., sparse.parent]  # (n, c, R)
+            from_children = [child[..., index] for child, index in zip(children, sparse.children)]  # s x (n, c, R)
+            out = []
+            for i in range(s):
+                terms = from_parent
+                for j, term in enumerate(from_children):
+                    if j != i:
+                        terms = terms * term
+                out.append(_scatter_sum(terms, sparse.children[i], q))
+            return tuple(out)
         joint = down @ self.tables.rules_flat[level]  # (n, c, q**s): joint[b_1..b_s] = Σ_a down[a] P_m[a,b_1..b_s]
         if s == 2:
             left, right = children
@@ -467,6 +488,15 @@ class _PlainKernels:
         if len(observed) == 2:
             return self.downward(level, down, observed[0], observed[1].new_ones(()).expand_as(observed[1]))
         q, s = self.tables.num_symbols, len(observed)
+        sparse = self.tables.sparse_rules[level]
+        if sparse is not None:  # over the R non-zero rules, the observed children's factors accumulated left to right
+            terms = sparse.M * down[..., sparse.parent]  # (n, c, R)
+            out = []
+            for i, index in enumerate(sparse.children):
+                out.append(_scatter_sum(terms, index, q))
+                if i < s - 1:
+                    terms = terms * observed[i][..., index]  # (n, c, R)
+            return tuple(out)
         rest = down @ self.tables.rules_flat[level]  # (n, c, q**s): Σ_a down[a] P_m[a,b_1..b_s]
         out = []
         for i in range(s):
@@ -658,6 +688,11 @@ def _softmax(logits: torch.Tensor) -> torch.Tensor:
     return values / torch.where(total > 0, total, 1.0)
 
 
+def _scatter_sum(values: torch.Tensor, segment: torch.Tensor, size: int) -> torch.Tensor:
+    """out[..., i] = Σ_{r: segment[r] = i} values[..., r]; values (..., R), segment (R,) in [0, size) -> (..., size)."""
+    return values.new_zeros(*values.shape[:-1], size).index_add_(-1, segment, values)
+
+
 def _children(level: torch.Tensor, s: int) -> list:
     """The s children of each node of the level above, (n, s**(m+1), q) -> s x (n, s**m, q), first child first."""
     return [level[:, i::s] for i in range(s)]
@@ -742,6 +777,12 @@ class _GrammarTensors:
             self._rules = [grammar.rules(m) if m in levels else None for m in range(depth)]
             self.rules_flat = [None if T is None else cast(T.reshape(q, q**s)) for T in self._rules]
             self.rules_flat_t = [None if T is None else T.T.contiguous() for T in self.rules_flat]
+        # Levels with few rules sum over them in the plain kernels too (never the paper's grammars: dense kernels).
+        self.sparse_rules = [None] * depth
+        if not grammar.is_shared_binary:
+            for m in levels:
+                if np.count_nonzero(self._rules[m]) * _SPARSE_RATIO <= q**s:
+                    self.sparse_rules[m] = _LogRules(self, self._rules[m])
         self.paths = cast(paths)  # (s**k, q, q)
         self.log_prior = cast(_log(grammar.root_prior))  # (q,)
         self.evidence = torch.cat([torch.eye(q), torch.ones(1, q)]).to(device=device, dtype=dtype)  # (q+1, q)
@@ -767,6 +808,12 @@ class _GrammarTensors:
         if key not in self._log_rules:
             self._log_rules[key] = _LogRules(self, self._rules[level])
         return self._log_rules[key]
+
+    def plain_entries_per_node(self) -> int:
+        """Numbers the plain kernels hold per node: _QQ_BUFFERS q**s-entry tensors, or (s + 1) R-entry ones on a level
+        that sums over its R rules."""
+        dense = self.num_symbols**self.arity * _QQ_BUFFERS
+        return max([dense] + [(self.arity + 1) * r.num_rules for r in self.sparse_rules if r is not None])
 
     def num_log_rules(self) -> int:
         """R, the most non-zero rules of any level BP_k uses (counted without building the log-domain tables)."""
@@ -798,14 +845,15 @@ class _LogTables:
 
 
 class _LogRules:
-    """One level's non-zero rules (a, b_1 .. b_s) for :class:`_LogKernels`: ``parent`` and ``children[i]`` (R,) index
-    tensors and ``log_M`` (R,) their log-probabilities."""
+    """One level's non-zero rules (a, b_1 .. b_s) for :class:`_LogKernels` (and the sparse plain kernels): ``parent``
+    and ``children[i]`` (R,) index tensors, ``M`` (R,) their probabilities and ``log_M`` (R,) their logarithms."""
 
     def __init__(self, tables: _GrammarTensors, rules: np.ndarray):
         parent, *children = np.nonzero(rules)  # (R,) each
         self.num_rules = parent.size  # R >= q: every P_m[a] sums to one
         as_index = lambda a: torch.as_tensor(a, dtype=torch.int64, device=tables.device)  # noqa: E731
         self.parent, self.children = as_index(parent), [as_index(c) for c in children]  # (R,), s x (R,)
+        self.M = tables.cast(rules[(parent, *children)])  # (R,)
         self.log_M = tables.cast(np.log(rules[(parent, *children)]))  # (R,)
 
 
