@@ -179,18 +179,7 @@ class Grammar:
             >>> g.root_prior.tolist()
             [0.5, 0.5, 0.0, 0.0]
         """
-        s = check_param("arity", arity)
-        v = check_param("num_symbols", num_symbols)
-        L = check_depth(depth, s)
-        check_rule_tensor_size(v, s)
-        n = check_int("num_classes", num_classes, 1, v)
-        largest = v ** (s - 1)
-        if isinstance(num_rules, bool) or not isinstance(num_rules, (int, np.integer)) or not 1 <= num_rules <= largest:
-            raise ValueError(
-                f"`num_rules` must be an integer in [1, {largest}] with num_symbols = {v} and arity = {s} (m·v "
-                f"distinct {s}-tuples out of v**s = {v**s}), got {num_rules!r}"
-            )
-        m = int(num_rules)
+        v, n, m, s, L = check_hierarchy_params(num_symbols, num_classes, num_rules, arity, depth)
         seed = check_param("grammar_seed", grammar_seed)
         stream = random.Random(seed)  # the reference code's random.seed(seed); a private generator here
         chosen = [stream.sample(range(v**s), n * m)] + [stream.sample(range(v**s), v * m) for _ in range(1, L)]
@@ -418,6 +407,23 @@ class Grammar:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or f"num_symbols={self.num_symbols}"
         return f"Grammar({params})"
+
+
+def check_hierarchy_params(num_symbols, num_classes, num_rules, arity, depth) -> tuple:
+    """(v, n, m, s, L) of a Random Hierarchy Model checked, or a one-line error naming the first parameter out of its
+    range (s >= 2; v in [2, 256]; L with s**L <= 65 536; n in [1, v]; m in [1, v**(s-1)], i.e. m·v <= v**s)."""
+    s = check_param("arity", arity)
+    v = check_param("num_symbols", num_symbols)
+    L = check_depth(depth, s)
+    check_rule_tensor_size(v, s)
+    n = check_int("num_classes", num_classes, 1, v)
+    largest = v ** (s - 1)
+    if isinstance(num_rules, bool) or not isinstance(num_rules, (int, np.integer)) or not 1 <= num_rules <= largest:
+        raise ValueError(
+            f"`num_rules` must be an integer in [1, {largest}] with num_symbols = {v} and arity = {s} (m·v "
+            f"distinct {s}-tuples out of v**s = {v**s}), got {num_rules!r}"
+        )
+    return v, n, int(num_rules), s, L
 
 
 def _checked_rules(tensor, name: str) -> np.ndarray:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .grammar import Grammar
+from .grammar import Grammar, check_hierarchy_params
 from .params import check_depth, check_filter_level, check_int, check_param, check_sigma, renamed_arguments
 
 BLOCK_DRAWS = 1 << 16  # about this many uniforms per random stream; fixed forever: it is part of what a seed means
@@ -43,6 +43,7 @@ _TARGET_CHUNK_DRAWS = 1 << 17  # uniforms per internal chunk: keeps the working 
 SPLITS = ("train", "validation", "test")
 _SPLIT_TAGS = {"train": 1, "validation": 2, "test": 3}
 _DATA_STREAM_TAG = 0x7E11A6  # separates the split seeds from any other use of the grammar seed
+_HIERARCHY_STREAM_TAG = 0x7E11A7  # the split seeds of Random Hierarchy Model datasets, apart from the paper's
 
 
 @dataclass(frozen=True)
@@ -311,4 +312,25 @@ def split_seed(grammar_seed: int, num_symbols: int, sigma: float, depth: int, fi
     filter_level = check_filter_level(filter_level, depth)
     sigma_bits = struct.unpack("<Q", struct.pack("<d", sigma))[0]
     entropy = [_DATA_STREAM_TAG, grammar_seed, num_symbols, sigma_bits, depth, filter_level, _SPLIT_TAGS[split]]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
+
+
+def hierarchy_split_seed(
+    grammar_seed: int, num_symbols: int, num_classes: int, num_rules: int, arity: int, depth: int, filter_level: int,
+    split: str,
+) -> int:
+    """The sampling seed of one split of a Random Hierarchy Model dataset (:meth:`Grammar.random_hierarchy`):
+    SeedSequence over (its own tag, grammar seed, v, n, m, s, L, k, split), 63 bits; as :func:`split_seed` for the
+    paper's grammars, and never equal to one of theirs (a different tag).
+
+    Example:
+        >>> hierarchy_split_seed(0, 8, 8, 4, 2, 3, 0, "test") != hierarchy_split_seed(0, 8, 8, 4, 2, 3, 0, "train")
+        True
+    """
+    if split not in _SPLIT_TAGS:
+        raise ValueError(f"`split` must be one of {list(_SPLIT_TAGS)}, got {split!r}")
+    grammar_seed = check_param("grammar_seed", grammar_seed)
+    v, n, m, s, L = check_hierarchy_params(num_symbols, num_classes, num_rules, arity, depth)
+    filter_level = check_filter_level(filter_level, L)
+    entropy = [_HIERARCHY_STREAM_TAG, grammar_seed, v, n, m, s, L, filter_level, _SPLIT_TAGS[split]]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
