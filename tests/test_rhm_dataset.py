@@ -76,3 +76,43 @@ def test_impossible_rhm_configs_are_refused_in_one_line(tmp_path, name, keywords
         load(name, tmp_path, **keywords)
     assert "\n" not in str(error.value)
     assert not any(tmp_path.rglob("*.arrow"))  # nothing written
+
+
+# ---------------------------------------------------------------- the TreeLang model on sequences of s**L tokens
+
+
+def test_the_model_takes_sequences_of_arity_to_the_depth_tokens(tmp_path):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from hf_treelang.models.configuration_treelang import TreeLangConfig
+
+    config = TreeLangConfig.from_data(num_symbols=6, depth=2, arity=3, hidden_size=8, num_hidden_layers=2,
+                                      intermediate_size=16)
+    assert config.sequence_length == config.max_position_embeddings == 9
+    leaves = torch.from_numpy(sample_trees(Grammar.random_hierarchy(6, 3, 4, 3, 2), 2, 2).leaves)  # (2, 9)
+    assert AutoModelForMaskedLM.from_config(config)(input_ids=leaves).logits.shape == (2, 9, 6)
+    classifier = AutoModelForSequenceClassification.from_config(config)
+    assert classifier(input_ids=leaves).logits.shape == (2, 6)
+    classifier.save_pretrained(tmp_path)
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path).config.arity == 3
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, arity\*\*depth\) = \(batch, 9\), got"):
+        classifier(input_ids=leaves[:, :8])
+    assert TreeLangConfig().sequence_length == 16  # the paper's binary trees: unchanged
+
+
+@pytest.mark.parametrize(
+    "keywords,match",
+    [
+        ({"arity": 1}, r"`arity` must be an integer in \[2, 16\], got 1"),
+        ({"arity": 3, "depth": 11}, r"`depth` must be an integer in \[1, 10\] with arity = 3: sequences of "
+                                    r"arity\*\*depth = 177147 tokens exceed the 65536 positions"),
+        ({"arity": 3, "depth": 2, "max_position_embeddings": 16}, r"max_position_embeddings must equal 3\*\*depth = 9"),
+    ],
+)
+def test_a_sequence_length_the_positions_cannot_hold_is_refused_in_one_line(keywords, match):
+    from hf_treelang.models.configuration_treelang import TreeLangConfig
+
+    with pytest.raises(ValueError, match=match) as error:
+        TreeLangConfig(**keywords)
+    assert "\n" not in str(error.value)

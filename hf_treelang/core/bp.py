@@ -434,7 +434,7 @@ class _PlainKernels:
         if sparse is not None:  # the same sum over the R non-zero rules (a, b_1..b_s) only
             terms = sparse.M
             for child, index in zip(children, sparse.children):
-                terms = terms * child[..., index]  # (n, c, R)
+                terms = terms * torch.index_select(child, -1, index)  # (n, c, R)
             return self._normalise_with_log(_scatter_sum(terms, sparse.parent, self.tables.num_symbols))
         outer = _outer(children)  # (n, c, q**s)
         return self._normalise_with_log(outer @ self.tables.rules_flat_t[level])
@@ -457,8 +457,8 @@ class _PlainKernels:
         q, s = self.tables.num_symbols, len(children)
         sparse = self.tables.sparse_rules[level]
         if sparse is not None:  # over the R non-zero rules: child i's message scatters Π_{j != i} child_j into b_i
-            from_parent = sparse.M * down[..., sparse.parent]  # (n, c, R)
-            from_children = [child[..., index] for child, index in zip(children, sparse.children)]  # s x (n, c, R)
+            from_parent = sparse.M * torch.index_select(down, -1, sparse.parent)  # (n, c, R)
+            from_children = [torch.index_select(child, -1, index) for child, index in zip(children, sparse.children)]
             out = []
             for i in range(s):
                 terms = from_parent
@@ -490,12 +490,12 @@ class _PlainKernels:
         q, s = self.tables.num_symbols, len(observed)
         sparse = self.tables.sparse_rules[level]
         if sparse is not None:  # over the R non-zero rules, the observed children's factors accumulated left to right
-            terms = sparse.M * down[..., sparse.parent]  # (n, c, R)
+            terms = sparse.M * torch.index_select(down, -1, sparse.parent)  # (n, c, R)
             out = []
             for i, index in enumerate(sparse.children):
                 out.append(_scatter_sum(terms, index, q))
                 if i < s - 1:
-                    terms = terms * observed[i][..., index]  # (n, c, R)
+                    terms = terms * torch.index_select(observed[i], -1, index)  # (n, c, R)
             return tuple(out)
         rest = down @ self.tables.rules_flat[level]  # (n, c, q**s): Σ_a down[a] P_m[a,b_1..b_s]
         out = []
