@@ -512,3 +512,24 @@ def test_sparse_and_dense_plain_kernels_agree(monkeypatch):
             if one is not None:
                 torch.testing.assert_close(one, other, atol=1e-13, rtol=0)
         torch.testing.assert_close(leaf_sparse.probabilities, leaf_dense.probabilities, atol=1e-13, rtol=0)
+
+
+def test_the_task_oracle_runs_on_s_ary_trees():
+    """The fixed evaluation masks and BP's task accuracies on sequences of s**ℓ leaves: the root of an RHM is
+    certain at k = 0 (non-overlapping rules), and the masked leaf's prediction is BP's marginal there."""
+    from hf_treelang.core import bp_accuracy, predicted_marginals, task_inputs
+    from hf_treelang.core.masking import evaluation_positions
+
+    grammar = Grammar.random_hierarchy(6, 3, 4, 3, 2, grammar_seed=4)
+    trees = sample_trees(grammar, 64, 2, 0, sampling_seed=5)
+    bp = BeliefPropagation(grammar, 2, 0)
+    root = task_inputs("root", trees.leaves, trees.roots, mask_token_id=6, sampling_seed=5)
+    assert bp_accuracy(bp, root) == 1.0
+    mlm = task_inputs("mlm", trees.leaves, trees.roots, mask_token_id=6, sampling_seed=5)
+    positions = evaluation_positions(5, 64, 2, arity=3)  # (64,) in [0, 9)
+    np.testing.assert_array_equal(mlm.positions.numpy(), positions)
+    assert positions.max() < 9 and len(set(positions.tolist())) > 3
+    leaves = trees.leaves.copy()
+    leaves[np.arange(64), positions] = 6
+    expected = bp.leaf_marginals(leaves)[torch.arange(64), torch.from_numpy(positions)]  # (64, q)
+    torch.testing.assert_close(predicted_marginals(bp, mlm.inputs, mlm.positions), expected)
