@@ -7,9 +7,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from enumeration import EnumeratedModel
-from hf_treelang import Grammar, sample_trees
+from hf_treelang import BeliefPropagation, Grammar, sample_trees
+from hf_treelang.core import next_leaf_distributions
+from hf_treelang.core import next_leaf as next_leaf_module
 from hf_treelang.core.grammar import GRAMMAR_FILE_FORMAT, TREE_GRAMMAR_FILE_FORMAT
 
 
@@ -281,12 +284,6 @@ def test_s_ary_samples_do_not_depend_on_the_chunking(k):
 
 
 # ---------------------------------------------------------------- BP_k and the next-leaf oracle on s-ary trees
-
-import torch  # noqa: E402
-
-from hf_treelang import BeliefPropagation  # noqa: E402
-from hf_treelang.core import next_leaf_distributions  # noqa: E402
-from hf_treelang.core import next_leaf as next_leaf_module  # noqa: E402
 
 TOLERANCE = 1e-12  # float64 against enumeration
 
