@@ -3,6 +3,7 @@
     python benchmarks/bench_core.py               # the tables of the foundation issue, of issue 12 and of next_leaf
     python benchmarks/bench_core.py --quick       # smaller batches, for a smoke run
     python benchmarks/bench_core.py --next-leaf   # only the next-leaf table
+    python benchmarks/bench_core.py --tree-grammars   # only the table of s-ary and RHM grammars beside the binary one
 
 Targets (2-core machine): sampler >= 1e6 samples/s at ℓ=4; BP >= 3e5 sequences/s (root) and >= 1.5e5 sequences/s
 (all leaf marginals, one mask per sequence) at ℓ=4 (q=4). Peak memory is the growth of the process's resident set
@@ -15,6 +16,11 @@ The last table runs BP with its default batch at q = 4, 16, 64, 128 (ℓ=6, all 
 The next-leaf table times ``next_leaf_distributions`` (every prefix's P_k(x_i | x_<i) and the chain-rule likelihood)
 with the matched BP_k on sequences drawn at level k, for every k: targets (2-core machine, q=4) all k at ℓ=4 for
 1e4 sequences (16 prefixes each) in <= 2 s, all k at ℓ=8 for 1e3 sequences (256 prefixes each) in <= 30 s.
+
+The tree-grammar table times the sampler, BP (root; all marginals with one mask) and the next-leaf oracle on the paper's
+binary grammar (q=4, ℓ=4) beside Random Hierarchy Models (``Grammar.random_hierarchy``) of arity 2 and 3. Rows of a
+family that the imported hf_treelang lacks are skipped, so the same command run on an older checkout
+(``PYTHONPATH=<checkout>``) gives the binary rows of the kernels before s-ary trees, side by side.
 """
 
 from __future__ import annotations
@@ -91,6 +97,51 @@ def _next_leaf_case(depth: int, n: int, repeats: int, threads: int) -> list:
     return rows
 
 
+TREE_GRAMMARS = [  # (name, constructor keyword arguments or None for the paper's q = 4, depth, sequences per call)
+    ("paper q=4 s=2", None, 4, 1 << 17),
+    ("rhm v=8 n=8 m=4 s=2", dict(num_symbols=8, num_classes=8, num_rules=4, arity=2, depth=3), 3, 1 << 17),
+    ("rhm v=16 n=16 m=4 s=2", dict(num_symbols=16, num_classes=16, num_rules=4, arity=2, depth=4), 4, 1 << 15),
+    ("rhm v=8 n=8 m=4 s=3", dict(num_symbols=8, num_classes=8, num_rules=4, arity=3, depth=3), 3, 1 << 14),
+]
+
+
+def _tree_case(spec, depth: int, k: int, n: int, repeats: int, threads: int, cpu_time: bool = False) -> dict | None:
+    """{what: best seconds per call} of the sampler, BP root, BP all marginals (one mask) and the next-leaf oracle
+    on one grammar; ``None`` where this hf_treelang cannot build it. Runs in a fresh process. ``cpu_time``: the
+    process's CPU seconds (``time.process_time``) instead of wall-clock ones, which other processes on a shared
+    machine do not inflate (with one thread)."""
+    clock = time.process_time if cpu_time else time.perf_counter
+    torch.set_num_threads(threads)
+    if spec is None:
+        grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
+    elif not hasattr(Grammar, "random_hierarchy"):
+        return None
+    else:
+        grammar = Grammar.random_hierarchy(**spec, grammar_seed=0)
+    leaves = sample_trees(grammar, n, depth, k, sampling_seed=2).leaves
+    masked = leaves.copy()
+    masked[np.arange(n), np.random.default_rng(0).integers(0, masked.shape[1], n)] = grammar.num_symbols
+    ids, masked_ids = torch.from_numpy(leaves), torch.from_numpy(masked)
+    bp = BeliefPropagation(grammar, depth, k)
+    calls = {
+        "sampler": lambda: sample_trees(grammar, n, depth, k, sampling_seed=1),
+        "bp_root": lambda: bp.infer(ids, downward=False),
+        "bp_all": lambda: bp.infer(masked_ids),
+        "next_leaf": lambda: next_leaf_distributions(bp, ids),
+    }
+    seconds = {}
+    for what, fn in calls.items():
+        fn()  # warm-up: caches, allocator
+        best = float("inf")
+        for _ in range(repeats):
+            start = clock()
+            result = fn()
+            best = min(best, clock() - start)
+            del result
+        seconds[what] = best
+    return seconds
+
+
 def _child(conn, function, *args):
     conn.send(function(*args))
     conn.close()
@@ -123,8 +174,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
     parser.add_argument("--memory-vs-q", action="store_true", help="only the table of BP's peak memory vs q")
     parser.add_argument("--next-leaf", action="store_true", help="only the table of the next-leaf oracle")
+    parser.add_argument("--tree-grammars", action="store_true",
+                        help="only the table of s-ary and Random Hierarchy grammars beside the paper's binary one")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="tree-grammar table: time by the process's CPU seconds, not wall-clock seconds (for a "
+                             "shared machine; use with --threads 1)")
     args = parser.parse_args()
     scale = 16 if args.quick else 1
+    if args.tree_grammars:
+        tree_grammar_table(args, scale)
+        return
     if args.next_leaf:
         next_leaf_table(args, scale)
         return
@@ -186,6 +245,26 @@ def next_leaf_table(args, scale: int) -> None:
             print(f"{depth:>6}{k:>4}{n:>8}{seconds:>10.3f}{rates}", flush=True)
         total = sum(seconds for _, seconds in rows)
         print(f"{depth:>6}{'all':>4}{n:>8}{total:>10.3f}   (target <= {target:g} s for n = {n:,})", flush=True)
+
+
+def tree_grammar_table(args, scale: int) -> None:
+    print()
+    clock = "CPU" if args.cpu_time else "wall-clock"
+    print(f"Tree grammars (threads {args.threads}, float64, best of {args.repeats}, {clock} time); sequences per second")
+    header = (f"{'grammar':<24}{'s**l':>5}{'k':>3}{'n':>8}{'sampler':>11}{'BP root':>11}{'BP all':>11}"
+              f"{'next-leaf':>11}")
+    print(header)
+    print("-" * len(header))
+    for name, spec, depth, n in TREE_GRAMMARS:
+        n = max(256, n // scale)
+        arity = 2 if spec is None else spec["arity"]
+        for k in (0, depth // 2):
+            seconds = _in_fresh_process(_tree_case, spec, depth, k, n, args.repeats, args.threads, args.cpu_time)
+            if seconds is None:
+                print(f"{name:<24}  (not in this version of hf_treelang)")
+                break
+            rates = "".join(f"{n / seconds[what]:>11,.0f}" for what in ("sampler", "bp_root", "bp_all", "next_leaf"))
+            print(f"{name:<24}{arity**depth:>5}{k:>3}{n:>8}{rates}", flush=True)
 
 
 if __name__ == "__main__":

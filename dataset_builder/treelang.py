@@ -18,6 +18,16 @@ same number is accepted (``sigma1`` is ``sigma1.0``). ``-q<q>`` and ``-depth<ℓ
     load_dataset("treelang", "seed15-sigma0.5-q8-k2")                     # ... this name
     load_dataset("treelang", "seed15-sigma0.5-k2", seed=0)                # ValueError: seed=0 contradicts the name
 
+Random Hierarchy Model data (Cagnetta et al., PRX 2024; :meth:`Grammar.random_hierarchy`) have configs of their own::
+
+    rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<grammar seed>][-k<k>]     e.g. "rhm-v8-m4-s2-L3", "rhm-v16-n4-m4-s3-L3-k1"
+
+v symbols per level, n root classes (left out when n = v), m rules per symbol, arity s (sequences of s**L symbols),
+L levels, grammar seed (left out when 0) and filter level k (left out when 0). Keywords (``num_symbols``,
+``num_classes``, ``num_rules``, ``arity``, ``depth``, ``seed``, ``filter_level`` and the split sizes) complete or
+repeat the name as for the paper's configs; ``sigma`` is not a parameter of the RHM. Their ``root`` column is a
+ClassLabel over the n classes, ``input_ids`` has s**L symbols and ``ancestors_level_m`` s**m.
+
 Whatever name it was asked by, a built dataset's ``info.config_name`` is the canonical name of its parameters.
 ``get_dataset_config_names("treelang")`` lists ``k0`` .. ``k4`` and the paper's grid (:data:`PAPER_GRAMMAR_SEEDS`
 0, 1, 15, 31 x σ = 1.0 x k = 0 .. 4); every other valid name loads as well.
@@ -80,8 +90,9 @@ PAPER_NUM_SYMBOLS = 4  # q, left out of config names
 PAPER_DEPTH = 4  # ℓ, left out of config names
 NAMED_FILTER_LEVELS = range(PAPER_DEPTH + 1)  # the configs k0 .. k4 of the paper's ℓ = 4
 NAME_PATTERNS = (
-    "'seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<filter level>' (e.g. 'seed15-sigma1.0-k2') "
-    "or 'k<filter level>' (grammar seed 0, σ = 1)"
+    "'seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<filter level>' (e.g. 'seed15-sigma1.0-k2'), "
+    "'k<filter level>' (grammar seed 0, σ = 1) or, for a Random Hierarchy Model, "
+    "'rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<grammar seed>][-k<filter level>]' (e.g. 'rhm-v8-m4-s2-L3')"
 )
 _LEAVES_PER_CHUNK = 1 << 20  # bounded memory: ~2**20 leaves (~40 MiB of int64 levels) per generated table
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?"  # a σ spelling: digits, optional decimals, optional exponent
@@ -90,8 +101,13 @@ _FULL_NAME = re.compile(
     r"-k(?P<filter_level>[0-9]+)"
 )
 _SHORT_NAME = re.compile(r"k(?P<filter_level>[0-9]+)")
+_HIERARCHY_NAME = re.compile(
+    r"rhm-v(?P<num_symbols>[0-9]+)(?:-n(?P<num_classes>[0-9]+))?-m(?P<num_rules>[0-9]+)-s(?P<arity>[0-9]+)"
+    r"-L(?P<depth>[0-9]+)(?:-seed(?P<seed>[0-9]+))?(?:-k(?P<filter_level>[0-9]+))?"
+)
+_HIERARCHY_KEYWORDS = ("num_classes", "num_rules", "arity")  # the parameters only Random Hierarchy Models have
 _CONFIG_KEYWORDS = ("filter_level", "depth", "num_symbols", "sigma", "seed", "num_train", "num_validation", "num_test",
-                    "vocab_size")
+                    "vocab_size", *_HIERARCHY_KEYWORDS)
 
 CITATION = BIBTEX
 
@@ -136,6 +152,37 @@ def config_name(seed, sigma, filter_level, num_symbols=PAPER_NUM_SYMBOLS, depth=
     q_part = "" if num_symbols == PAPER_NUM_SYMBOLS else f"-q{num_symbols}"
     depth_part = "" if depth == PAPER_DEPTH else f"-depth{depth}"
     return f"seed{seed}-sigma{sigma!r}{q_part}{depth_part}-k{filter_level}"
+
+
+def hierarchy_config_name(num_symbols, num_classes, num_rules, arity, depth, seed=0, filter_level=0) -> str:
+    """The canonical config name of a Random Hierarchy Model dataset (v, n, m, s, L, grammar seed, k).
+
+    n is left out when it equals v, the seed and k when they are 0.
+
+    Example:
+        >>> hierarchy_config_name(8, 8, 4, 2, 3), hierarchy_config_name(16, 4, 4, 3, 3, seed=2, filter_level=1)
+        ('rhm-v8-m4-s2-L3', 'rhm-v16-n4-m4-s3-L3-seed2-k1')
+    """
+    v, n, m, s, L = core_grammar.check_hierarchy_params(num_symbols, num_classes, num_rules, arity, depth)
+    seed = check_param("grammar_seed", seed, as_name="seed")
+    filter_level = check_int("filter_level", filter_level, 0, L)
+    classes = "" if n == v else f"-n{n}"
+    return f"rhm-v{v}{classes}-m{m}-s{s}-L{L}" + (f"-seed{seed}" if seed else "") + (
+        f"-k{filter_level}" if filter_level else "")
+
+
+def parse_hierarchy_config_name(name: str) -> dict:
+    """The parameters a Random Hierarchy Model config name fixes, {keyword: int} (absent parts left out); a
+    ValueError lists the config name forms.
+
+    Example:
+        >>> parse_hierarchy_config_name("rhm-v8-m4-s2-L3")
+        {'num_symbols': 8, 'num_rules': 4, 'arity': 2, 'depth': 3}
+    """
+    match = _HIERARCHY_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"unknown treelang config name {name!r}: a config name is {NAME_PATTERNS}")
+    return {key: int(value) for key, value in match.groupdict().items() if value is not None}
 
 
 def parse_config_name(name) -> NamedParameters:
@@ -198,6 +245,9 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     name: str = ""
     version: datasets.Version | str | None = datasets.Version("1.0.0")
     filter_level: int | None = None
+    num_classes: int | None = None  # n, Random Hierarchy Models only (default v)
+    num_rules: int | None = None  # m, Random Hierarchy Models only
+    arity: int | None = None  # s, Random Hierarchy Models only
     depth: int | None = None  # PAPER_DEPTH when neither the name nor a keyword gives it
     num_symbols: int | None = None  # PAPER_NUM_SYMBOLS when neither the name nor a keyword gives it
     sigma: float | None = None  # 1.0 when neither the name nor a keyword gives it
@@ -215,6 +265,14 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
             self.num_symbols, self.vocab_size = self.vocab_size, None
         if self.data_dir is not None or self.data_files is not None:
             raise ValueError("treelang generates its data: data_dir and data_files must not be given")
+        if self.name.startswith("rhm"):
+            self._resolve_hierarchy()
+            super().__post_init__()
+            return
+        for key in _HIERARCHY_KEYWORDS:
+            if getattr(self, key) is not None:
+                raise ValueError(f"{key} is a parameter of the Random Hierarchy Model configs only; name one: "
+                                 f"'rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<seed>][-k<k>]', e.g. 'rhm-v8-m4-s2-L3'")
         named = parse_config_name(self.name) if self.name else NamedParameters(filter_level=None)  # nothing named
         given = {
             "seed": None if self.seed is None else check_param("grammar_seed", self.seed, as_name="seed"),
@@ -250,9 +308,50 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         self.name = config_name(self.seed, self.sigma, self.filter_level, self.num_symbols, self.depth)
         super().__post_init__()
 
+    def _resolve_hierarchy(self) -> None:
+        """The parameters of a Random Hierarchy Model config from its name and keywords (see the module docstring)."""
+        if self.sigma is not None:
+            raise ValueError(f"sigma is not a parameter of the Random Hierarchy Model config {self.name!r}")
+        named = parse_hierarchy_config_name(self.name)
+        keys = ("num_symbols", "num_classes", "num_rules", "arity", "depth", "seed", "filter_level")
+        for key in keys:
+            value = getattr(self, key)
+            if value is not None and key in named and value != named[key]:
+                raise ValueError(f"{key}={value!r} contradicts the config name {self.name!r} ({key} {named[key]!r})")
+        pick = {key: getattr(self, key) if getattr(self, key) is not None else named.get(key) for key in keys}
+        v, n, m, s, L = core_grammar.check_hierarchy_params(
+            pick["num_symbols"], pick["num_classes"] if pick["num_classes"] is not None else pick["num_symbols"],
+            pick["num_rules"], pick["arity"], pick["depth"])
+        self.num_symbols, self.num_classes, self.num_rules, self.arity, self.depth = v, n, m, s, L
+        self.seed = check_param("grammar_seed", 0 if pick["seed"] is None else pick["seed"], as_name="seed")
+        k = 0 if pick["filter_level"] is None else pick["filter_level"]
+        self.filter_level = check_int("filter_level", k, 0, L)
+        for split in SPLITS:
+            setattr(self, f"num_{split}", _check_size(f"num_{split}", getattr(self, f"num_{split}")))
+        self.name = hierarchy_config_name(v, n, m, s, L, self.seed, self.filter_level)
+
+    @property
+    def is_random_hierarchy(self) -> bool:
+        """True for a Random Hierarchy Model config (``rhm-...``)."""
+        return self.num_rules is not None
+
     @property
     def params(self) -> dict:
         """The generating parameters, JSON-ready, in a fixed order."""
+        if self.is_random_hierarchy:
+            return {
+                "ensemble": "random_hierarchy",
+                "filter_level": self.filter_level,
+                "depth": self.depth,
+                "num_symbols": self.num_symbols,
+                "num_classes": self.num_classes,
+                "num_rules": self.num_rules,
+                "arity": self.arity,
+                "seed": self.seed,
+                "num_train": self.num_train,
+                "num_validation": self.num_validation,
+                "num_test": self.num_test,
+            }
         return {
             "filter_level": self.filter_level,
             "depth": self.depth,
@@ -268,6 +367,9 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
     def config_id(self) -> str:
         """The cache key: every parameter, readable (so different configs never share a cache entry, and every
         spelling of one config shares its entry)."""
+        if self.is_random_hierarchy:
+            return (f"rhm-v{self.num_symbols}-n{self.num_classes}-m{self.num_rules}-s{self.arity}-L{self.depth}"
+                    f"-seed{self.seed}-k{self.filter_level}-n{self.num_train}.{self.num_validation}.{self.num_test}")
         return (
             f"seed{self.seed}-sigma{self.sigma!r}-q{self.num_symbols}-depth{self.depth}-k{self.filter_level}"
             f"-n{self.num_train}.{self.num_validation}.{self.num_test}"
@@ -277,22 +379,32 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
         return getattr(self, f"num_{split}")
 
     def grammar(self) -> Grammar:
-        """The grammar of this config: a function of (seed, num_symbols, sigma) only."""
+        """The grammar of this config: a function of (seed, num_symbols, sigma) only (for an RHM, of (seed, v, n, m,
+        s, L))."""
+        if self.is_random_hierarchy:
+            return Grammar.random_hierarchy(self.num_symbols, self.num_classes, self.num_rules, self.arity, self.depth,
+                                            grammar_seed=self.seed)
         return Grammar.random(num_symbols=self.num_symbols, sigma=self.sigma, grammar_seed=self.seed)
 
     def levels(self) -> list:
         """The ancestor levels m (0 < m < ℓ) that the filtered model draws, i.e. max(1, k) <= m < ℓ."""
         return list(range(max(1, self.filter_level), self.depth))
 
+    @property
+    def sequence_arity(self) -> int:
+        """s, the children of every node (2 for the paper's configs): sequences have s**depth symbols."""
+        return self.arity if self.is_random_hierarchy else 2
+
     def features(self) -> datasets.Features:
         symbol = datasets.Value("uint8")
+        s, classes = self.sequence_arity, self.num_classes if self.is_random_hierarchy else self.num_symbols
         features = {
-            "input_ids": datasets.List(symbol, length=2**self.depth),
-            "root": datasets.ClassLabel(names=[str(a) for a in range(self.num_symbols)]),
+            "input_ids": datasets.List(symbol, length=s**self.depth),
+            "root": datasets.ClassLabel(names=[str(a) for a in range(classes)]),
             "filter_level": datasets.Value("int8"),
         }
         for m in self.levels():
-            features[f"ancestors_level_{m}"] = datasets.List(symbol, length=2**m)
+            features[f"ancestors_level_{m}"] = datasets.List(symbol, length=s**m)
         return datasets.Features(features)
 
     def metadata(self) -> dict:
@@ -306,6 +418,14 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
 
     def dataset_description(self) -> str:
         p = self.params
+        if self.is_random_hierarchy:
+            return (
+                f"Random Hierarchy Model (Cagnetta et al., PRX 2024), filtering level k={p['filter_level']}, "
+                f"v={p['num_symbols']} symbols, n={p['num_classes']} classes, m={p['num_rules']} rules per symbol, "
+                f"arity s={p['arity']}, L={p['depth']} levels, grammar seed {p['seed']}. input_ids are the s**L "
+                "leaves, root the class, ancestors_level_m the s**m nodes of level m.\n\n"
+                f"{METADATA_MARKER}\n{json.dumps(self.metadata(), separators=(',', ':'))}\n"
+            )
         return (
             f"Filtered hierarchical tree language (Garnier-Brun et al.), filtering level k={p['filter_level']}, "
             f"depth ℓ={p['depth']}, q={p['num_symbols']} symbols, σ={p['sigma']}, grammar seed {p['seed']}. "
@@ -315,14 +435,18 @@ class TreeLangBuilderConfig(datasets.BuilderConfig):
 
 
 def split_seed(config: TreeLangBuilderConfig, split: str) -> int:
-    """The sampling seed of one split (:func:`hf_treelang.core.sampling.split_seed` of the config's parameters)."""
+    """The sampling seed of one split (:func:`hf_treelang.core.sampling.split_seed` of the config's parameters;
+    :func:`~hf_treelang.core.sampling.hierarchy_split_seed` for a Random Hierarchy Model)."""
+    if config.is_random_hierarchy:
+        return core_sampling.hierarchy_split_seed(config.seed, config.num_symbols, config.num_classes, config.num_rules,
+                                                  config.arity, config.depth, config.filter_level, split)
     return core_split_seed(config.seed, config.num_symbols, config.sigma, config.depth, config.filter_level, split)
 
 
-def chunk_ranges(num_examples: int, depth: int) -> list:
-    """(start, count) ranges covering [0, num_examples): 2**20 leaves each (a power of two of trees, so that chunks
-    stay aligned with the sampler's power-of-two random streams)."""
-    rows = max(1, _LEAVES_PER_CHUNK >> depth)
+def chunk_ranges(num_examples: int, depth: int, arity: int = 2) -> list:
+    """(start, count) ranges covering [0, num_examples): about 2**20 leaves each (for s = 2 a power of two of trees,
+    so that chunks stay aligned with the sampler's power-of-two random streams)."""
+    rows = max(1, _LEAVES_PER_CHUNK // arity**depth)
     return [(start, min(rows, num_examples - start)) for start in range(0, num_examples, rows)]
 
 
@@ -336,12 +460,12 @@ def generate_table(config: TreeLangBuilderConfig, grammar: Grammar, split: str, 
     """Examples ``start .. start + count - 1`` of ``split``, an Arrow table with the schema of ``config.features()``."""
     trees = sample_trees(grammar, count, config.depth, config.filter_level, split_seed(config, split), start=start)
     columns = {
-        "input_ids": _fixed_size_lists(trees.leaves),  # (n, 2**l)
+        "input_ids": _fixed_size_lists(trees.leaves),  # (n, s**l)
         "root": pa.array(trees.roots, type=pa.int64()),  # (n,)
         "filter_level": pa.array(np.full(count, config.filter_level, dtype=np.int8)),
     }
     for m in config.levels():
-        columns[f"ancestors_level_{m}"] = _fixed_size_lists(trees.levels[m])  # (n, 2**m)
+        columns[f"ancestors_level_{m}"] = _fixed_size_lists(trees.levels[m])  # (n, s**m)
     return pa.Table.from_pydict(columns, schema=config.features().arrow_schema)
 
 
@@ -422,7 +546,8 @@ class TreeLang(datasets.ArrowBasedBuilder):
         return [
             datasets.SplitGenerator(
                 name=split,
-                gen_kwargs={"split": split, "chunks": chunk_ranges(self.config.num_examples(split), self.config.depth)},
+                gen_kwargs={"split": split, "chunks": chunk_ranges(self.config.num_examples(split), self.config.depth,
+                                                                   self.config.sequence_arity)},
             )
             for split in SPLITS
             if self.config.num_examples(split) > 0  # datasets cannot read back an empty split: leave it out

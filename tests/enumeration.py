@@ -3,7 +3,6 @@
 Used as the judge of the sampler and of BP on tiny trees (q**nodes assignments, kept below ~1e5).
 """
 
-import itertools
 
 import numpy as np
 
@@ -12,20 +11,22 @@ class EnumeratedModel:
     """All assignments of the filtered model of level k, with their exact probabilities.
 
     Node order: the root, then the nodes of level k (if k > 0), then levels k+1 .. ℓ; ``levels[m]`` gives the
-    columns of level m in ``assignments``.
+    columns of level m in ``assignments``. Any arity s (level m has s**m nodes) and rules shared or per level.
     """
 
     def __init__(self, grammar, depth, filter_level):
         q, l, k = grammar.num_symbols, depth, filter_level
+        s = grammar.arity
         self.q, self.depth, self.filter_level = q, l, k
         present = [0] + list(range(max(k, 1), l + 1))
         self.levels, column = {}, 0
         for m in present:
-            self.levels[m] = list(range(column, column + 2**m))
-            column += 2**m
+            self.levels[m] = list(range(column, column + s**m))
+            column += s**m
         num_nodes = column
         assert q**num_nodes <= 2_000_000, "enumeration too large"
-        self.assignments = np.array(list(itertools.product(range(q), repeat=num_nodes)), dtype=np.int64)
+        # every assignment, in itertools.product order (the last node fastest)
+        self.assignments = np.indices((q,) * num_nodes, dtype=np.int64).reshape(num_nodes, -1).T
         x = self.assignments
         prob = grammar.root_prior[x[:, 0]].copy()
         paths = grammar.path_matrices(k)
@@ -33,8 +34,10 @@ class EnumeratedModel:
             for j, col in enumerate(self.levels[k]):
                 prob *= paths[x[:, 0], x[:, col], j]
         for m in range(k, l):
+            rules = grammar.rules(m)
             for i, col in enumerate(self.levels[m]):
-                prob *= grammar.M[x[:, col], x[:, self.levels[m + 1][2 * i]], x[:, self.levels[m + 1][2 * i + 1]]]
+                children = [x[:, self.levels[m + 1][s * i + d]] for d in range(s)]
+                prob *= rules[(x[:, col], *children)]
         self.prob = prob
 
     @property

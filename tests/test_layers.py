@@ -254,13 +254,15 @@ def test_nothing_imports_the_training_scripts_or_the_benchmarks():
 
 
 def test_the_limits_restated_in_the_model_config_equal_the_core_table():
-    from hf_treelang.core.params import LIMITS
+    from hf_treelang.core.params import LIMITS, MAX_LEAVES
     from hf_treelang.models import configuration_treelang
 
     assert configuration_treelang.MAX_NUM_SYMBOLS == LIMITS["num_symbols"].high
     assert configuration_treelang.MAX_DEPTH == LIMITS["depth"].high
     assert configuration_treelang.MAX_SIGMA == LIMITS["sigma"].high
     assert configuration_treelang.MAX_GRAMMAR_SEED == LIMITS["grammar_seed"].high
+    assert configuration_treelang.MAX_ARITY == LIMITS["arity"].high
+    assert configuration_treelang.MAX_LEAVES == MAX_LEAVES
 
 
 def _where(imp: Import) -> str:

@@ -24,29 +24,35 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .params import check_param, check_real
+from .params import MAX_LEAVES, check_depth, check_param, check_real
 
 MASK_STREAM_TAG = 0x3A5C  # the evaluation positions' stream: never shared with the tree or uniform streams
 IGNORE_INDEX = -100  # label of an unmasked position (transformers' convention)
 
 
-def evaluation_positions(sampling_seed: int, n: int, depth: int) -> np.ndarray:
-    """The fixed masked position of each of the ``n`` sequences of an evaluation set, (n,) int64 in [0, 2**depth).
+def evaluation_positions(sampling_seed: int, n: int, depth: int, arity: int = 2) -> np.ndarray:
+    """The fixed masked position of each of the ``n`` sequences of an evaluation set, (n,) int64 in [0, s**depth).
 
     Args:
         sampling_seed: the sampling seed of the set's trees (for a dataset split, its split seed).
         n: the number of sequences.
         depth: ℓ.
+        arity: s, the children of every node (2 for the paper's trees): sequences have s**depth leaves.
 
     Example:
         >>> evaluation_positions(sampling_seed=0, n=3, depth=4).tolist()
         [5, 11, 2]
     """
+    arity = check_param("arity", arity)
+    return _positions(sampling_seed, n, arity ** check_depth(depth, arity))
+
+
+def _positions(sampling_seed: int, n: int, num_leaves: int) -> np.ndarray:
+    """(n,) positions in [0, num_leaves) from the evaluation stream of ``sampling_seed``."""
     seed = check_param("sampling_seed", sampling_seed)
     n = check_param("num_sequences", n, as_name="n")
-    depth = check_param("depth", depth)
     generator = np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, MASK_STREAM_TAG])))
-    return generator.integers(0, 1 << depth, size=n, dtype=np.int64)  # (n,)
+    return generator.integers(0, num_leaves, size=n, dtype=np.int64)  # (n,)
 
 
 def training_positions(batch_size: int, num_leaves: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -116,13 +122,13 @@ def mask_training_batch(input_ids: torch.Tensor, mask_token_id: int, positions: 
 
 def mask_evaluation_set(leaves, mask_token_id: int, sampling_seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """An evaluation set with its fixed masks: ``(masked inputs, labels, positions)``, int64 tensors of shapes
-    (n, 2**ℓ), (n, 2**ℓ) (the masked symbol, -100 elsewhere) and (n,)."""
-    leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, 2**l)
+    (n, 2**ℓ), (n, 2**ℓ) (the masked symbol, -100 elsewhere) and (n,); any s**ℓ leaves (an s-ary tree's) alike,
+    the positions depending only on the number of leaves."""
+    leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)  # (n, s**l)
     n, length = leaves.shape
-    if length < 2 or length & (length - 1):
-        raise ValueError(f"`leaves` must have 2**depth columns (depth >= 1), got {length}")
-    depth = length.bit_length() - 1
-    positions = torch.from_numpy(evaluation_positions(sampling_seed, n, depth))  # (n,)
+    if not 2 <= length <= MAX_LEAVES:
+        raise ValueError(f"`leaves` must have s**depth columns (s >= 2, depth >= 1; at most {MAX_LEAVES}), got {length}")
+    positions = torch.from_numpy(_positions(sampling_seed, n, length))  # (n,)
     masked, labels = mask_single_leaf(leaves, mask_token_id, positions)
     return masked, labels, positions
 

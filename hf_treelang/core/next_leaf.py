@@ -60,13 +60,20 @@ so is ``log_conditionals`` at every observed leaf from the first leaf of probabi
 on a prefix of probability zero (undefined) are uniform, never NaN. The BP's ``on_impossible`` decides between raising
 a ValueError (``"raise"``, its default) and returning such sequences flagged (``"flag"``).
 
-Dimension glossary: ``n`` batch, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, level ``m`` has ``2**m``
-nodes, ``j`` a node of level k, ``L = 2**l`` leaves (prefix lengths 0 .. L-1).
+Trees of arity s (and rules per level): the same, child i of a node receiving its parent's downward message, the
+rules of the parent's level, the upward messages of its observed siblings before it and 1 from those after it
+(masked)::
+
+    downward_child_i[b] ∝ Σ_{a, b_<i, b_>i} P_m[a, b_<i, b, b_>i] downward[a] Π_{j<i} upward_j[b_j]
+
+Dimension glossary: ``n`` batch, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, ``s`` arity, level ``m`` has
+``2**m`` nodes (``s**m`` at arity s), ``j`` a node of level k, ``L = 2**l`` leaves (``s**l``; prefix lengths 0 ..
+L-1).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -75,6 +82,7 @@ from .bp import (
     WORKING_SET_BYTES,
     BeliefPropagation,
     _by_node_slices,
+    _children,
     _LogKernels,
     _PlainKernels,
     _SmallestEntry,
@@ -87,9 +95,9 @@ class NextLeafResult:
     """Output of :func:`next_leaf_distributions` (torch tensors in the BP's dtype, on the device of the leaves).
 
     Attributes:
-        probabilities: (n, 2**ℓ, q) row i is P_k(x_i | x_<i), the distribution of leaf i given the observed leaves
+        probabilities: (n, s**ℓ, q) row i is P_k(x_i | x_<i), the distribution of leaf i given the observed leaves
             0 .. i-1 (row 0: the first leaf's marginal); uniform where the prefix has probability zero.
-        log_conditionals: (n, 2**ℓ) log P_k(x_i | x_<i) of the observed symbol x_i, in nats; 0 at masked leaves,
+        log_conditionals: (n, s**ℓ) log P_k(x_i | x_<i) of the observed symbol x_i, in nats; 0 at masked leaves,
             -inf at the observed leaves from the first leaf of probability zero on.
         log_likelihood: (n,) Σ_i log_conditionals = log P_k(observed leaves), in nats (-inf where ``impossible``).
         impossible: (n,) bool, True where the sequence has probability zero under P_k.
@@ -105,13 +113,13 @@ class NextLeafResult:
 
 
 def next_leaf_distributions(bp: BeliefPropagation, leaves, *, batch_size: int | None = None) -> NextLeafResult:
-    """P_k(x_i | x_<i) for every prefix length i = 0 .. 2**ℓ - 1 of every sequence, and log P_k(x) by the chain rule.
+    """P_k(x_i | x_<i) for every prefix length i = 0 .. s**ℓ - 1 of every sequence, and log P_k(x) by the chain rule.
 
     Args:
         bp: the oracle BP_k (grammar, depth ℓ, assumed filter level k; matched or mismatched to the data's level).
             Its ``dtype`` is the precision of the results, its ``mask_id`` marks unobserved leaves and its
             ``on_impossible`` says whether a sequence of probability zero raises or is flagged.
-        leaves: integer array or tensor (n, 2**ℓ) of symbols in [0, q) (or ``bp.mask_id``, summed over); n = 0
+        leaves: integer array or tensor (n, s**ℓ) of symbols in [0, q) (or ``bp.mask_id``, summed over); n = 0
             gives empty results.
         batch_size: sequences per internal pass (memory only; the results do not depend on it), an integer >= 1.
             Default: :meth:`BeliefPropagation.default_batch_size`.
@@ -173,40 +181,41 @@ def _next_leaf(bp: BeliefPropagation, ids: torch.Tensor, log_domain: bool):
     plain kernels may have flushed a product to zero (always False for the log-domain kernels).
     """
     tables = bp._grammar_tensors(ids.device, bp.dtype)
-    n, k, l, q = ids.shape[0], bp.filter_level, bp.depth, bp.num_symbols
+    n, k, l, q, s = ids.shape[0], bp.filter_level, bp.depth, bp.num_symbols, bp.arity
     kernels = (_LogKernels if log_domain else _PlainKernels)(tables, n, ids.device)
     node_slice = max(1, WORKING_SET_BYTES // (max(n, 1) * kernels.bytes_per_node))
     smallest = _SmallestEntry(n, tables, enabled=not log_domain)
 
     # Upward pass of the observed sequence, levels ℓ .. k (only ratios matter here: the normalisers are dropped).
     upward = [None] * (l + 1)
-    upward[l] = kernels.evidence(ids)  # (n, 2**l, q): one-hot, or ones for a masked leaf
-    if k < l:
+    upward[l] = kernels.evidence(ids)  # (n, s**l, q): one-hot, or ones for a masked leaf
+    first = l - 1
+    if k < l and s == 2:
         # upward[a] ∝ M[a, left, right], a masked child summed out: a table lookup
         upward[l - 1] = smallest.note(kernels.pair(ids[:, 0::2] * (q + 1) + ids[:, 1::2])[0])  # (n, 2**(l-1), q)
-    for m in range(l - 2, k - 1, -1):
-        children = upward[m + 1]  # (n, 2**(m+1), q)
-        # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]
-        message = _by_node_slices(kernels.upward, node_slice, children[:, 0::2], children[:, 1::2])[0]
-        upward[m] = smallest.note(message)  # (n, 2**m, q)
+        first = l - 2
+    for m in range(first, k - 1, -1):
+        # upward[a] ∝ Σ_bc M[a,b,c] left[b] right[c]   (s children: Σ P_m[a,b_1..b_s] Π_i child_i[b_i])
+        update = functools.partial(kernels.upward, m)
+        message = _by_node_slices(update, node_slice, *_children(upward[m + 1], s))[0]
+        upward[m] = smallest.note(message)  # (n, s**m, q)
 
     # Filtered part. to_root_j[a] ∝ Σ_b P_k[a,b,j] upward_j[b]   (logarithms, each normalised)
-    log_to_root = smallest.note_log(kernels.to_root(upward[k])[0])  # (n, 2**k, q)
+    log_to_root = smallest.note_log(kernels.to_root(upward[k])[0])  # (n, s**k, q)
     # from_root_j[a] ∝ p0[a] Π_{j' < j} to_root_j'[a]: the level-k nodes right of j are masked (to_root = 1)
-    log_from_root = tables.log_prior + _exclusive_prefix_sum(log_to_root)  # (n, 2**k, q)
+    log_from_root = tables.log_prior + _exclusive_prefix_sum(log_to_root)  # (n, s**k, q)
     smallest.note_log(log_from_root - torch.logsumexp(log_from_root, -1, keepdim=True))
     # downward_j[b] ∝ Σ_a P_k[a,b,j] from_root_j[a]
-    down = smallest.note(kernels.from_root(log_from_root))  # (n, 2**k, q) normalised
+    down = smallest.note(kernels.from_root(log_from_root))  # (n, s**k, q) normalised
 
     # Full part, levels k .. ℓ-1: each node passes one downward message to each child.
-    masked = kernels.evidence(ids.new_full((1, 1), q))  # (1, 1, q): the upward message of a fully masked subtree
     for m in range(k, l):
-        observed_left = upward[m + 1][:, 0::2]  # (n, 2**m, q): the left children, whose leaves are all observed
-        masked_right = masked.expand(n, 1 << m, q)  # (n, 2**m, q): the right children's leaves are all masked
-        # downward_left[b]  ∝ Σ_ac M[a,b,c] downward[a] · 1
+        observed = _children(upward[m + 1], s)  # s x (n, s**m, q): child i's leaves are observed for children > i
+        # downward_left[b]  ∝ Σ_ac M[a,b,c] downward[a] · 1                 (s = 2; s children: see the docstring)
         # downward_right[c] ∝ Σ_ab M[a,b,c] downward[a] upward_left[b]
-        to_left, to_right = _by_node_slices(kernels.downward, node_slice, down, observed_left, masked_right)
-        down = kernels.normalise(torch.stack([to_left, to_right], 2).reshape(n, 2 << m, q))  # (n, 2**(m+1), q)
+        update = functools.partial(kernels.prefix_downward, m)
+        to_children = _by_node_slices(update, node_slice, down, *observed)  # s x (n, s**m, q)
+        down = kernels.normalise(torch.stack(to_children, 2).reshape(n, s ** (m + 1), q))  # (n, s**(m+1), q)
         smallest.note(down)
 
     probabilities = kernels.probabilities(down)  # (n, L, q): row i = P_k(x_i | x_<i)

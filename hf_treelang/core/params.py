@@ -10,7 +10,10 @@ Names (one per quantity):
 
 * ``num_symbols`` (q): the symbols ``0 .. q-1``. The model's ``TreeLangConfig.vocab_size`` is q + 1 (the mask id q
   is the extra embedding row), named as transformers names the embedding size.
-* ``depth`` (ℓ): sequences have ``2**depth`` leaves. ``filter_level`` (k) in [0, ℓ].
+* ``depth`` (ℓ): sequences have ``2**depth`` leaves (``arity**depth`` for a grammar of arity s). ``filter_level`` (k)
+  in [0, ℓ].
+* ``arity`` (s): the children of every node of a tree grammar (2 for the paper's, any s >= 2 for the Random
+  Hierarchy Model); ``num_classes`` (n), ``num_rules`` (m): the RHM's root classes and rules per symbol.
 * ``sigma`` (σ): the log-normal width of the grammar's rule weights.
 * ``grammar_seed``: the grammar M (``Grammar.random``). ``sampling_seed``: the tree and sequence streams of
   :func:`~hf_treelang.core.sampling.sample_trees`. ``seed``: the model's initialisation and data order, as in
@@ -46,10 +49,13 @@ MAX_NUM_SYMBOLS = 256  # symbols are stored as uint8 by the dataset builder
 MAX_DEPTH = 16  # 65 536 leaves; BP's working set and the builder's Arrow lists stay bounded
 MAX_SIGMA = 1000.0  # beyond this every rule is deterministic to float64 precision (and σ ξ may overflow)
 MAX_SIZE = 2**31 - 1  # sequences in one split or one call
+MAX_ARITY = 16  # s; with s**depth <= MAX_LEAVES, depth 4 at s = 16
+MAX_LEAVES = 2**MAX_DEPTH  # leaves of one sequence, s**depth, at any arity
 
 LIMITS = {
     "num_symbols": Limit(2, MAX_NUM_SYMBOLS),  # q
     "depth": Limit(1, MAX_DEPTH),  # ℓ
+    "arity": Limit(2, MAX_ARITY),  # s
     "sigma": Limit(0.0, MAX_SIGMA, kind="real"),  # σ
     "grammar_seed": Limit(0, 2**32 - 1),  # numpy's legacy RandomState, as the paper's script
     "sampling_seed": Limit(0, 2**63 - 1),  # a SeedSequence entropy word
@@ -95,6 +101,18 @@ def check_param(name: str, value, *, as_name: str | None = None):
 def check_filter_level(value, depth: int, name: str = "filter_level") -> int:
     """k in [0, depth]."""
     return check_int(name, value, 0, depth)
+
+
+def check_depth(depth, arity: int = 2) -> int:
+    """ℓ in [1, MAX_DEPTH] with at most MAX_LEAVES leaves, ``arity**depth`` (for s = 2 the two limits agree)."""
+    depth = check_param("depth", depth)
+    if arity**depth > MAX_LEAVES:
+        largest = max(d for d in range(1, MAX_DEPTH + 1) if arity**d <= MAX_LEAVES)
+        raise ValueError(
+            f"`depth` must be an integer in [1, {largest}] with arity = {arity} (arity**depth leaves, at most "
+            f"{MAX_LEAVES}), got {depth}"
+        )
+    return depth
 
 
 def check_sigma(sigma, name: str = "sigma") -> float:
@@ -143,10 +161,13 @@ def warn_renamed(old: str, new: str, where: str) -> None:
 __all__ = [
     "LIMITS",
     "Limit",
+    "MAX_ARITY",
     "MAX_DEPTH",
+    "MAX_LEAVES",
     "MAX_NUM_SYMBOLS",
     "MAX_SIGMA",
     "MAX_SIZE",
+    "check_depth",
     "check_filter_level",
     "check_int",
     "check_param",

@@ -7,19 +7,23 @@ The filtered model of level k draws, for each tree:
 3. the full branching process below level k: every node ``a`` of level m >= k emits its child pair
    ``(b, c) ~ M[a]``, the left child at position 2i and the right child at 2i + 1 of level m + 1.
 
-k = 0 is the full hierarchy; k = ℓ draws the leaves independently given the root.
+k = 0 is the full hierarchy; k = ℓ draws the leaves independently given the root. A grammar of arity s (see
+:mod:`hf_treelang.core.grammar`) works the same way: level m has s**m nodes, node i of level m emits the s-tuple of
+nodes s i .. s i + s - 1 of level m + 1 from the rules P_m of its level (one shared M, or one tensor per level).
 
 Randomness: sample i always consumes the same ``1 + 2**ℓ`` uniforms (column 0 the root, columns ``1 .. 2**k``
 level k, columns ``1 + 2**m .. 2**(m+1)`` the child pairs of level m), read from a counter-based stream that
 is keyed by ``(sampling_seed, i // block_rows(ℓ))``, ``block_rows(ℓ) = max(1, 2**16 // 2**ℓ)``. A sample's symbols
 are therefore a function of (grammar, depth, k, sampling_seed, i) alone: the same bytes whatever ``chunk_size``,
-``start`` or process split is used.
+``start`` or process split is used. At arity s the same layout reads ``1 + s**k + (s**ℓ - s**k) / (s - 1)`` uniforms
+(column 0 the root, then the s**k nodes of level k, then the s**m tuples of each level m = k .. ℓ-1 in order) and
+``block_rows = max(1, 2**16 // s**ℓ)``; for s = 2 this is the binary layout above.
 
 Worked example (q = 4, ℓ = 2, k = 0): root 3 -> level 1 ``[0, 2]`` -> leaves ``[1, 1, 3, 0]``, stored as
 ``roots[i] = 3``, ``levels[1][i] = [0, 2]``, ``leaves[i] = levels[2][i] = [1, 1, 3, 0]``.
 
-Dimension glossary: ``n`` samples, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, ``K`` outcomes of one
-categorical table, level ``m`` has ``2**m`` nodes.
+Dimension glossary: ``n`` samples, ``l`` depth (ℓ), ``k`` filter level, ``q`` symbols, ``s`` arity, ``K`` outcomes
+of one categorical table, level ``m`` has ``2**m`` nodes (``s**m`` at arity s).
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .grammar import Grammar
-from .params import check_filter_level, check_int, check_param, check_sigma, renamed_arguments
+from .grammar import Grammar, check_hierarchy_params
+from .params import check_depth, check_filter_level, check_int, check_param, check_sigma, renamed_arguments
 
 BLOCK_DRAWS = 1 << 16  # about this many uniforms per random stream; fixed forever: it is part of what a seed means
 _TREE_STREAM, _UNIFORM_STREAM = 0x7EE, 0x0F0  # stream tags: trees and uniform sequences never share draws
@@ -39,6 +43,7 @@ _TARGET_CHUNK_DRAWS = 1 << 17  # uniforms per internal chunk: keeps the working 
 SPLITS = ("train", "validation", "test")
 _SPLIT_TAGS = {"train": 1, "validation": 2, "test": 3}
 _DATA_STREAM_TAG = 0x7E11A6  # separates the split seeds from any other use of the grammar seed
+_HIERARCHY_STREAM_TAG = 0x7E11A7  # the split seeds of Random Hierarchy Model datasets, apart from the paper's
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,8 @@ class TreeSample:
 
     Attributes:
         roots: (n,) the root symbols x0.
-        leaves: (n, 2**depth) the sequences, left to right.
-        levels: ``levels[m]`` is (n, 2**m), the symbols of level m (``levels[0]`` the roots, ``levels[depth]`` the
+        leaves: (n, s**depth) the sequences, left to right (s = 2 for the paper's grammars).
+        levels: ``levels[m]`` is (n, s**m), the symbols of level m (``levels[0]`` the roots, ``levels[depth]`` the
             leaves); the levels 1 .. k-1 that the filtered model never draws are ``None``.
         depth: ℓ.
         filter_level: k.
@@ -121,27 +126,44 @@ class _TreeSampler:
     """Alias tables for one (grammar, depth, filter level); cached so repeated calls pay the set-up once."""
 
     def __init__(self, grammar: Grammar, depth: int, filter_level: int):
-        q = grammar.num_symbols
-        self.q, self.depth, self.filter_level = q, depth, filter_level
+        q, s = grammar.num_symbols, grammar.arity
+        self.q, self.s, self.depth, self.filter_level = q, s, depth, filter_level
         self.root = AliasTables(grammar.root_prior[None, :])  # 1 table over q
-        paths = grammar.path_matrices(filter_level)  # (q, q, 2**k): [root, node, j]
-        self.level = AliasTables(paths.transpose(0, 2, 1).reshape(-1, q))  # table root * 2**k + j, over q
-        self.branch = AliasTables(grammar.M.reshape(q, q * q))  # table parent, over q * q child pairs
+        paths = grammar.path_matrices(filter_level)  # (q, q, s**k): [root, node, j]
+        self.level = AliasTables(paths.transpose(0, 2, 1).reshape(-1, q))  # table root * s**k + j, over q
+        if grammar.level_rules is None:  # one table set serves every level
+            shared = AliasTables(grammar.M.reshape(q, q**s))  # table parent, over the q**s child tuples
+            self.branch = [shared] * depth
+        else:
+            self.branch = [None] * filter_level + [
+                AliasTables(grammar.rules(m).reshape(q, q**s)) for m in range(filter_level, depth)
+            ]
+
+    def width(self) -> int:
+        """Uniforms per sample: the root, the s**k level-k nodes, one per node of levels k .. ℓ-1."""
+        s, k, l = self.s, self.filter_level, self.depth
+        return 1 + s**k + (s**l - s**k) // (s - 1)
 
     def sample(self, uniforms: np.ndarray) -> list:
-        """Levels (list of (c, 2**m) int64 or None) from uniforms (c, 1 + 2**depth)."""
+        """Levels (list of (c, s**m) int64 or None) from uniforms (c, width())."""
         c = uniforms.shape[0]
-        l, k, q = self.depth, self.filter_level, self.q
+        l, k, q, s = self.depth, self.filter_level, self.q, self.s
         levels = [None] * (l + 1)
         roots = self.root.draw(np.zeros(c, dtype=np.int64), uniforms[:, 0])  # (c,)
         levels[0] = roots[:, None]
         if k > 0:
-            table = roots[:, None] * (1 << k) + np.arange(1 << k)  # (c, 2**k)
-            levels[k] = self.level.draw(table, uniforms[:, 1 : 1 + (1 << k)])
+            table = roots[:, None] * s**k + np.arange(s**k)  # (c, s**k)
+            levels[k] = self.level.draw(table, uniforms[:, 1 : 1 + s**k])
+        column = 1 + s**k  # the first uniform of level k's tuples
         for m in range(k, l):
-            pair = self.branch.draw(levels[m], uniforms[:, 1 + (1 << m) : 1 + (2 << m)])  # (c, 2**m)
-            children = np.empty((c, 2 << m), dtype=np.int64)  # (c, 2**(m+1))
-            children[:, 0::2], children[:, 1::2] = np.divmod(pair, q)
+            tuples = self.branch[m].draw(levels[m], uniforms[:, column : column + s**m])  # (c, s**m)
+            column += s**m
+            children = np.empty((c, s ** (m + 1)), dtype=np.int64)  # (c, s**(m+1))
+            if s == 2:
+                children[:, 0::2], children[:, 1::2] = np.divmod(tuples, q)
+            else:  # the tuple's digits in base q, the first child most significant
+                for d in range(s - 1, -1, -1):
+                    tuples, children[:, d::s] = np.divmod(tuples, q)
             levels[m + 1] = children
         return levels
 
@@ -158,18 +180,18 @@ def _tree_sampler(grammar: Grammar, depth: int, filter_level: int) -> _TreeSampl
     return _SAMPLER_CACHE[key]
 
 
-def block_rows(depth: int) -> int:
-    """Samples that share one random stream at this depth (about BLOCK_DRAWS uniforms per stream)."""
-    return max(1, BLOCK_DRAWS >> depth)
+def block_rows(depth: int, arity: int = 2) -> int:
+    """Samples that share one random stream at this depth (about BLOCK_DRAWS uniforms per stream, s**ℓ per sample)."""
+    return max(1, BLOCK_DRAWS // arity**depth)
 
 
-def _uniforms(seed: int, stream: int, depth: int, width: int, lo: int, hi: int) -> np.ndarray:
+def _uniforms(seed: int, stream: int, depth: int, width: int, lo: int, hi: int, arity: int = 2) -> np.ndarray:
     """The (hi - lo, width) uniforms of samples lo .. hi-1.
 
-    Sample i reads row ``i % B`` of the Philox stream keyed by (seed, stream tag, i // B), ``B = block_rows(depth)``;
-    rows are drawn in order, so only the rows up to the last one needed are generated.
+    Sample i reads row ``i % B`` of the Philox stream keyed by (seed, stream tag, i // B), ``B = block_rows(depth,
+    arity)``; rows are drawn in order, so only the rows up to the last one needed are generated.
     """
-    rows = block_rows(depth)
+    rows = block_rows(depth, arity)
     parts = []
     for block in range(lo // rows, (hi - 1) // rows + 1):
         first, last = max(lo, block * rows) - block * rows, min(hi, (block + 1) * rows) - block * rows
@@ -184,13 +206,13 @@ def _chunks(start: int, n: int, chunk_size: int):
         yield lo, min(start + n, lo + chunk_size)
 
 
-def _check_common(n, depth, seed, start, chunk_size):
+def _check_common(n, depth, seed, start, chunk_size, arity=2, grammar=None):
     n = check_param("num_sequences", n, as_name="n")
-    depth = check_param("depth", depth)
+    depth = check_depth(depth, arity) if grammar is None else grammar.check_depth(depth)
     seed = check_param("sampling_seed", seed)
     start = check_int("start", start, 0)
     if chunk_size is None:
-        chunk_size = max(block_rows(depth), _TARGET_CHUNK_DRAWS >> depth)
+        chunk_size = max(block_rows(depth, arity), _TARGET_CHUNK_DRAWS // arity**depth)
     chunk_size = check_int("chunk_size", chunk_size, 1)
     return n, depth, seed, start, chunk_size
 
@@ -209,9 +231,10 @@ def sample_trees(
     """Draw ``n`` trees of the filtered hierarchical model.
 
     Args:
-        grammar: the grammar M and root prior p0.
+        grammar: the grammar (M, or rules per level, of arity s) and root prior p0.
         n: the number of trees (>= 0).
-        depth: ℓ, the tree depth; sequences have 2**depth leaves, in [1, 16].
+        depth: ℓ, the tree depth; sequences have s**depth leaves (2**depth for the paper's grammars), in [1, 16]
+            with at most 65 536 leaves; for a grammar with rules per level, its number of levels.
         filter_level: k in [0, depth]; 0 is the full hierarchy, ``depth`` independent leaves given the root.
         sampling_seed: the seed of the tree stream, in [0, 2**63 - 1]; independent of the grammar's seed.
         start: index of the first tree: ``sample_trees(..., n=a+b)`` equals ``sample_trees(..., n=a)`` followed by
@@ -219,7 +242,7 @@ def sample_trees(
         chunk_size: trees per internal batch (memory only: it never changes the result).
 
     Returns:
-        A :class:`TreeSample` with ``roots`` (n,), ``leaves`` (n, 2**depth) and ``levels`` (int64).
+        A :class:`TreeSample` with ``roots`` (n,), ``leaves`` (n, s**depth) and ``levels`` (int64).
 
     Example:
         >>> grammar = Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0)
@@ -229,13 +252,14 @@ def sample_trees(
     """
     if not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a hf_treelang.Grammar, got {type(grammar).__name__}")
-    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size)
+    s = grammar.arity
+    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size, s, grammar)
     k = check_filter_level(filter_level, depth)
     sampler = _tree_sampler(grammar, depth, k)
-    width = 1 + (1 << depth)
-    levels = [None if 0 < m < k else np.empty((n, 1 << m), dtype=np.int64) for m in range(depth + 1)]
+    width = sampler.width()
+    levels = [None if 0 < m < k else np.empty((n, s**m), dtype=np.int64) for m in range(depth + 1)]
     for lo, hi in _chunks(start, n, chunk_size):
-        uniforms = _uniforms(seed, _TREE_STREAM, depth, width, lo, hi)  # (hi - lo, 1 + 2**l)
+        uniforms = _uniforms(seed, _TREE_STREAM, depth, width, lo, hi, s)  # (hi - lo, width): 1 + 2**l at s = 2
         for out, level in zip(levels, sampler.sample(uniforms)):
             if out is not None:
                 out[lo - start : hi - start] = level
@@ -244,22 +268,26 @@ def sample_trees(
 
 @renamed_arguments(vocab_size="num_symbols", seed="sampling_seed")
 def uniform_sequences(
-    num_symbols: int, n: int, depth: int, sampling_seed: int = 0, *, start: int = 0, chunk_size: int | None = None
+    num_symbols: int, n: int, depth: int, sampling_seed: int = 0, *, start: int = 0, chunk_size: int | None = None,
+    arity: int = 2,
 ) -> np.ndarray:
-    """``n`` sequences of 2**depth i.i.d. uniform symbols in [0, num_symbols): the out-of-sample inputs of Fig. 1b.
+    """``n`` sequences of arity**depth (2**depth by default) i.i.d. uniform symbols in [0, num_symbols): the
+    out-of-sample inputs of Fig. 1b.
 
-    Returns an int64 array (n, 2**depth); deterministic in (q, depth, sampling_seed, index) like :func:`sample_trees`.
+    Returns an int64 array (n, s**depth); deterministic in (q, s, depth, sampling_seed, index) like
+    :func:`sample_trees`.
 
     Example:
         >>> uniform_sequences(num_symbols=4, n=2, depth=2, sampling_seed=0).shape
         (2, 4)
     """
     q = check_param("num_symbols", num_symbols)
-    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size)
-    width = 1 << depth
+    s = check_param("arity", arity)
+    n, depth, seed, start, chunk_size = _check_common(n, depth, sampling_seed, start, chunk_size, s)
+    width = s**depth
     out = np.empty((n, width), dtype=np.int64)
     for lo, hi in _chunks(start, n, chunk_size):
-        uniforms = _uniforms(seed, _UNIFORM_STREAM, depth, width, lo, hi)  # (hi - lo, 2**l)
+        uniforms = _uniforms(seed, _UNIFORM_STREAM, depth, width, lo, hi, s)  # (hi - lo, s**l)
         out[lo - start : hi - start] = np.minimum((uniforms * q).astype(np.int64), q - 1)
     return out
 
@@ -284,4 +312,25 @@ def split_seed(grammar_seed: int, num_symbols: int, sigma: float, depth: int, fi
     filter_level = check_filter_level(filter_level, depth)
     sigma_bits = struct.unpack("<Q", struct.pack("<d", sigma))[0]
     entropy = [_DATA_STREAM_TAG, grammar_seed, num_symbols, sigma_bits, depth, filter_level, _SPLIT_TAGS[split]]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
+
+
+def hierarchy_split_seed(
+    grammar_seed: int, num_symbols: int, num_classes: int, num_rules: int, arity: int, depth: int, filter_level: int,
+    split: str,
+) -> int:
+    """The sampling seed of one split of a Random Hierarchy Model dataset (:meth:`Grammar.random_hierarchy`):
+    SeedSequence over (its own tag, grammar seed, v, n, m, s, L, k, split), 63 bits; as :func:`split_seed` for the
+    paper's grammars, and never equal to one of theirs (a different tag).
+
+    Example:
+        >>> hierarchy_split_seed(0, 8, 8, 4, 2, 3, 0, "test") != hierarchy_split_seed(0, 8, 8, 4, 2, 3, 0, "train")
+        True
+    """
+    if split not in _SPLIT_TAGS:
+        raise ValueError(f"`split` must be one of {list(_SPLIT_TAGS)}, got {split!r}")
+    grammar_seed = check_param("grammar_seed", grammar_seed)
+    v, n, m, s, L = check_hierarchy_params(num_symbols, num_classes, num_rules, arity, depth)
+    filter_level = check_filter_level(filter_level, L)
+    entropy = [_HIERARCHY_STREAM_TAG, grammar_seed, v, n, m, s, L, filter_level, _SPLIT_TAGS[split]]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1

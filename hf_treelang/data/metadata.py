@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_treelang.core.grammar import Grammar
-from hf_treelang.core.params import check_param
+from hf_treelang.core.params import check_depth, check_param
 
 GENERATION_FILE = "generation.json"  # the index of a published repository: per config, params, seeds, BP accuracies
 GRAMMAR_FILE = "data/{config}/grammar.json"  # the grammar of one config of a published repository
@@ -74,9 +74,11 @@ def _published_metadata(split, repository) -> dict:
             "grammar": _read_repository_json(repository, GRAMMAR_FILE.format(config=name))}
     features, params = split.features, entry["params"]
     shape = (features["root"].num_classes, features["input_ids"].length)
-    if shape != (params["num_symbols"], 2 ** params["depth"]):
-        raise ValueError(f"this dataset (q={shape[0]}, {shape[1]} leaves) is not config {name!r} of repository "
-                         f"{str(repository)!r} (q={params['num_symbols']}, {2 ** params['depth']} leaves)")
+    # the root's classes: q, or an RHM's n; the leaves: s**ℓ (s = 2 but for an RHM)
+    expected = (params.get("num_classes", params["num_symbols"]), params.get("arity", 2) ** params["depth"])
+    if shape != expected:
+        raise ValueError(f"this dataset ({shape[0]} root classes, {shape[1]} leaves) is not config {name!r} of "
+                         f"repository {str(repository)!r} ({expected[0]} root classes, {expected[1]} leaves)")
     return meta
 
 
@@ -120,18 +122,22 @@ def grammar_from_dataset(dataset, repository=None) -> Grammar:
     return Grammar.from_dict(dataset_metadata(dataset, repository)["grammar"])
 
 
-def ancestor_labels(ancestors, depth: int) -> np.ndarray:
-    """Per-leaf probe labels from a level column: leaf i gets ``ancestors[:, i >> (depth - m)]``.
+def ancestor_labels(ancestors, depth: int, arity: int = 2) -> np.ndarray:
+    """Per-leaf probe labels from a level column: leaf i gets ``ancestors[:, i // s**(depth - m)]``
+    (``i >> (depth - m)`` for the paper's s = 2).
 
     Args:
-        ancestors: (n, 2**m) the ``ancestors_level_m`` column (array or list of lists), 0 <= m <= depth.
+        ancestors: (n, s**m) the ``ancestors_level_m`` column (array or list of lists), 0 <= m <= depth.
         depth: ℓ.
+        arity: s, the children of every node (2, or an RHM's s).
 
     Returns:
-        (n, 2**depth) int64, the level-m ancestor of every leaf.
+        (n, s**depth) int64, the level-m ancestor of every leaf.
     """
-    depth = check_param("depth", depth)
+    arity = check_param("arity", arity)
+    depth = check_depth(depth, arity)
     values = np.asarray(ancestors, dtype=np.int64)
-    if values.ndim != 2 or values.shape[1] & (values.shape[1] - 1) or values.shape[1] > 2**depth:
-        raise ValueError(f"ancestors must have shape (n, 2**m) with 0 <= m <= depth={depth}, got {values.shape}")
-    return np.repeat(values, 2**depth // values.shape[1], axis=1)  # (n, 2**depth)
+    widths = [arity**m for m in range(depth + 1)]
+    if values.ndim != 2 or values.shape[1] not in widths:
+        raise ValueError(f"ancestors must have shape (n, {arity}**m) with 0 <= m <= depth={depth}, got {values.shape}")
+    return np.repeat(values, arity**depth // values.shape[1], axis=1)  # (n, s**depth)

@@ -1,6 +1,7 @@
 """Configuration of the TreeLang encoder (the transformer of Sec. 3.1 and App. C of the paper).
 
-Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves), `k` filter level, `d` hidden size,
+Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves, `s**l` for trees of arity `s`),
+`k` filter level, `d` hidden size,
 `d'` feed-forward size. The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q` (for the causal
 language model, `is_causal=True`, the same id `q` is the beginning-of-sequence token).
 
@@ -16,6 +17,8 @@ from transformers import PreTrainedConfig
 # tests/test_layers.py keeps the two equal.
 MAX_NUM_SYMBOLS = 256
 MAX_DEPTH = 16
+MAX_ARITY = 16
+MAX_LEAVES = 2**MAX_DEPTH  # positions of one sequence, arity**depth, at any arity
 MAX_SIGMA = 1000.0
 MAX_GRAMMAR_SEED = 2**32 - 1
 ACTIVATIONS = ("relu", "gelu")
@@ -53,7 +56,9 @@ class TreeLangConfig(PreTrainedConfig):
 
     Args:
         vocab_size (`int`, defaults to 5): number of token ids, `q + 1` (the last id `q` is the mask token); `q >= 2`.
-        depth (`int`, defaults to 4): depth ℓ of the trees; sequences have exactly `2**depth` tokens.
+        depth (`int`, defaults to 4): depth ℓ of the trees; sequences have exactly `arity**depth` tokens (`2**depth`).
+        arity (`int`, defaults to 2): children s of every node of the data's trees (2 for the paper's grammars, any
+            s >= 2 for a Random Hierarchy Model); sequences have `arity**depth` <= 65 536 tokens.
         hidden_size (`int`, defaults to 128): token dimension `d`.
         num_hidden_layers (`int`, defaults to 4): number of encoder blocks `n_L` (the paper takes `n_L = ℓ`).
         num_attention_heads (`int`, defaults to 1): attention heads; must divide `hidden_size`.
@@ -98,6 +103,7 @@ class TreeLangConfig(PreTrainedConfig):
 
     vocab_size: int = 5
     depth: int = 4
+    arity: int = 2
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 1
@@ -123,9 +129,9 @@ class TreeLangConfig(PreTrainedConfig):
         self._check()
         if num_labels is not None:
             self.num_labels = num_labels  # refused unless it is q, see the `num_labels` setter
-        if max_positions is not None and max_positions != 2**self.depth:
+        if max_positions is not None and max_positions != self.sequence_length:
             raise ValueError(
-                f"max_position_embeddings must equal 2**depth = {2**self.depth}, got {max_positions}"
+                f"max_position_embeddings must equal {self.arity}**depth = {self.sequence_length}, got {max_positions}"
             )
         if self.bos_token_id is None:
             self.bos_token_id = self.vocab_size - 1
@@ -174,6 +180,7 @@ class TreeLangConfig(PreTrainedConfig):
             ("vocab_size", positive_int(self.vocab_size) and 3 <= self.vocab_size <= MAX_NUM_SYMBOLS + 1,
              f"an integer in [3, {MAX_NUM_SYMBOLS + 1}] (q + 1 with q in [2, {MAX_NUM_SYMBOLS}])"),
             ("depth", positive_int(self.depth) and self.depth <= MAX_DEPTH, f"an integer in [1, {MAX_DEPTH}]"),
+            ("arity", _is_int(self.arity) and 2 <= self.arity <= MAX_ARITY, f"an integer in [2, {MAX_ARITY}]"),
             ("hidden_size", positive_int(self.hidden_size), "an integer >= 1"),
             ("num_hidden_layers", positive_int(self.num_hidden_layers), "an integer >= 1"),
             ("num_attention_heads", positive_int(self.num_attention_heads), "an integer >= 1"),
@@ -201,6 +208,13 @@ class TreeLangConfig(PreTrainedConfig):
         for name, ok, allowed in rules:
             if not ok:
                 raise ValueError(f"`{name}` must be {allowed}, got {getattr(self, name)!r}")
+            if name == "arity" and self.arity**self.depth > MAX_LEAVES:  # the positions a sequence needs
+                largest = max(d for d in range(1, MAX_DEPTH + 1) if self.arity**d <= MAX_LEAVES)
+                raise ValueError(
+                    f"`depth` must be an integer in [1, {largest}] with arity = {self.arity}: sequences of "
+                    f"arity**depth = {self.arity**self.depth} tokens exceed the {MAX_LEAVES} positions the model holds, "
+                    f"got {self.depth}"
+                )
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -215,9 +229,11 @@ class TreeLangConfig(PreTrainedConfig):
         filter_level: int = 0,
         sigma: float = 1.0,
         grammar_seed: int = 0,
+        arity: int = 2,
         **model_kwargs,
     ) -> "TreeLangConfig":
-        """Config for data with `num_symbols` symbols (q) on trees of depth ℓ, filter level k, grammar (σ, seed).
+        """Config for data with `num_symbols` symbols (q) on trees of depth ℓ and arity s (`arity**depth` tokens),
+        filter level k, grammar (σ, seed).
 
         `model_kwargs` set the architecture (e.g. `hidden_size=32, num_hidden_layers=2`).
         """
@@ -226,6 +242,7 @@ class TreeLangConfig(PreTrainedConfig):
         return cls(
             vocab_size=num_symbols + 1,
             depth=depth,
+            arity=arity,
             filter_level=filter_level,
             sigma=sigma,
             grammar_seed=grammar_seed,
@@ -244,13 +261,13 @@ class TreeLangConfig(PreTrainedConfig):
 
     @property
     def max_position_embeddings(self) -> int:
-        """Sequence length 2**ℓ."""
-        return 2**self.depth
+        """Sequence length s**ℓ (2**ℓ for the paper's trees)."""
+        return self.arity**self.depth
 
     @property
     def sequence_length(self) -> int:
-        """Sequence length 2**ℓ (alias of `max_position_embeddings`)."""
-        return 2**self.depth
+        """Sequence length s**ℓ (alias of `max_position_embeddings`)."""
+        return self.arity**self.depth
 
 
 __all__ = ["TreeLangConfig"]

@@ -121,8 +121,10 @@ def check_input_ids(
     shape = f"(batch, {sequence_length})" if sequence_length is not None else "(batch, 2**depth)"
     _check_integer_tensor("input_ids", input_ids, INPUT_ID_DTYPES, shape)
     if input_ids.dim() != 2 or (sequence_length is not None and input_ids.shape[1] != sequence_length):
-        depth = f" for depth={int(math.log2(sequence_length))}" if sequence_length is not None else ""
-        raise ValueError(f"input_ids must have shape (batch, 2**depth) = {shape}{depth}, got {tuple(input_ids.shape)}")
+        binary = sequence_length is None or sequence_length & (sequence_length - 1) == 0
+        depth = f" for depth={sequence_length.bit_length() - 1}" if sequence_length is not None and binary else ""
+        tokens = "2**depth" if binary else "arity**depth"
+        raise ValueError(f"input_ids must have shape (batch, {tokens}) = {shape}{depth}, got {tuple(input_ids.shape)}")
     if input_ids.shape[0] == 0:
         raise ValueError(f"input_ids must hold at least one sequence (batch >= 1), got shape {tuple(input_ids.shape)}")
     if not check_values:
