@@ -42,7 +42,8 @@ SIZES = {  # every architecture of the published comparison, at a tiny size
     "mamba": "hidden_size=16,num_hidden_layers=1",
 }
 COMPARISON = [("mlm", "bert"), ("mlm", "roberta"), ("mlm", "distilbert"), ("mlm", "modernbert"), ("clm", "gpt2"),
-              ("clm", "llama"), ("clm", "mamba"), ("root", "bert"), ("root", "gpt2"), ("root", "mamba")]
+              ("clm", "llama"), ("clm", "mamba"), ("root", "bert"), ("root", "gpt2"), ("root", "llama"),
+              ("root", "mamba")]
 
 
 def _train(task, model_type, out, *extra):
@@ -112,9 +113,22 @@ def test_a_pooled_root_head_reads_the_last_position():
 # ---------------------------------------------------------------- tiny runs of the comparison's architectures
 
 
+@pytest.fixture(scope="module")
+def comparison_runs(tmp_path_factory):
+    """A tiny run of every architecture of the published comparison: {(task, model_type): folder, or its exit code}."""
+    root = tmp_path_factory.mktemp("comparison")
+    runs = {}
+    for task, model_type in COMPARISON:
+        folder = root / f"{task}-{model_type}"
+        code = _train(task, model_type, folder)
+        runs[task, model_type] = folder if code == 0 else code
+    return runs
+
+
 @pytest.mark.parametrize("task, model_type", COMPARISON, ids=[f"{t}-{m}" for t, m in COMPARISON])
-def test_every_architecture_of_the_comparison_trains_and_logs_finite_bp_kls(tmp_path, task, model_type):
-    assert _train(task, model_type, tmp_path) == 0
+def test_every_architecture_of_the_comparison_trains_and_logs_finite_bp_kls(comparison_runs, task, model_type):
+    tmp_path = comparison_runs[task, model_type]
+    assert not isinstance(tmp_path, int), f"the run exited with status {tmp_path}"
     final = json.loads((tmp_path / "metrics.json").read_text())["final"]
     for k in range(3):
         assert math.isfinite(final[f"eval_kl_bp_k{k}"]) and final[f"eval_kl_bp_k{k}"] >= 0
@@ -124,17 +138,17 @@ def test_every_architecture_of_the_comparison_trains_and_logs_finite_bp_kls(tmp_
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == model_type
 
 
-def test_the_pipelines_work_offline_on_run_folders(tmp_path):
-    for task, model_type in (("mlm", "bert"), ("clm", "gpt2"), ("root", "mamba")):
-        assert _train(task, model_type, tmp_path / task) == 0
-    fill = pipeline("fill-mask", model=str(tmp_path / "mlm"))
+def test_the_pipelines_work_offline_on_run_folders(comparison_runs):
+    folders = {task: comparison_runs[task, model_type]
+               for task, model_type in (("mlm", "bert"), ("clm", "gpt2"), ("root", "mamba"))}
+    fill = pipeline("fill-mask", model=str(folders["mlm"]))
     assert {answer["token"] for answer in fill("0 [MASK] 2 1", top_k=5)} <= set(range(5))
-    generate = pipeline("text-generation", model=str(tmp_path / "clm"))
+    generate = pipeline("text-generation", model=str(folders["clm"]))
     text = generate("2 0", max_new_tokens=2, do_sample=False)[0]["generated_text"]
     assert text.startswith("2 0 ") and len(text.split()) == 4
-    classify = pipeline("text-classification", model=str(tmp_path / "root"))
+    classify = pipeline("text-classification", model=str(folders["root"]))
     assert classify("0 1 2 0")[0]["label"] in {"symbol_0", "symbol_1", "symbol_2"}
-    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "root")
+    model = AutoModelForSequenceClassification.from_pretrained(folders["root"])
     assert type(model).__name__ == "MambaForRootClassification"
 
 

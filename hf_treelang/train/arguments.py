@@ -35,7 +35,7 @@ from .folders import check_output_folder
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
 RENAMED_ARGUMENTS = {"vocab_size": "num_symbols"}  # renamed in 0.2; the old names work for one release
-DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed")
+DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity")
 TASK_CONFIG_FIELDS = ("is_causal", "bos_token_id")  # set by the task's model class and q, not run arguments
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
