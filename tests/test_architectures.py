@@ -324,3 +324,28 @@ def test_a_linked_grid_axis_mixing_objects_and_values_is_refused():
         load_spec({"task": "mlm", "grid": {"architecture": [{"model_type": "bert"}, "gpt2"]}})
     with pytest.raises(ValueError, match="sets `seed`, which base or another axis sets too"):
         load_spec({"task": "mlm", "base": {"seed": 1}, "grid": {"architecture": [{"model_type": "bert", "seed": 0}]}})
+
+
+def test_the_pipelines_work_offline_on_treelang_run_folders_too(tmp_path):
+    treelang = ["--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "1"]
+    for task in ("mlm", "clm", "root"):
+        assert main(task, [*OTHER, *treelang, "--output_dir", str(tmp_path / task)], as_script=True) == 0
+    assert type(AutoTokenizer.from_pretrained(tmp_path / "mlm")) is TreeLangTokenizer
+    fill = pipeline("fill-mask", model=str(tmp_path / "mlm"))  # TreeLang's MLM head scores the q symbols only
+    assert {answer["token"] for answer in fill("0 [MASK] 2 1", top_k=3)} == {0, 1, 2}
+    text = pipeline("text-generation", model=str(tmp_path / "clm"))("2 0", max_new_tokens=2, do_sample=False)
+    assert len(text[0]["generated_text"].split()) == 4
+    assert pipeline("text-classification", model=str(tmp_path / "root"))("0 1 2 0")[0]["label"].startswith("symbol_")
+
+
+def test_a_config_file_that_fixes_too_few_positions_is_refused_naming_the_field(tmp_path, capsys):
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=32,
+               max_position_embeddings=3).save_pretrained(tmp_path / "config")
+    out = tmp_path / "run"
+    assert main("mlm", [*OTHER, "--config_name", str(tmp_path / "config"), "--output_dir", str(out)],
+                as_script=True) == 2
+    error = capsys.readouterr().err.strip()
+    assert "max_position_embeddings=3 holds fewer positions than the 4" in error and len(error.splitlines()) == 1
+    assert not out.exists()
