@@ -178,28 +178,40 @@ def markdown_table(groups: list) -> str:
 
 
 def plot_comparison(rows: list, title: str = ""):
-    """The KL to the matched BP along training, one panel per task, one colour per architecture (a line per seed)."""
+    """Per task (columns): the KL to the matched BP along training (top) and the closest BP_k along training
+    (bottom: the climb down the hierarchy), one colour per architecture, a line per seed; log step axis from step 1."""
     tasks = [task for task in TASK_TITLES if any(row.task == task for row in rows)]
     architectures = sorted({row.architecture for row in rows})
     colours = {name: f"C{i % 10}" for i, name in enumerate(architectures)}
     plt = pyplot()
-    figure, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), squeeze=False)
-    for axis, task in zip(axes[0], tasks):
+    figure, axes = plt.subplots(2, len(tasks), figsize=(5.2 * len(tasks), 7.0), squeeze=False, sharex="col")
+    for column, task in enumerate(tasks):
+        top, bottom = axes[0][column], axes[1][column]
         labelled = set()
-        for row in (r for r in rows if r.task == task):
+        members = [r for r in rows if r.task == task]
+        for offset, row in enumerate(members):
             curve = row.dynamics.kl.get(row.k_train)
             if curve is None:
                 continue
-            steps = np.maximum(row.dynamics.steps, 1)
+            shown = row.dynamics.steps > 0  # a log axis: the evaluation before training is the curves' start
+            steps = row.dynamics.steps[shown]
             label = None if row.architecture in labelled else row.architecture
             labelled.add(row.architecture)
-            axis.plot(steps, curve, color=colours[row.architecture], label=label, lw=1.4, alpha=0.85)
-        axis.set_xscale("log")
-        axis.set_yscale("log")
-        axis.set_xlabel("step")
-        axis.set_ylabel("KL(BP_k_train ‖ model), nats")
-        axis.set_title(f"{TASK_TITLES[task]} prediction")
-        axis.legend(fontsize=8)
+            top.plot(steps, np.asarray(curve)[shown], color=colours[row.architecture], label=label, lw=1.4,
+                     alpha=0.85)
+            closest = np.asarray(row.dynamics.closest_bp, dtype=float)[shown]
+            jitter = 0.08 * (offset - (len(members) - 1) / 2) / max(len(members), 1)  # lines side by side
+            bottom.step(steps, closest + jitter, where="post", color=colours[row.architecture], lw=1.4, alpha=0.85)
+        top.set_xscale("log")
+        top.set_yscale("log")
+        top.set_ylabel("KL(BP_k_train ‖ model), nats")
+        top.set_title(f"{TASK_TITLES[task]} prediction")
+        top.legend(fontsize=8)
+        levels = sorted({k for row in members for k in row.dynamics.kl})
+        bottom.set_yticks(levels)
+        bottom.set_ylim(max(levels, default=1) + 0.5, min(levels, default=0) - 0.5)  # the climb: BP_ℓ up to BP_0
+        bottom.set_ylabel("closest BP_k")
+        bottom.set_xlabel("step")
     if title:
         figure.suptitle(title)
     figure.tight_layout()
