@@ -530,3 +530,44 @@ def test_the_smoothed_loss_is_label_smoothers_on_a_batch(task):
         assert not torch.isclose(loss, model(input_ids=input_ids, labels=labels).loss)  # it is not the plain loss
     assert torch.isclose(loss, expected, rtol=0, atol=1e-6), (float(loss), float(expected))
     assert loss.requires_grad and not logged.requires_grad
+
+
+# ---------------------------------------------------------------- bounded runs: memory before any data
+
+
+@pytest.fixture
+def machine_of_8_gb(monkeypatch):
+    from hf_treelang.core import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 * 10**9)  # a stand-in machine
+    import hf_treelang.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_run_data", lambda *a, **k: pytest.fail("the data were built"))
+    return resources
+
+
+def test_a_depth_16_run_is_refused_before_preparing_its_data(machine_of_8_gb, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main("root", ["--depth", "16", "--output_dir", str(out), "--cpu_threads", "1"], as_script=True) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --per_device_train_batch_size 32 needs about" in error
+    assert "at depth 16" in error and error.endswith("lower --depth (16) or the model's size")
+    assert not out.exists()
+
+
+def test_a_run_over_the_machines_memory_names_the_largest_size_that_fits(machine_of_8_gb, tmp_path, capsys):
+    from hf_treelang.train.run import run_memory
+
+    out = tmp_path / "never"
+    assert main("root", TINY + ["--depth", "8", "--num_train", "100000000", "--output_dir", str(out)],
+                as_script=True) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --num_train 100000000 needs about" in error
+    largest = int(error.split("the largest --num_train that fits is ")[1])
+    data_args, model_args, args = parse_command_line("root", TINY + ["--depth", "8"])[:3]
+    sizes = {"--num_train": largest, "--num_eval": 20, "--num_test": 16, "--per_device_train_batch_size": 8,
+             "--per_device_eval_batch_size": args.per_device_eval_batch_size}
+    config = model_args.config(data_args)
+    budget = machine_of_8_gb.memory_budget()
+    assert run_memory(config, sizes, 9) <= budget < run_memory(config, {**sizes, "--num_train": largest + 1}, 9)
+    assert not out.exists()
