@@ -486,6 +486,31 @@ def test_label_smoothing_changes_the_weights_in_every_task(tmp_path, task, engin
     assert any(not torch.equal(first[key], second[key]) for key in first)
 
 
+def test_label_smoothing_changes_the_weights_of_another_architectures_causal_run(tmp_path):
+    other = ["--depth", "2", "--num_symbols", "3", "--num_eval", "16", "--num_test", "16", "--per_device_train_batch_size",
+             "8", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1", "--use_dataset_builder",
+             "false", "--model_type", "gpt2", "--config_overrides", "n_embd=16,n_layer=1,n_head=1"]
+    for name, extra in (("plain", []), ("smoothed", ["--label_smoothing_factor", "0.5"])):
+        assert main("clm", other + SHORT + ["--output_dir", str(tmp_path / name), *extra], as_script=True) == 0
+    first, second = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "smoothed"))
+    assert any(not torch.equal(first[key], second[key]) for key in first)
+
+
+def test_another_architectures_causal_loss_is_label_smoothers_unshifted():
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from hf_treelang.train.loop import next_leaf_cross_entropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 8, 5)  # (b, L, V)
+    labels = torch.randint(0, 5, (4, 8))  # (b, L)
+    labels[:, -1] = -100
+    smoothed = next_leaf_cross_entropy({"logits": logits}, labels, label_smoothing=0.3)
+    assert torch.isclose(smoothed, LabelSmoother(epsilon=0.3)({"logits": logits}, labels), rtol=0, atol=1e-6)
+    assert torch.equal(next_leaf_cross_entropy({"logits": logits}, labels),
+                       next_leaf_cross_entropy({"logits": logits}, labels, label_smoothing=0.0))
+
+
 @pytest.mark.parametrize("task", ["root", "mlm", "clm", "stacked_root", "stacked_mlm"])
 def test_the_smoothed_loss_is_label_smoothers_on_a_batch(task):
     """The device engine's loss with ε = 0.3 is transformers' LabelSmoother, checked against torch's own
@@ -513,7 +538,8 @@ def test_the_smoothed_loss_is_label_smoothers_on_a_batch(task):
         labels[:, ::2] = -100
         if model_task == "clm":
             input_ids[:, 0] = q  # BOS
-    stub = types.SimpleNamespace(label_smoother=LabelSmoother(epsilon=epsilon), member_loss_sum=torch.zeros(2))
+    stub = types.SimpleNamespace(label_smoother=LabelSmoother(epsilon=epsilon), compute_loss_func=None,
+                                 member_loss_sum=torch.zeros(2))
     if task.startswith("stacked"):
         models = [MODEL_CLASSES[model_task](config) for _ in range(2)]
         stacked = StackedTreeLang.from_models(models, model_task)

@@ -106,7 +106,8 @@ def average_attention(
     Args:
         checkpoint: a checkpoint folder (any task; TreeLang's or a run of another architecture with attention) or a
             loaded checkpoint.
-        num_samples: inputs averaged over.
+        num_samples: inputs averaged over; refused before any sampling when the estimated peak memory
+            (:func:`hf_treelang.core.resources.attention_bytes`) exceeds the machine's.
         seed: seed of the inputs (and of the masked positions).
         mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training. A causal
             checkpoint reads its own input layout ``[BOS, x_0 .. x_{L-2}]`` (row i predicts leaf i; no mask).

@@ -169,7 +169,8 @@ def calibrate(
             root-classification model: TreeLang's, or a run of another architecture (``--model_type``).
         task: ``"mlm"`` (the masked symbol) or ``"root"``; ``None`` takes the checkpoint's own task. A task the
             checkpoint was not trained for is an error.
-        num_samples: sequences per input set.
+        num_samples: sequences per input set; refused before any sampling when the estimated peak memory
+            (:func:`hf_treelang.core.resources.calibration_bytes`) exceeds the machine's.
         seed: seed of the inputs and mask positions.
         batch_size: inference batch size.
     """

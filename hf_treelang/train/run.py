@@ -31,7 +31,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_treelang.core.resources import check_memory, training_bytes
+from hf_treelang.core.resources import check_memory, model_sizes, training_bytes
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.architectures import build_model as build_architecture
 from hf_treelang.models.architectures import check_runs
@@ -426,6 +426,7 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
                          "by its example_index column), got True")
     model_task = model_task_of(task)
     patched = model_args.patched_config(data_args, model_task)
+    check_run_memory(data_args, model_sizes(patched.config, data_args.depth, data_args.num_symbols), training_args)
     check_runs(build_architecture(patched, model_task), data_args.num_symbols, data_args.depth)
     resume = training_args.resume_from_checkpoint
     if resume is not None:
