@@ -277,7 +277,11 @@ class ModelArguments:
 
 @dataclass
 class TreeLangTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` with the paper's defaults, plus the preset and the log-spaced schedule."""
+    """``TrainingArguments`` with the paper's defaults, plus the preset and the log-spaced schedule.
+
+    Only the fields the chosen ``--train_engine`` honours may leave their defaults
+    (:data:`hf_treelang.train.honoured.HONOURED_FIELDS`): any other one is refused by :meth:`validate`, naming the
+    field and the engine, rather than silently ignored."""
 
     output_dir: str | None = field(
         default=None, metadata={"help": "Output folder (default: outputs/run_<task>)."}
