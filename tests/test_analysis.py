@@ -454,6 +454,7 @@ def test_the_memory_check_names_what_fits_when_one_flag_is_not_enough(small_mach
     with pytest.raises(ValueError, match=r"^--data 10000000 needs about .*: the largest --data that fits is 1600$"):
         small_machine.check_memory({"--data": 10**7}, lambda s: s["--data"] * 10**6, what="a test")
     small_machine.check_memory({"--data": 1600}, lambda s: s["--data"] * 10**6, what="a test")  # fits: no error
-    with pytest.raises(ValueError, match=r"^--data 10000000 needs .*: the largest --batch that fits with --data 1 is 1$"):
+    with pytest.raises(ValueError, match=r"^--data 10000000 needs .*: the largest --batch that fits with --data 1 "
+                                         r"is 1$"):
         small_machine.check_memory({"--batch": 2, "--data": 10**7},  # no --data fits at --batch 2: both are lowered
                                    lambda s: s["--batch"] * 8 * 10**8 + s["--data"] * 10**6, what="a test")

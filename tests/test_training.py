@@ -487,9 +487,10 @@ def test_label_smoothing_changes_the_weights_in_every_task(tmp_path, task, engin
 
 
 def test_label_smoothing_changes_the_weights_of_another_architectures_causal_run(tmp_path):
-    other = ["--depth", "2", "--num_symbols", "3", "--num_eval", "16", "--num_test", "16", "--per_device_train_batch_size",
-             "8", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1", "--use_dataset_builder",
-             "false", "--model_type", "gpt2", "--config_overrides", "n_embd=16,n_layer=1,n_head=1"]
+    other = ["--depth", "2", "--num_symbols", "3", "--num_eval", "16", "--num_test", "16",
+             "--per_device_train_batch_size", "8", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads",
+             "1", "--use_dataset_builder", "false", "--model_type", "gpt2", "--config_overrides",
+             "n_embd=16,n_layer=1,n_head=1"]
     for name, extra in (("plain", []), ("smoothed", ["--label_smoothing_factor", "0.5"])):
         assert main("clm", other + SHORT + ["--output_dir", str(tmp_path / name), *extra], as_script=True) == 0
     first, second = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "smoothed"))

@@ -291,6 +291,8 @@ class ProbeEstimate:
         evaluation: seconds of the validation passes (before training and after every epoch) and the test passes.
         steps: the optimisation steps counted.
         threads: torch CPU threads while measuring.
+        epochs: the epochs counted; ``seconds_per_epoch``: what one more epoch adds (its steps and validation pass),
+            so that :meth:`seconds_for` gives the estimate at another number of epochs.
     """
 
     seconds: float

@@ -155,7 +155,8 @@ def probe_bytes(num_sequences: int, batch_size: int, num_probed_layers: int, num
     layer's float32 hidden states (n_L + 1) L d and the copy of the probed layers P L d, the targets of its V levels
     (int64 symbols L V, or with ``messages`` the float64 messages L 2 V q and BP's upward messages); and one batch
     through the model."""
-    depth, q, length, width = int(config.depth), int(config.num_symbols), 2 ** int(config.depth), int(config.hidden_size)
+    depth, q, width = int(config.depth), int(config.num_symbols), int(config.hidden_size)
+    length = 2**depth
     states = 4 * length * width * (int(config.num_hidden_layers) + 1 + num_probed_layers)
     targets = 8 * length * 2 * num_levels * q + message_bytes(depth, q) if messages else 8 * length * num_levels
     per_sequence = tree_bytes(depth) + states + targets

@@ -414,14 +414,11 @@ class TreeLangTrainingArguments(TrainingArguments):
         """The training engine's choices (:mod:`hf_treelang.train.trainer`), each error naming the argument."""
         check_choice("train_engine", self.train_engine, TRAIN_ENGINES)
         check_choice("step_mode", self.step_mode, STEP_MODES)
-        check_honoured(self)  # every field the engine would ignore, left at its default
+        check_honoured(self)  # every field the engine would ignore (gradient accumulation on the device): default
         if self.train_engine == "dataloader":
             if self.step_mode == "cuda_graph":
                 raise ValueError("`step_mode` 'cuda_graph' needs --train_engine device, got --train_engine dataloader")
             return
-        if self.gradient_accumulation_steps != 1:
-            raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per "
-                             f"step), got {self.gradient_accumulation_steps}; use --train_engine dataloader")
         if self.step_mode == "cuda_graph":
             obstacles = self.cuda_graph_obstacles(requested=True)
             if obstacles:

@@ -1,10 +1,10 @@
 """Which ``TrainingArguments`` fields each training engine honours, and the refusal of every other one.
 
-:class:`~hf_treelang.train.arguments.TreeLangTrainingArguments` inherits every field of ``transformers.TrainingArguments``,
-but the package's engines honour only some of them: the device engine (:class:`~hf_treelang.train.trainer.TreeLangTrainer`)
-replaces the Trainer's per-epoch loop with its own lean step, and both engines bring their own data, schedule of
-evaluations and checkpoints. A field that an engine would silently ignore (``label_smoothing_factor`` before it was
-implemented trained byte-identical weights under another name) is refused before any work instead
+:class:`~hf_treelang.train.arguments.TreeLangTrainingArguments` inherits every field of
+``transformers.TrainingArguments``, but the package's engines honour only some of them: the device engine
+(:class:`~hf_treelang.train.trainer.TreeLangTrainer`) replaces the Trainer's per-epoch loop with its own lean step,
+and both engines bring their own data, schedule of evaluations and checkpoints. A field that an engine would silently
+ignore would train the same weights under another run's name (and identity); it is refused before any work instead
 (:func:`check_honoured`), naming the field and the engine.
 
 The lists are allow-lists: a field that a new transformers release adds is refused until someone reads what it does,
