@@ -464,6 +464,16 @@ def test_a_flag_the_engine_would_ignore_is_refused_in_one_line_before_any_work(t
     assert not out.exists()
 
 
+def test_an_evaluation_strategy_is_not_refused_for_the_do_eval_it_derives(tmp_path):
+    from hf_treelang.train.run import runs_from_command_line
+
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "x"), "--eval_strategy", "steps",
+                                                       "--eval_steps", "3"])
+    assert run.training_args.do_eval  # transformers' own consequence of the strategy, which no engine reads
+    with pytest.raises(ValueError, match=r"^`do_eval` is not honoured by --train_engine device"):
+        runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "y"), "--do_eval", "true"])
+
+
 def test_a_flag_only_the_dataloader_engine_honours_is_accepted_there(tmp_path):
     from hf_treelang.train.run import runs_from_command_line
 

@@ -81,6 +81,11 @@ HONOURED_SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", 
 HONOURED_VALUES = {"optim": HONOURED_OPTIMIZERS, "lr_scheduler_type": HONOURED_SCHEDULES}
 
 
+# Fields that ``TrainingArguments.__post_init__`` derives from an honoured one: the derived value is not the user's
+# setting (``do_eval`` turns True with any ``eval_strategy`` but "no", and the Trainer never reads it).
+DERIVED_VALUES = {"do_eval": lambda args: _plain(args.eval_strategy) != "no"}
+
+
 @functools.lru_cache(maxsize=None)
 def _defaults(cls) -> dict:
     """Every field of ``cls`` as a default-constructed instance holds it (after ``__post_init__``'s normalising, so
@@ -102,7 +107,8 @@ def unhonoured_fields(args) -> list:
     found = []
     for f in dataclasses.fields(args):
         value = getattr(args, f.name)
-        if f.name not in honoured and value != defaults[f.name]:
+        derived = f.name in DERIVED_VALUES and value == DERIVED_VALUES[f.name](args)
+        if f.name not in honoured and value != defaults[f.name] and not derived:
             found.append((f.name, value))
     return found
 
