@@ -379,10 +379,13 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
 
 
 # the run's sizes that its memory estimate grows with, by flag, and where each is read from
-MEMORY_FLAGS = {"--num_train": ("data", "num_train"), "--num_eval": ("data", "num_eval"),
-                "--num_test": ("data", "num_test"), "--per_device_train_batch_size": ("training",
-                                                                                      "per_device_train_batch_size"),
-                "--per_device_eval_batch_size": ("training", "per_device_eval_batch_size")}
+MEMORY_FLAGS = {
+    "--num_train": ("data", "num_train"),
+    "--num_eval": ("data", "num_eval"),
+    "--num_test": ("data", "num_test"),
+    "--per_device_train_batch_size": ("training", "per_device_train_batch_size"),
+    "--per_device_eval_batch_size": ("training", "per_device_eval_batch_size"),
+}
 
 
 def run_memory(config, sizes: dict, num_test_sets: int) -> int:
