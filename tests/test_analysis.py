@@ -458,3 +458,14 @@ def test_the_memory_check_names_what_fits_when_one_flag_is_not_enough(small_mach
                                          r"is 1$"):
         small_machine.check_memory({"--batch": 2, "--data": 10**7},  # no --data fits at --batch 2: both are lowered
                                    lambda s: s["--batch"] * 8 * 10**8 + s["--data"] * 10**6, what="a test")
+
+
+def test_the_memory_estimates_count_the_nodes_of_trees_of_any_arity():
+    from hf_treelang.core import resources
+
+    assert [resources.num_nodes(depth, 2) for depth in (0, 1, 4)] == [1, 3, 31]
+    assert resources.num_nodes(2, 3) == 1 + 3 + 9
+    binary = resources.model_sizes(TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH), DEPTH, Q)
+    ternary = resources.model_sizes(TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH), DEPTH, Q, arity=3)
+    assert binary.arity == 2 and ternary.arity == 3
+    assert resources.calibration_bytes(10, 10, ternary) > resources.calibration_bytes(10, 10, binary)

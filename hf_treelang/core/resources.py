@@ -9,8 +9,8 @@ size), the working sets every estimate is built from, and the two checks every c
 
 The estimates are upper bounds of what the commands hold at once, written from the arrays they build (never from a
 measurement of one machine); each is a sum of working sets, per sequence unless said otherwise. Glossary: ℓ the depth,
-``L = 2**ℓ`` leaves, ``N = 2**(ℓ+1) - 1`` nodes of a tree, q symbols, ``d`` the hidden size, ``d'`` the feed-forward
-size, ``n_L`` layers, ``h`` heads.
+s the arity, ``L = s**ℓ`` leaves, ``N = (s**(ℓ+1) - 1) / (s - 1)`` nodes of a tree (``2**(ℓ+1) - 1`` for the
+paper's binary trees), q symbols, ``d`` the hidden size, ``d'`` the feed-forward size, ``n_L`` layers, ``h`` heads.
 
 * a sampled tree, every level as int64 (the sampler's working set): :func:`tree_bytes` = 8 N;
 * BP messages of one direction, float64 over q for every node: :func:`message_bytes` = 8 q N;
@@ -67,22 +67,34 @@ def memory_budget() -> int | None:
     return None if available is None else int(available * MEMORY_FRACTION)
 
 
-def tree_bytes(depth: int) -> int:
-    """One sampled tree, every level as int64: 8 (2**(ℓ+1) - 1) bytes."""
-    return 8 * (2 ** (depth + 1) - 1)
+def num_nodes(depth: int, arity: int = 2) -> int:
+    """N, the nodes of a tree of depth ℓ and arity s: (s**(ℓ+1) - 1) / (s - 1)."""
+    return (arity ** (depth + 1) - 1) // (arity - 1)
 
 
-def message_bytes(depth: int, num_symbols: int) -> int:
-    """BP's messages of one direction for one tree: float64 over q for every node, 8 q (2**(ℓ+1) - 1) bytes."""
-    return 8 * num_symbols * (2 ** (depth + 1) - 1)
+def tree_bytes(depth: int, arity: int = 2) -> int:
+    """One sampled tree, every level as int64: 8 N bytes."""
+    return 8 * num_nodes(depth, arity)
+
+
+def message_bytes(depth: int, num_symbols: int, arity: int = 2) -> int:
+    """BP's messages of one direction for one tree: float64 over q for every node, 8 q N bytes."""
+    return 8 * num_symbols * num_nodes(depth, arity)
+
+
+def _shape(config) -> tuple:
+    """(ℓ, s, q, L) of a config (``arity`` 2 when it has none)."""
+    depth, arity = int(config.depth), int(getattr(config, "arity", 2) or 2)
+    return depth, arity, int(config.num_symbols), arity**depth
 
 
 @dataclass(frozen=True)
 class ModelSizes:
-    """What the estimates read of a model: ℓ, q and its sizes (d, d', n_L, h)."""
+    """What the estimates read of a model: ℓ, q, s and its sizes (d, d', n_L, h)."""
 
     depth: int
     num_symbols: int
+    arity: int
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -90,14 +102,15 @@ class ModelSizes:
     classifier_hidden_size: int = 0
 
 
-def model_sizes(config, depth: int, num_symbols: int) -> ModelSizes:
-    """The :class:`ModelSizes` of a model config of any architecture on data of depth ℓ and q symbols, read under
-    transformers' common names (``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+def model_sizes(config, depth: int, num_symbols: int, arity: int | None = None) -> ModelSizes:
+    """The :class:`ModelSizes` of a model config of any architecture on data of depth ℓ, arity s and q symbols, read
+    under transformers' common names (``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
     ``num_attention_heads``; GPT-2's ``n_inner``); a feed-forward size the config does not name is taken as 4 d, a
-    layer or head count as 1."""
+    layer or head count as 1, an arity not given as the config's ``arity`` (2 without one)."""
     hidden = int(getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or 0)
     return ModelSizes(
-        depth=int(depth), num_symbols=int(num_symbols), hidden_size=hidden,
+        depth=int(depth), num_symbols=int(num_symbols), arity=int(arity or getattr(config, "arity", 2) or 2),
+        hidden_size=hidden,
         intermediate_size=int(getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
                               or 4 * hidden),
         num_hidden_layers=int(getattr(config, "num_hidden_layers", None) or 1),
@@ -108,7 +121,7 @@ def model_sizes(config, depth: int, num_symbols: int) -> ModelSizes:
 def layer_bytes(config) -> int:
     """One sequence through one layer of a ``TreeLangConfig`` (float32: the hidden state, the attention's inputs and
     output, the feed-forward layer and the h attention maps): 4 L (4 d + d' + 2 h L) bytes."""
-    length = 2 ** int(config.depth)
+    length = _shape(config)[3]
     return 4 * length * (4 * int(config.hidden_size) + int(config.intermediate_size)
                          + 2 * int(config.num_attention_heads) * length)
 
@@ -116,7 +129,7 @@ def layer_bytes(config) -> int:
 def inference_bytes(config, *, attentions: bool = False, hidden_states: bool = False) -> int:
     """One sequence through the model without gradients: one layer's working set at a time, plus every layer's
     attention maps (4 n_L h L²) or hidden states (4 (n_L + 1) L d) when they are returned."""
-    length, layers = 2 ** int(config.depth), int(config.num_hidden_layers)
+    length, layers = _shape(config)[3], int(config.num_hidden_layers)
     kept = 4 * layers * int(config.num_attention_heads) * length**2 if attentions else 0
     kept += 4 * (layers + 1) * length * int(config.hidden_size) if hidden_states else 0
     return layer_bytes(config) + kept
@@ -134,9 +147,9 @@ def training_step_bytes(config) -> int:
 def attention_bytes(num_samples: int, batch_size: int, config) -> int:
     """``hf-treelang attention``: the n sampled trees, three (n, L) int64 input copies (sampled, masked, shifted),
     one batch through the model with every attention map returned, and the float64 sums of the maps (n_L h L²)."""
-    depth, length = int(config.depth), 2 ** int(config.depth)
+    depth, arity, _, length = _shape(config)
     maps = 8 * int(config.num_hidden_layers) * int(config.num_attention_heads) * length**2
-    return (num_samples * (tree_bytes(depth) + 3 * 8 * length)
+    return (num_samples * (tree_bytes(depth, arity) + 3 * 8 * length)
             + min(batch_size, num_samples) * inference_bytes(config, attentions=True) + maps)
 
 
@@ -144,8 +157,8 @@ def calibration_bytes(num_samples: int, batch_size: int, config) -> int:
     """``hf-treelang calibration``: per sequence, the sampled tree, the uniform sequence and the two sets' (n, L)
     int64 inputs, BP's upward and downward messages and the second upward pass of the impossibility check (three
     message sets), and four (n, q) float64 arrays (model, BP, their comparison); and one batch through the model."""
-    depth, q, length = int(config.depth), int(config.num_symbols), 2 ** int(config.depth)
-    per_sequence = tree_bytes(depth) + 3 * 8 * length + 3 * message_bytes(depth, q) + 4 * 8 * q
+    depth, arity, q, length = _shape(config)
+    per_sequence = tree_bytes(depth, arity) + 3 * 8 * length + 3 * message_bytes(depth, q, arity) + 4 * 8 * q
     return num_samples * per_sequence + min(batch_size, num_samples) * inference_bytes(config)
 
 
@@ -155,19 +168,20 @@ def probe_bytes(num_sequences: int, batch_size: int, num_probed_layers: int, num
     layer's float32 hidden states (n_L + 1) L d and the copy of the probed layers P L d, the targets of its V levels
     (int64 symbols L V, or with ``messages`` the float64 messages L 2 V q and BP's upward messages); and one batch
     through the model."""
-    depth, q, width = int(config.depth), int(config.num_symbols), int(config.hidden_size)
-    length = 2**depth
+    depth, arity, q, length = _shape(config)
+    width = int(config.hidden_size)
     states = 4 * length * width * (int(config.num_hidden_layers) + 1 + num_probed_layers)
-    targets = 8 * length * 2 * num_levels * q + message_bytes(depth, q) if messages else 8 * length * num_levels
-    per_sequence = tree_bytes(depth) + states + targets
+    targets = (8 * length * 2 * num_levels * q + message_bytes(depth, q, arity) if messages
+               else 8 * length * num_levels)
+    per_sequence = tree_bytes(depth, arity) + states + targets
     return num_sequences * per_sequence + min(batch_size, num_sequences) * inference_bytes(config, hidden_states=True)
 
 
 def generation_bytes(num_samples: int, batch_size: int, config) -> int:
     """``hf-treelang generate``: per sequence, the generated (n, L + 1) int64 batches and their concatenation, a
     true sampled tree, its BP upward messages and eight float64 scores; and one batch through the model."""
-    depth, q, length = int(config.depth), int(config.num_symbols), 2 ** int(config.depth)
-    per_sequence = 2 * 8 * (length + 1) + tree_bytes(depth) + message_bytes(depth, q) + 8 * 8
+    depth, arity, q, length = _shape(config)
+    per_sequence = 2 * 8 * (length + 1) + tree_bytes(depth, arity) + message_bytes(depth, q, arity) + 8 * 8
     return num_samples * per_sequence + min(batch_size, num_samples) * inference_bytes(config)
 
 
@@ -176,7 +190,7 @@ def parameter_count(config) -> int:
     2 d d' + d + d' and two layer norms 4 d; the embedding (q + 1) d; the largest head (the root readout of every
     final token, L d q + q, or its hidden layer L d H + H q)."""
     d, ff, q = int(config.hidden_size), int(config.intermediate_size), int(config.num_symbols)
-    length, hidden = 2 ** int(config.depth), int(getattr(config, "classifier_hidden_size", 0) or 0)
+    length, hidden = _shape(config)[3], int(getattr(config, "classifier_hidden_size", 0) or 0)
     head = length * d * hidden + hidden * q + hidden if hidden else length * d * q + q
     return int(config.num_hidden_layers) * (4 * d * d + 2 * d * ff + 9 * d + ff) + (q + 1) * d + head + d * q + q
 
@@ -187,8 +201,8 @@ def training_bytes(*, num_sequences: int, bp_sequences: int, train_batch_size: i
     the BP targets of ``bp_sequences`` (upward and downward messages), one training step
     (:func:`training_step_bytes` per sequence of the batch), one evaluation batch, and the weights, gradients and
     Adam's two moments (16 bytes per :func:`parameter_count`)."""
-    depth, q, length = int(config.depth), int(config.num_symbols), 2 ** int(config.depth)
-    return (num_sequences * (tree_bytes(depth) + 8 * length) + bp_sequences * 2 * message_bytes(depth, q)
+    depth, arity, q, length = _shape(config)
+    return (num_sequences * (tree_bytes(depth, arity) + 8 * length) + bp_sequences * 2 * message_bytes(depth, q, arity)
             + train_batch_size * training_step_bytes(config) + eval_batch_size * inference_bytes(config)
             + 16 * parameter_count(config))
 
@@ -273,7 +287,7 @@ def _hours(seconds: float) -> str:
     return f"{math.ceil(seconds / 60)} min"
 
 
-__all__ = ["DEFAULT_MAX_HOURS", "MEMORY_FRACTION", "ModelSizes", "model_sizes", "attention_bytes", "available_memory", "calibration_bytes",
-           "check_max_hours", "check_memory", "check_time", "format_bytes", "generation_bytes", "inference_bytes",
-           "layer_bytes", "memory_budget", "message_bytes", "parameter_count", "probe_bytes", "training_bytes",
-           "training_step_bytes", "tree_bytes"]
+__all__ = ["DEFAULT_MAX_HOURS", "MEMORY_FRACTION", "ModelSizes", "attention_bytes", "available_memory",
+           "calibration_bytes", "check_max_hours", "check_memory", "check_time", "format_bytes", "generation_bytes",
+           "inference_bytes", "layer_bytes", "memory_budget", "message_bytes", "model_sizes", "num_nodes",
+           "parameter_count", "probe_bytes", "training_bytes", "training_step_bytes", "tree_bytes"]
