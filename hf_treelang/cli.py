@@ -33,6 +33,7 @@ CONVERT_TASKS = ("root", "mlm")  # hf_treelang.models.convert.TASKS
 CALIBRATION_TASKS = ("mlm", "root")  # hf_treelang.core.oracle.TASKS
 PROBE_POSITIONS = ("all", "ends")  # hf_treelang.analysis.probing.POSITION_MODES
 SAMPLE_COMPLEXITY_ARMS = ("scratch", "frozen", "finetuned")  # hf_treelang.analysis.sample_complexity.ARMS
+PROBE_MAX_HOURS = 24.0  # hf_treelang.core.resources.DEFAULT_MAX_HOURS
 
 
 def _convert_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +123,9 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-hidden", type=int, default=paper.PROBE_HIDDEN,
                         help="hidden units of each readout (App. E.6: 64; 0: a linear readout)")
     parser.add_argument("--seed", type=int, default=20_240_603, help="seed of data, initialisation and batches")
+    parser.add_argument("--max-hours", type=float, default=PROBE_MAX_HOURS,
+                        help="refuse, before the hidden states are computed, a run whose printed time estimate is "
+                        f"longer than this many hours, naming the most --epochs that fit (default: {PROBE_MAX_HOURS:g})")
     parser.add_argument("--device", default="cpu", help="torch device")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads, >= 1: torch.set_num_threads (default: torch's own setting)")

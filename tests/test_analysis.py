@@ -373,3 +373,99 @@ def test_dynamics_of_a_run_without_positions_draws_no_heat_map(tmp_path):
     assert "positions" not in paths and not (tmp_path / "out" / "dynamics_positions.png").exists()
     saved = json.loads(paths["json"].read_text())
     assert saved["kl_position"] is None and saved["half_kl_step_per_position"] is None
+
+
+# ---------------------------------------------------------------- bounded analyses: memory and time before any work
+
+
+@pytest.fixture
+def small_machine(monkeypatch):
+    """A stand-in machine with 2 GB of available memory (the analyses' budget: 80% of it)."""
+    from hf_treelang.core import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: 2 * 10**9)
+    return resources
+
+
+def _never(*args, **kwargs):
+    pytest.fail("the command started its work")
+
+
+@pytest.mark.parametrize("command, module", [("attention", attention), ("calibration", calibration)])
+def test_an_analysis_over_the_machines_memory_is_refused_before_any_work(checkpoints, small_machine, monkeypatch,
+                                                                         tmp_path, capsys, command, module):
+    monkeypatch.setattr(module, "sample_trees", _never)
+    out = tmp_path / "never"
+    assert run_command(command, [str(checkpoints["mlm"]), "--out", str(out), "--num-samples", "100000000"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and error.startswith(f"hf-treelang {command}: error: --num-samples 100000000 needs about")
+    assert "1.6 GB (80% of the memory available)" in error
+    largest = int(error.rsplit(" ", 1)[-1])
+    from hf_treelang.core import resources
+
+    config = load_checkpoint(checkpoints["mlm"]).config
+    peak = getattr(resources, f"{command}_bytes")
+    batch = 512 if command == "attention" else 1024
+    assert peak(largest, batch, config) <= small_machine.memory_budget() < peak(largest + 1, batch, config)
+    assert not out.exists()
+
+
+def test_the_template_comparison_checks_every_checkpoints_memory_before_running_one(checkpoints, small_machine,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(attention, "sample_trees", _never)
+    with pytest.raises(ValueError, match="--num-samples 100000000 needs about"):
+        attention.attention_grid([checkpoints["mlm"], checkpoints["root"]], num_samples=10**8)
+
+
+def test_probe_over_the_machines_memory_is_refused_naming_the_largest_size(checkpoints, small_machine, monkeypatch,
+                                                                          tmp_path, capsys):
+    monkeypatch.setattr(probing, "sample_trees", _never)
+    assert run_command("probe", [str(checkpoints["mlm"]), "--out", str(tmp_path / "never"), "--num-train",
+                                 "100000000"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --num-train 100000000 needs about" in error
+    assert "the largest --num-train that fits is" in error and not (tmp_path / "never").exists()
+
+
+def test_probe_estimated_over_its_time_bound_is_refused_before_training(checkpoints, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(probing, "_fit", _never)
+    args = [str(checkpoints["mlm"]), "--out", str(tmp_path / "never"), "--num-train", "64", "--num-validation",
+            "32", "--num-test", "32", "--epochs", "100000000"]
+    assert run_command("probe", args) == 2
+    captured = capsys.readouterr()
+    assert "estimated time: about" in captured.out  # the estimate is printed first, as before
+    error = captured.err.strip()
+    assert "\n" not in error and "error: --epochs 100000000 is estimated to take about" in error
+    assert "over the 24-hour bound (--max-hours)" in error and "or raise --max-hours" in error
+    largest = int(error.split("the largest --epochs within it is ")[1].split(",")[0])
+    assert 1 <= largest < 100000000 and not (tmp_path / "never").exists()
+    assert run_command("probe", args[:-1] + ["1", "--max-hours", "0"]) == 2
+    assert "`max_hours` must be a real number > 0, got 0.0" in capsys.readouterr().err
+
+
+def test_the_memory_check_names_what_fits_when_one_flag_is_not_enough(small_machine):
+    budget = small_machine.memory_budget()
+
+    def peak(sizes):  # a batch term that alone exceeds the budget at any batch, and a data term
+        return sizes["--batch"] * budget + sizes["--data"] * 1000
+
+    with pytest.raises(ValueError, match=r"^--batch 8 needs about .*: lower the other sizes$"):
+        small_machine.check_memory({"--batch": 8, "--data": 10}, peak, what="a test")
+    with pytest.raises(ValueError, match=r"^--data 10000000 needs about .*: the largest --data that fits is 1600$"):
+        small_machine.check_memory({"--data": 10**7}, lambda s: s["--data"] * 10**6, what="a test")
+    small_machine.check_memory({"--data": 1600}, lambda s: s["--data"] * 10**6, what="a test")  # fits: no error
+    with pytest.raises(ValueError, match=r"^--data 10000000 needs .*: the largest --batch that fits with --data 1 "
+                                         r"is 1$"):
+        small_machine.check_memory({"--batch": 2, "--data": 10**7},  # no --data fits at --batch 2: both are lowered
+                                   lambda s: s["--batch"] * 8 * 10**8 + s["--data"] * 10**6, what="a test")
+
+
+def test_the_memory_estimates_count_the_nodes_of_trees_of_any_arity():
+    from hf_treelang.core import resources
+
+    assert [resources.num_nodes(depth, 2) for depth in (0, 1, 4)] == [1, 3, 31]
+    assert resources.num_nodes(2, 3) == 1 + 3 + 9
+    binary = resources.model_sizes(TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH), DEPTH, Q)
+    ternary = resources.model_sizes(TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH), DEPTH, Q, arity=3)
+    assert binary.arity == 2 and ternary.arity == 3
+    assert resources.calibration_bytes(10, 10, ternary) > resources.calibration_bytes(10, 10, binary)

@@ -169,3 +169,16 @@ def test_a_non_causal_run_is_refused_naming_what_it_holds(folders, tmp_path, cap
 
 def test_the_command_line_limit_is_the_librarys():
     assert GENERATE_MAX_SAMPLES == generation.MAX_SAMPLES
+
+
+def test_generation_over_the_machines_memory_is_refused_before_any_sampling(folders, tmp_path, capsys, monkeypatch):
+    from hf_treelang.analysis import generation
+    from hf_treelang.core import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: 10**6)  # a stand-in machine of 1 MB
+    monkeypatch.setattr(generation, "score_model_generation", lambda *a, **k: pytest.fail("sampled"))
+    out = tmp_path / "never"
+    assert run_command("generate", [str(folders / "causal"), "--out", str(out), "--num-samples", "100000"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --num-samples 100000 needs about" in error
+    assert "the largest --num-samples that fits is" in error and not out.exists()

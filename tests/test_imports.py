@@ -162,6 +162,7 @@ def test_the_choices_of_the_command_line_are_those_of_the_library():
     from hf_treelang.analysis.probing import POSITION_MODES
     from hf_treelang.analysis.sample_complexity import ARMS
     from hf_treelang.core.oracle import TASKS
+    from hf_treelang.core.resources import DEFAULT_MAX_HOURS
     from hf_treelang.models.convert import TASKS as CONVERT_TASKS
     from hf_treelang.reproduce import PRESETS, steps_of
 
@@ -169,6 +170,7 @@ def test_the_choices_of_the_command_line_are_those_of_the_library():
     assert set(cli.CALIBRATION_TASKS) == set(TASKS)
     assert cli.PROBE_POSITIONS == POSITION_MODES
     assert cli.SAMPLE_COMPLEXITY_ARMS == ARMS
+    assert cli.PROBE_MAX_HOURS == DEFAULT_MAX_HOURS
     help_text = " ".join(cli.command_parser("reproduce").format_help().split())
     for preset in PRESETS.values():
         for step, _ in steps_of(preset):

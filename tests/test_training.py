@@ -383,3 +383,228 @@ def test_an_abbreviated_flag_is_refused_not_guessed(tmp_path):
     with pytest.raises(SystemExit):
         cli.command_parser("sweep").parse_args(["--stat", str(tmp_path)])  # --status, abbreviated
     assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- every training flag honoured or refused
+
+
+def _non_default():
+    """A value equal to nothing: what a user's non-default setting looks like to the check."""
+
+    class NonDefault:
+        def __eq__(self, other):
+            return isinstance(other, NonDefault)
+
+        __hash__ = object.__hash__
+
+    return NonDefault()
+
+
+@pytest.mark.parametrize("engine", ["device", "dataloader"])
+def test_every_training_arguments_field_is_honoured_or_refused(engine):
+    """Walks the installed TrainingArguments: a field a new transformers release adds is refused until honoured."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from hf_treelang.train.arguments import TreeLangTrainingArguments
+    from hf_treelang.train.honoured import HONOURED_FIELDS, HONOURED_VALUES, check_honoured
+
+    names = [f.name for f in dataclasses.fields(TrainingArguments)]
+    names += [f.name for f in dataclasses.fields(TreeLangTrainingArguments) if f.name not in names]
+    refused = 0
+    for name in names:
+        args = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, train_engine=engine)
+        check_honoured(args)  # every default passes
+        if name in HONOURED_VALUES or name == "train_engine":
+            continue  # checked by value below; the engine names itself
+        setattr(args, name, _non_default())
+        if name in HONOURED_FIELDS[engine]:
+            check_honoured(args)
+        else:
+            with pytest.raises(ValueError, match=rf"^`{name}` is not honoured by --train_engine {engine} "):
+                check_honoured(args)
+            refused += 1
+    assert refused >= 30  # the Hub, DeepSpeed, FSDP, NEFTune, Liger, ... (and the loader's options on the device)
+    for name, allowed in HONOURED_VALUES.items():
+        args = TreeLangTrainingArguments(output_dir="unused", use_cpu=True, train_engine=engine)
+        setattr(args, name, "something_new")
+        with pytest.raises(ValueError, match=rf"`{name}` 'something_new' is not honoured by --train_engine {engine}"):
+            check_honoured(args)
+
+
+@pytest.mark.parametrize("task", ["root", "mlm", "clm", "finetune"])
+def test_every_preset_sets_only_fields_both_engines_honour(task):
+    for preset in PRESETS[task]:
+        for engine in ("device", "dataloader"):
+            args = parse_command_line(task, ["--preset", preset, "--train_engine", engine])[2]
+            args.check_engine()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--label_smoothing_factor", "2"], r"`label_smoothing_factor` must be a real number in \[0, 1\), got 2.0"),
+        (["--label_smoothing_factor", "1"], r"`label_smoothing_factor` must be a real number in \[0, 1\), got 1.0"),
+        (["--neftune_noise_alpha", "5"], r"`neftune_noise_alpha` is not honoured by --train_engine device"),
+        (["--dataloader_num_workers", "2"],
+         r"`dataloader_num_workers` is not honoured by --train_engine device .*--train_engine dataloader honours it"),
+        (["--train_engine", "dataloader", "--push_to_hub", "true"],
+         r"`push_to_hub` is not honoured by --train_engine dataloader"),
+        (["--optim", "lomo"], r"`optim` 'lomo' is not honoured by --train_engine device"),
+        (["--lr_scheduler_type", "greedy", "--eval_strategy", "steps", "--eval_steps", "5"],
+         r"`lr_scheduler_type` .greedy. is not honoured by --train_engine device"),
+    ],
+)
+def test_a_flag_the_engine_would_ignore_is_refused_in_one_line_before_any_work(tmp_path, capsys, extra, message):
+    out = tmp_path / "never"
+    assert main("root", TINY + ["--output_dir", str(out), *extra], as_script=True) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert not out.exists()
+
+
+def test_an_evaluation_strategy_is_not_refused_for_the_do_eval_it_derives(tmp_path):
+    from hf_treelang.train.run import runs_from_command_line
+
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "x"), "--eval_strategy", "steps",
+                                                       "--eval_steps", "3"])
+    assert run.training_args.do_eval  # transformers' own consequence of the strategy, which no engine reads
+    with pytest.raises(ValueError, match=r"^`do_eval` is not honoured by --train_engine device"):
+        runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "y"), "--do_eval", "true"])
+
+
+def test_a_flag_only_the_dataloader_engine_honours_is_accepted_there(tmp_path):
+    from hf_treelang.train.run import runs_from_command_line
+
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "x"), "--train_engine",
+                                                       "dataloader", "--dataloader_num_workers", "2"])
+    assert run.training_args.dataloader_num_workers == 2
+
+
+SHORT = ["--num_train", "16", "--num_evaluations", "0", "--num_checkpoints", "0"]  # two steps of 8
+
+
+@pytest.mark.parametrize("task, engine", [("root", "device"), ("mlm", "device"), ("clm", "device"),
+                                          ("root", "dataloader")])
+def test_label_smoothing_changes_the_weights_in_every_task(tmp_path, task, engine):
+    plain = run_tiny(task, tmp_path / "plain", *SHORT, "--train_engine", engine)
+    smoothed = run_tiny(task, tmp_path / "smoothed", *SHORT, "--train_engine", engine, "--label_smoothing_factor",
+                        "0.5")
+    assert plain.global_step == smoothed.global_step == 2
+    first, second = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "smoothed"))
+    assert any(not torch.equal(first[key], second[key]) for key in first)
+
+
+def test_label_smoothing_changes_the_weights_of_another_architectures_causal_run(tmp_path):
+    other = ["--depth", "2", "--num_symbols", "3", "--num_eval", "16", "--num_test", "16",
+             "--per_device_train_batch_size", "8", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads",
+             "1", "--use_dataset_builder", "false", "--model_type", "gpt2", "--config_overrides",
+             "n_embd=16,n_layer=1,n_head=1"]
+    for name, extra in (("plain", []), ("smoothed", ["--label_smoothing_factor", "0.5"])):
+        assert main("clm", other + SHORT + ["--output_dir", str(tmp_path / name), *extra], as_script=True) == 0
+    first, second = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "smoothed"))
+    assert any(not torch.equal(first[key], second[key]) for key in first)
+
+
+def test_another_architectures_causal_loss_is_label_smoothers_unshifted():
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from hf_treelang.train.loop import next_leaf_cross_entropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 8, 5)  # (b, L, V)
+    labels = torch.randint(0, 5, (4, 8))  # (b, L)
+    labels[:, -1] = -100
+    smoothed = next_leaf_cross_entropy({"logits": logits}, labels, label_smoothing=0.3)
+    assert torch.isclose(smoothed, LabelSmoother(epsilon=0.3)({"logits": logits}, labels), rtol=0, atol=1e-6)
+    assert torch.equal(next_leaf_cross_entropy({"logits": logits}, labels),
+                       next_leaf_cross_entropy({"logits": logits}, labels, label_smoothing=0.0))
+
+
+@pytest.mark.parametrize("task", ["root", "mlm", "clm", "stacked_root", "stacked_mlm"])
+def test_the_smoothed_loss_is_label_smoothers_on_a_batch(task):
+    """The device engine's loss with ε = 0.3 is transformers' LabelSmoother, checked against torch's own
+    ``cross_entropy(label_smoothing=ε)`` (the same definition: (1 - ε) NLL + ε mean_c -log p_c), to 1e-6."""
+    import types
+
+    import torch.nn.functional as F
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from hf_treelang.models.stacked import StackedTreeLang
+    from hf_treelang.train.loop import MODEL_CLASSES
+    from hf_treelang.train.trainer import EnsembleTrainer, TreeLangTrainer
+
+    torch.manual_seed(0)
+    config = hf_treelang.TreeLangConfig.from_data(num_symbols=3, depth=2, hidden_size=8, num_hidden_layers=1,
+                                                  intermediate_size=8, hidden_dropout_prob=0.0,
+                                                  attention_probs_dropout_prob=0.0)
+    model_task = task.removeprefix("stacked_")
+    b, T, q, epsilon = 6, 4, 3, 0.3
+    input_ids = torch.randint(0, q, (b, T))  # (b, T)
+    if model_task == "root":
+        labels = torch.randint(0, q, (b,))  # (b,)
+    else:
+        labels = torch.randint(0, q, (b, T))  # (b, T)
+        labels[:, ::2] = -100
+        if model_task == "clm":
+            input_ids[:, 0] = q  # BOS
+    stub = types.SimpleNamespace(label_smoother=LabelSmoother(epsilon=epsilon), compute_loss_func=None,
+                                 member_loss_sum=torch.zeros(2))
+    if task.startswith("stacked"):
+        models = [MODEL_CLASSES[model_task](config) for _ in range(2)]
+        stacked = StackedTreeLang.from_models(models, model_task)
+        loss, logged = EnsembleTrainer.forward_loss(stub, stacked, {"input_ids": torch.stack([input_ids] * 2),
+                                                                    "labels": torch.stack([labels] * 2)})
+        expected = sum(F.cross_entropy(m(input_ids=input_ids).logits.reshape(-1, q), labels.reshape(-1),
+                                       label_smoothing=epsilon, ignore_index=-100) for m in models)
+    else:
+        model = MODEL_CLASSES[model_task](config)
+        loss, logged = TreeLangTrainer.forward_loss(stub, model, {"input_ids": input_ids, "labels": labels})
+        logits = model(input_ids=input_ids).logits
+        expected = F.cross_entropy(logits.reshape(-1, q), labels.reshape(-1), label_smoothing=epsilon,
+                                   ignore_index=-100)
+        assert not torch.isclose(loss, model(input_ids=input_ids, labels=labels).loss)  # it is not the plain loss
+    assert torch.isclose(loss, expected, rtol=0, atol=1e-6), (float(loss), float(expected))
+    assert loss.requires_grad and not logged.requires_grad
+
+
+# ---------------------------------------------------------------- bounded runs: memory before any data
+
+
+@pytest.fixture
+def machine_of_8_gb(monkeypatch):
+    from hf_treelang.core import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 * 10**9)  # a stand-in machine
+    import hf_treelang.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_run_data", lambda *a, **k: pytest.fail("the data were built"))
+    return resources
+
+
+def test_a_depth_16_run_is_refused_before_preparing_its_data(machine_of_8_gb, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main("root", ["--depth", "16", "--output_dir", str(out), "--cpu_threads", "1"], as_script=True) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --per_device_train_batch_size 32 needs about" in error
+    assert "at depth 16" in error and error.endswith("lower --depth (16) or the model's size")
+    assert not out.exists()
+
+
+def test_a_run_over_the_machines_memory_names_the_largest_size_that_fits(machine_of_8_gb, tmp_path, capsys):
+    from hf_treelang.train.run import run_memory
+
+    out = tmp_path / "never"
+    assert main("root", TINY + ["--depth", "8", "--num_train", "100000000", "--output_dir", str(out)],
+                as_script=True) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --num_train 100000000 needs about" in error
+    largest = int(error.split("the largest --num_train that fits is ")[1])
+    data_args, model_args, args = parse_command_line("root", TINY + ["--depth", "8"])[:3]
+    sizes = {"--num_train": largest, "--num_eval": 20, "--num_test": 16, "--per_device_train_batch_size": 8,
+             "--per_device_eval_batch_size": args.per_device_eval_batch_size}
+    config = model_args.config(data_args)
+    budget = machine_of_8_gb.memory_budget()
+    assert run_memory(config, sizes, 9) <= budget < run_memory(config, {**sizes, "--num_train": largest + 1}, 9)
+    assert not out.exists()

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from hf_treelang.core.attention_template import template_attention, template_similarity, uniform_similarity
+from hf_treelang.core.resources import attention_bytes, check_memory, model_sizes
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.core.masking import mask_evaluation_set
 from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
@@ -105,7 +106,8 @@ def average_attention(
     Args:
         checkpoint: a checkpoint folder (any task; TreeLang's or a run of another architecture with attention) or a
             loaded checkpoint.
-        num_samples: inputs averaged over.
+        num_samples: inputs averaged over; refused before any sampling when the estimated peak memory
+            (:func:`hf_treelang.core.resources.attention_bytes`) exceeds the machine's.
         seed: seed of the inputs (and of the masked positions).
         mask: mask one leaf per input; ``None`` masks for an MLM checkpoint only, as in its training. A causal
             checkpoint reads its own input layout ``[BOS, x_0 .. x_{L-2}]`` (row i predicts leaf i; no mask).
@@ -115,6 +117,7 @@ def average_attention(
     num_samples = check_positive("num_samples", num_samples)
     batch_size = check_positive("batch_size", batch_size)
     check_outputs(ckpt, attentions=True)
+    check_attention_memory(ckpt, num_samples, batch_size)
     causal = ckpt.task == NEXT_LEAF_TASK
     if causal and mask:
         raise ValueError("mask: a causal (next-leaf) model reads whole prefixes, never a masked leaf; leave mask unset")
@@ -142,9 +145,21 @@ def attention_grid(checkpoints, **kwargs) -> list:
     if not checkpoints:
         raise ValueError("checkpoints must name at least one TreeLang checkpoint folder, got none")
     loaded = [as_checkpoint(c, device=kwargs.get("device", "cpu")) for c in checkpoints]
-    for ckpt in loaded:
-        check_outputs(ckpt, attentions=True)  # an architecture without attention: refused before any runs
+    for ckpt in loaded:  # an architecture without attention, or over the machine's memory: refused before any runs
+        check_outputs(ckpt, attentions=True)
+        check_attention_memory(ckpt, kwargs.get("num_samples", 10_000), kwargs.get("batch_size", 512))
     return [average_attention(c, **kwargs) for c in loaded]
+
+
+def check_attention_memory(ckpt, num_samples: int, batch_size: int) -> None:
+    """Refuse a ``num_samples`` whose estimated peak memory (:func:`hf_treelang.core.resources.attention_bytes`)
+    exceeds the machine's, naming --num-samples and the largest that fits."""
+    num_samples = check_positive("num_samples", num_samples)
+    batch_size = check_positive("batch_size", batch_size)
+    model = model_sizes(ckpt.config, ckpt.depth, ckpt.num_symbols)
+    check_memory({"--num-samples": num_samples},
+                 lambda sizes: attention_bytes(sizes["--num-samples"], batch_size, model),
+                 what=f"{ckpt.num_layers} layers' attention at depth {ckpt.depth}")
 
 
 def _draw_map(fig, ax, matrix: np.ndarray, depth: int) -> None:
@@ -345,6 +360,7 @@ def template_dynamics(
         if (ckpt.depth, ckpt.filter_level, ckpt.num_layers) != (final.depth, final.filter_level, final.num_layers):
             raise ValueError(f"checkpoint {ckpt.describe()} does not match the run's final model "
                              f"{final.describe()} ({final.num_layers} layers)")
+        check_attention_memory(ckpt, num_samples, batch_size)
     results = [average_attention(c, num_samples=num_samples, seed=seed, mask=mask, batch_size=batch_size)
                for c in loaded]
     maps = np.stack([r.maps.mean(1) for r in results])  # (c, layers, L, L), heads averaged

@@ -27,6 +27,7 @@ from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.sampling import sample_trees, uniform_sequences
 from hf_treelang.core.metrics import compare_distributions
 from hf_treelang.core.oracle import predicted_marginals, task_inputs
+from hf_treelang.core.resources import calibration_bytes, check_memory, model_sizes
 from hf_treelang.plotting import pyplot, save_figure
 
 from .activations import Prediction, predict_distribution
@@ -168,7 +169,8 @@ def calibrate(
             root-classification model: TreeLang's, or a run of another architecture (``--model_type``).
         task: ``"mlm"`` (the masked symbol) or ``"root"``; ``None`` takes the checkpoint's own task. A task the
             checkpoint was not trained for is an error.
-        num_samples: sequences per input set.
+        num_samples: sequences per input set; refused before any sampling when the estimated peak memory
+            (:func:`hf_treelang.core.resources.calibration_bytes`) exceeds the machine's.
         seed: seed of the inputs and mask positions.
         batch_size: inference batch size.
     """
@@ -179,6 +181,11 @@ def calibrate(
             "root-classification (TreeLangForSequenceClassification) checkpoint"
         )
     batch_size = check_positive("batch_size", batch_size)
+    num_samples = check_positive("num_samples", num_samples)
+    model = model_sizes(ckpt.config, ckpt.depth, ckpt.num_symbols)
+    check_memory({"--num-samples": num_samples},
+                 lambda sizes: calibration_bytes(sizes["--num-samples"], batch_size, model),
+                 what=f"two input sets, their BP messages and model probabilities at depth {ckpt.depth}")
 
     def predict(ids, positions):
         return predict_distribution(ckpt, ids, positions, batch_size=batch_size)

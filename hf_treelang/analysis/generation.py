@@ -47,6 +47,7 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
 from hf_treelang.core.params import check_int
+from hf_treelang.core.resources import check_memory, generation_bytes, model_sizes
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.models.architectures import TREELANG
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -397,7 +398,9 @@ def score_generation(
         checkpoint: a TreeLangForCausalLM run or model folder, a causal run of another architecture (``run_clm.py
             --model_type``), or a loaded causal :class:`~hf_treelang.analysis.Checkpoint`; its grammar, ℓ and
             k_train define the data and the oracle.
-        num_samples: N generated and N true sequences, in [1, MAX_SAMPLES]; checked before anything is loaded.
+        num_samples: N generated and N true sequences, in [1, MAX_SAMPLES]; checked before anything is loaded,
+            and refused after loading (before any sampling) when the estimated peak memory
+            (:func:`hf_treelang.core.resources.generation_bytes`) exceeds the machine's.
         seed, batch_size: see :func:`score_model_generation`.
         device: where the model runs (BP runs on the CPU).
     """
@@ -408,6 +411,10 @@ def score_generation(
         ckpt = as_checkpoint(checkpoint, task=NEXT_LEAF_TASK)
     else:
         ckpt = load_causal_checkpoint(checkpoint, device=device, needed_by="generate")
+    model = model_sizes(ckpt.config, ckpt.depth, ckpt.num_symbols)
+    check_memory({"--num-samples": num_samples},
+                 lambda sizes: generation_bytes(sizes["--num-samples"], batch_size, model),
+                 what=f"N generated and N true sequences with their BP scores at depth {ckpt.depth}")
     return score_model_generation(ckpt.model, ckpt.grammar, depth=ckpt.depth, filter_level=ckpt.filter_level,
                                   num_samples=num_samples, seed=seed, batch_size=batch_size)
 

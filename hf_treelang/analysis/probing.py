@@ -49,6 +49,8 @@ from tqdm.auto import tqdm
 
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.oracle import NEXT_LEAF_TASK
+from hf_treelang.core.resources import (DEFAULT_MAX_HOURS, check_max_hours, check_memory, check_time, model_sizes,
+                                        probe_bytes)
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import ancestor_labels
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -175,7 +177,10 @@ def probe_targets(trees, levels: list) -> np.ndarray:
     return np.stack([ancestor_labels(trees.levels[m], trees.depth) for m in levels], -1)
 
 
-def hidden_states(ckpt, input_ids: np.ndarray, *, batch_size: int = 512) -> torch.Tensor:
+HIDDEN_STATES_BATCH = 512  # sequences per forward pass when the hidden states are collected
+
+
+def hidden_states(ckpt, input_ids: np.ndarray, *, batch_size: int = HIDDEN_STATES_BATCH) -> torch.Tensor:
     """(n, P, L, d) float32 hidden states of every layer (embedding first) of the frozen encoder."""
     return run_with_cache(ckpt, input_ids, logits=False, hidden_states=True, batch_size=batch_size).hidden_states
 
@@ -286,6 +291,8 @@ class ProbeEstimate:
         evaluation: seconds of the validation passes (before training and after every epoch) and the test passes.
         steps: the optimisation steps counted.
         threads: torch CPU threads while measuring.
+        epochs: the epochs counted; ``seconds_per_epoch``: what one more epoch adds (its steps and validation pass),
+            so that :meth:`seconds_for` gives the estimate at another number of epochs.
     """
 
     seconds: float
@@ -294,6 +301,12 @@ class ProbeEstimate:
     evaluation: float
     steps: int
     threads: int
+    epochs: int = 0
+    seconds_per_epoch: float = 0.0  # the training steps and the validation pass of one epoch
+
+    def seconds_for(self, epochs: int) -> float:
+        """The estimate of the same call with ``epochs`` epochs."""
+        return self.seconds + (epochs - self.epochs) * self.seconds_per_epoch
 
     def describe(self) -> str:
         return (f"estimated time: about {format_duration(self.seconds)} (an estimate from a few timed steps: hidden "
@@ -353,7 +366,9 @@ def estimate_probe(ckpt, leaves: np.ndarray, *, layers: list, num_levels: int, t
     steps = epochs * math.ceil(num_train / batch_size)
     evaluated = ((epochs + 1) * num_validation + 2 * num_test) * length + num_train * train_positions
     parts = {"hidden_states": per_sequence * n, "training": per_step * steps, "evaluation": per_token * evaluated}
-    return ProbeEstimate(seconds=sum(parts.values()), steps=steps, threads=torch.get_num_threads(), **parts)
+    per_epoch = per_step * math.ceil(num_train / batch_size) + per_token * num_validation * length
+    return ProbeEstimate(seconds=sum(parts.values()), steps=steps, threads=torch.get_num_threads(), epochs=epochs,
+                         seconds_per_epoch=per_epoch, **parts)
 
 
 @dataclass
@@ -397,9 +412,9 @@ def probe_checkpoint(checkpoint, device="cpu") -> Checkpoint:
 
 
 def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_train, num_validation, num_test, seed,
-             device, estimate: Callable | None) -> _ProbeData:
-    """Load and check, sample the trees, and collect the hidden states (``estimate(ckpt, leaves, layers, levels)``,
-    if given, is called before the hidden states are computed)."""
+             device, estimate: Callable | None, messages: bool = False) -> _ProbeData:
+    """Load and check, refuse what exceeds the machine's memory, sample the trees, and collect the hidden states
+    (``estimate(ckpt, leaves, layers, levels)``, if given, is called before the hidden states are computed)."""
     ckpt = probe_checkpoint(checkpoint, device=device)
     depth = ckpt.depth
     k_data = ckpt.filter_level if data_filter_level is None else int(data_filter_level)
@@ -410,6 +425,10 @@ def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_tr
     layers = check_layers(layers, ckpt.num_layers if ckpt.is_treelang else check_outputs(ckpt, hidden_states=True))
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
+    check_memory({"--num-train": num_train, "--num-validation": num_validation, "--num-test": num_test},
+                 lambda sizes: probe_bytes(sum(sizes.values()), HIDDEN_STATES_BATCH, len(layers), len(levels),
+                                           messages, model_sizes(ckpt.config, depth, ckpt.num_symbols)),
+                 what=f"the hidden states of {ckpt.num_layers + 1} layers at depth {depth}")
     n = num_train + num_validation + num_test
     trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
     if estimate is not None:
@@ -499,6 +518,7 @@ def probe(
     device="cpu",
     progress: bool = True,
     log: Callable | None = None,
+    max_hours: float = DEFAULT_MAX_HOURS,
 ) -> ProbeResult:
     """Train the ancestor probes of every (layer, level) on a frozen checkpoint; best-epoch and final accuracy.
 
@@ -522,20 +542,26 @@ def probe(
         progress: show a progress bar over epochs.
         log: called with one line, the estimated time (:class:`ProbeEstimate`), before the work starts; None
             (the default) skips the estimate and its measurement.
+        max_hours: with ``log``, a call estimated to take longer is refused before the work starts (a ValueError
+            naming ``--epochs`` and the most epochs within the bound). Before any sampling, a call whose estimated
+            peak memory (:func:`hf_treelang.core.resources.probe_bytes`) exceeds the machine's is refused too.
     """
     num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate = _check_training(
         num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate)
+    max_hours = check_max_hours(max_hours)
 
     def estimate(ckpt, leaves, layers, levels):
         length = leaves.shape[1]
-        log(estimate_probe(ckpt, leaves, layers=layers, num_levels=len(levels),
-                           train_positions=length if positions == "all" else min(2, length), num_train=num_train,
-                           num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
-                           probe_hidden=probe_hidden).describe())
+        found = estimate_probe(ckpt, leaves, layers=layers, num_levels=len(levels),
+                               train_positions=length if positions == "all" else min(2, length), num_train=num_train,
+                               num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
+                               probe_hidden=probe_hidden)
+        log(found.describe())
+        check_time("--epochs", epochs, found.seconds_for, bound_hours=max_hours, bound_flag="--max-hours")
 
     data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
                     positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
-                    seed=seed, device=device, estimate=None if log is None else estimate)
+                    seed=seed, device=device, estimate=None if log is None else estimate, messages=False)
     ckpt, levels, trees, depth, k_data = data.ckpt, data.levels, data.trees, data.ckpt.depth, data.data_filter_level
     labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
     weight = data.states.shape[1] * len(levels)  # sum, not mean, of the P*V probe losses: independent training
@@ -736,6 +762,7 @@ def probe_messages(
     device="cpu",
     progress: bool = True,
     log: Callable | None = None,
+    max_hours: float = DEFAULT_MAX_HOURS,
 ) -> MessageProbeResult:
     """Probe the BP messages App. F says the network carries, per (layer, level m): from the hidden state of leaf i,
     the upward message of its level-m ancestor and that of its level-m complementary subtree
@@ -748,17 +775,20 @@ def probe_messages(
     """
     num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate = _check_training(
         num_train, num_validation, num_test, epochs, batch_size, probe_hidden, learning_rate)
+    max_hours = check_max_hours(max_hours)
 
     def estimate(ckpt, leaves, layers, levels):
         length = leaves.shape[1]
-        log(estimate_probe(ckpt, leaves, layers=layers, num_levels=2 * len(levels),
-                           train_positions=length if positions == "all" else min(2, length), num_train=num_train,
-                           num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
-                           probe_hidden=probe_hidden).describe())
+        found = estimate_probe(ckpt, leaves, layers=layers, num_levels=2 * len(levels),
+                               train_positions=length if positions == "all" else min(2, length), num_train=num_train,
+                               num_validation=num_validation, num_test=num_test, epochs=epochs, batch_size=batch_size,
+                               probe_hidden=probe_hidden)
+        log(found.describe())
+        check_time("--epochs", epochs, found.seconds_for, bound_hours=max_hours, bound_flag="--max-hours")
 
     data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
                     positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
-                    seed=seed, device=device, estimate=None if log is None else estimate)
+                    seed=seed, device=device, estimate=None if log is None else estimate, messages=True)
     ckpt, levels, depth, k_data = data.ckpt, data.levels, data.ckpt.depth, data.data_filter_level
     upward = BeliefPropagation(ckpt.grammar, depth, k_data).upward_messages(data.trees.leaves)
     targets = message_targets(upward, levels, depth)  # (n, L, 2, V, q)
@@ -945,7 +975,7 @@ def run(args) -> int:
             num_test=args.num_test, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
             probe_hidden=args.probe_hidden, seed=args.seed, device=args.device,
             progress=sys.stderr.isatty(),  # bars only on a terminal: a log file holds no \r redraws
-            log=lambda line: print(line, flush=True))
+            log=lambda line: print(line, flush=True), max_hours=getattr(args, "max_hours", DEFAULT_MAX_HOURS))
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)
     if target == "messages":

@@ -31,6 +31,7 @@ from hf_treelang.models.configuration_treelang import TreeLangConfig
 from . import laptop_settings as laptop
 from . import paper_settings as paper
 from .folders import check_output_folder
+from .honoured import check_honoured
 
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
@@ -276,7 +277,11 @@ class ModelArguments:
 
 @dataclass
 class TreeLangTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` with the paper's defaults, plus the preset and the log-spaced schedule."""
+    """``TrainingArguments`` with the paper's defaults, plus the preset and the log-spaced schedule.
+
+    Only the fields the chosen ``--train_engine`` honours may leave their defaults
+    (:data:`hf_treelang.train.honoured.HONOURED_FIELDS`): any other one is refused by :meth:`validate`, naming the
+    field and the engine, rather than silently ignored."""
 
     output_dir: str | None = field(
         default=None, metadata={"help": "Output folder (default: outputs/run_<task>)."}
@@ -392,6 +397,9 @@ class TreeLangTrainingArguments(TrainingArguments):
         for name in ("adam_beta1", "adam_beta2"):
             if check_real(name, getattr(self, name), 0.0, 1.0) == 1.0:  # Adam divides by 1 - β^t
                 raise ValueError(f"`{name}` must be a real number in [0, 1), got 1.0")
+        smoothing = check_real("label_smoothing_factor", self.label_smoothing_factor, 0.0)
+        if smoothing >= 1.0:  # at 1 the target is the uniform distribution: the labels are gone
+            raise ValueError(f"`label_smoothing_factor` must be a real number in [0, 1), got {smoothing!r}")
         check_param("seed", self.seed)
         if self.cpu_threads is not None:
             check_int("cpu_threads", self.cpu_threads, 1)
@@ -406,13 +414,11 @@ class TreeLangTrainingArguments(TrainingArguments):
         """The training engine's choices (:mod:`hf_treelang.train.trainer`), each error naming the argument."""
         check_choice("train_engine", self.train_engine, TRAIN_ENGINES)
         check_choice("step_mode", self.step_mode, STEP_MODES)
+        check_honoured(self)  # every field the engine would ignore (gradient accumulation on the device): default
         if self.train_engine == "dataloader":
             if self.step_mode == "cuda_graph":
                 raise ValueError("`step_mode` 'cuda_graph' needs --train_engine device, got --train_engine dataloader")
             return
-        if self.gradient_accumulation_steps != 1:
-            raise ValueError(f"`gradient_accumulation_steps` must be 1 with --train_engine device (one batch per "
-                             f"step), got {self.gradient_accumulation_steps}; use --train_engine dataloader")
         if self.step_mode == "cuda_graph":
             obstacles = self.cuda_graph_obstacles(requested=True)
             if obstacles:

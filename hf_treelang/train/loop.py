@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sys
 import tempfile
@@ -159,16 +160,20 @@ def build_model(run: Run):
     return MODEL_CLASSES[run.model_task](model_args.config(data_args))
 
 
-def next_leaf_cross_entropy(outputs, labels, num_items_in_batch=None):
+def next_leaf_cross_entropy(outputs, labels, num_items_in_batch=None, label_smoothing: float = 0.0):
     """The loss of next-leaf prediction for a causal model of transformers (``compute_loss_func``): row i of the
     logits, which has read ``[BOS, x_0 .. x_{i-1}]``, predicts label i, unshifted — the package's causal layout
-    (:func:`hf_treelang.core.oracle.next_leaf_inputs`); the models' own loss would shift the labels once more."""
+    (:func:`hf_treelang.core.oracle.next_leaf_inputs`); the models' own loss would shift the labels once more.
+    ``label_smoothing`` ε is ``--label_smoothing_factor``: torch's smoothed cross-entropy, (1 - ε) NLL + ε × the mean
+    over the classes of -log p, which is transformers' ``LabelSmoother`` (the Trainer skips its own smoother when a
+    ``compute_loss_func`` is given)."""
     logits = outputs["logits"]  # (b, 2**l, V)
     labels = labels.to(logits.device)  # (b, 2**l)
     if num_items_in_batch is None:
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                                                 label_smoothing=label_smoothing)
     total = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
-                                              reduction="sum")
+                                              reduction="sum", label_smoothing=label_smoothing)
     return total / num_items_in_batch
 
 
@@ -346,7 +351,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
             if record_identity is not None:  # after start_run_folder, which clears the previous run's files
                 write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
                                resumed_from=record_identity["resumed_from"])
-        other = {} if run.model_args.is_treelang or task != "clm" else {"compute_loss_func": next_leaf_cross_entropy}
+        other = {} if run.model_args.is_treelang or task != "clm" else {"compute_loss_func": functools.partial(
+            next_leaf_cross_entropy, label_smoothing=args.label_smoothing_factor)}
         trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
                               eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
                               preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks, **other)

@@ -31,6 +31,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hf_treelang.core.resources import check_memory, model_sizes, training_bytes
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.architectures import build_model as build_architecture
 from hf_treelang.models.architectures import check_runs
@@ -374,6 +375,43 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
                          f"scratch, got {config.classifier_hidden_size}: the authors' two-layer head is the new head "
                          "of run_finetune.py on an MLM checkpoint")
     check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
+    check_run_memory(data_args, TreeLangConfig.from_dict(dict(saved)) if task == "finetune" else config, training_args)
+
+
+# the run's sizes that its memory estimate grows with, by flag, and where each is read from
+MEMORY_FLAGS = {
+    "--num_train": ("data", "num_train"),
+    "--num_eval": ("data", "num_eval"),
+    "--num_test": ("data", "num_test"),
+    "--per_device_train_batch_size": ("training", "per_device_train_batch_size"),
+    "--per_device_eval_batch_size": ("training", "per_device_eval_batch_size"),
+}
+
+
+def run_memory(config, sizes: dict, num_test_sets: int) -> int:
+    """The estimated peak bytes of a run (:func:`hf_treelang.core.resources.training_bytes`) with the sizes of
+    :data:`MEMORY_FLAGS` (``{flag: value}``) and ``num_test_sets`` k_test sets: every split's sequences, the BP targets
+    of the validation set and of each test set's reference sequences, one training and one evaluation batch."""
+    from .callbacks import REFERENCE_SIZE, reference_count  # lazy: callbacks imports torch and the BP oracle
+
+    num_test = sizes["--num_test"]
+    references = num_test_sets * reference_count(num_test, int(config.depth), REFERENCE_SIZE)
+    return training_bytes(num_sequences=sizes["--num_train"] + sizes["--num_eval"] + num_test_sets * num_test,
+                          bp_sequences=sizes["--num_eval"] + references,
+                          train_batch_size=sizes["--per_device_train_batch_size"],
+                          eval_batch_size=sizes["--per_device_eval_batch_size"], config=config)
+
+
+def check_run_memory(data_args, config, training_args) -> None:
+    """Refuse, before any data are built, a run whose estimated peak memory (:func:`run_memory`, an upper bound)
+    exceeds the machine's (:func:`hf_treelang.core.resources.check_memory`: the error names the size whose share of
+    the estimate is the largest and what fits)."""
+    where = {"data": data_args, "training": training_args}
+    sizes = {flag: int(getattr(where[kind], name)) for flag, (kind, name) in MEMORY_FLAGS.items()}
+    levels = len(data_args.test_levels())
+    check_memory(sizes, lambda values: run_memory(config, values, levels),
+                 what=f"the data, BP targets and a training step at depth {config.depth}",
+                 otherwise=f"lower --depth ({config.depth}) or the model's size")
 
 
 def check_other_architecture(task: str, data_args, model_args, training_args) -> None:
@@ -391,6 +429,7 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
                          "by its example_index column), got True")
     model_task = model_task_of(task)
     patched = model_args.patched_config(data_args, model_task)
+    check_run_memory(data_args, model_sizes(patched.config, data_args.depth, data_args.num_symbols), training_args)
     check_runs(build_architecture(patched, model_task), data_args.num_symbols, data_args.depth)
     resume = training_args.resume_from_checkpoint
     if resume is not None:

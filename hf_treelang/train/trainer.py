@@ -404,13 +404,21 @@ class TreeLangTrainer(ResumesWhole, Trainer):
     def forward_loss(self, model, inputs: dict) -> tuple:
         """(the loss to differentiate, the loss to log) of one batch; an ensemble returns the members' sum and mean.
         With a ``compute_loss_func`` (a causal model of transformers, whose own loss shifts the labels) the labels go
-        to that function instead of the model, as in ``Trainer.compute_loss``."""
+        to that function instead of the model, as in ``Trainer.compute_loss``. Otherwise, with
+        ``label_smoothing_factor`` ε > 0 the loss is transformers' ``LabelSmoother`` on the logits, as the stock
+        ``Trainer.compute_loss`` computes it for these models (labels not shifted: a causal model's labels are
+        already aligned with its positions): (1 - ε) NLL + ε × the mean over the q classes of -log p, averaged over
+        the labelled positions. ε = 0 is the model's own cross-entropy, unchanged."""
         if self.compute_loss_func is not None:
             inputs = dict(inputs)
             labels = inputs.pop("labels")
             loss = self.compute_loss_func(model(**inputs), labels)
-        else:
+        elif self.label_smoother is None:
             loss = model(**inputs)["loss"]
+        else:
+            labels = inputs["labels"]  # (b,) or (b, T)
+            output = model(**{key: value for key, value in inputs.items() if key != "labels"})
+            loss = self.label_smoother(output, labels)
         return loss, loss.detach()
 
     def clip_gradients(self, model) -> torch.Tensor:
@@ -667,6 +675,11 @@ class EnsembleTrainer(TreeLangTrainer):
 
     def forward_loss(self, model, inputs: dict) -> tuple:
         output = model(**inputs)
+        if self.label_smoother is not None:  # each member's loss smoothed as its single run's (forward_loss above)
+            labels = inputs["labels"]  # (N, b) or (N, b, T)
+            smoothed = torch.stack([self.label_smoother({"logits": output["logits"][index]}, labels[index])
+                                    for index in range(labels.shape[0])])  # (N,)
+            output = {"loss": smoothed.sum(), "member_losses": smoothed}
         member_losses = output["member_losses"].detach()  # (N,)
         self.member_loss_sum += member_losses
         return output["loss"], member_losses.mean()
