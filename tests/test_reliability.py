@@ -293,7 +293,7 @@ BAD_INPUTS = {
     "learning_rate_nan": (lambda tmp, runs: ["--learning_rate", "nan"],
                           r"`learning_rate` must be a real number >= 0, got nan$"),
     "layer_norm_eps_negative": (lambda tmp, runs: ["--layer_norm_eps", "-1"],
-                                r"`layer_norm_eps` must be a real number in \(0, 1\), got -1"),
+                                r"`layer_norm_eps` must be a positive finite real number, got -1"),
     "hidden_dropout_prob_not_a_number": (lambda tmp, runs: ["--hidden_dropout_prob", "abc"],
                                          r"hidden_dropout_prob.*abc"),
     "output_dir_under_proc": (lambda tmp, runs: ["--output_dir", "/proc/hf-treelang-run"],

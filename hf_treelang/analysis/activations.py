@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hf_treelang.core.oracle import NEXT_LEAF_TASK
 from hf_treelang.train.callbacks import symbol_log_probabilities
 
 from .checkpoint import Checkpoint
@@ -94,6 +95,8 @@ def check_outputs(checkpoint: Checkpoint, *, hidden_states: bool = False, attent
         P - 1, the layers after the embedding in the hidden-state tuple (0 when hidden states were not asked for).
     """
     ids = torch.zeros((1, 2**checkpoint.depth), dtype=torch.long, device=checkpoint.device)  # (1, L)
+    if checkpoint.task == NEXT_LEAF_TASK:
+        ids[:, 0] = checkpoint.mask_token_id  # a causal model reads [BOS, x_0 .. x_{L-2}], BOS = the mask id q
     try:
         out = checkpoint.model(input_ids=ids, output_hidden_states=hidden_states, output_attentions=attentions)
     except TypeError:  # a forward without those arguments returns neither

@@ -252,7 +252,7 @@ def train(run: Run, *, reuse: bool = False, cache: RunDataCache | None = None, c
     Raises:
         FolderTaken: another process owns the folder, or wrote into it after the run was checked.
     """
-    with claim_folder(run.output_dir, "output_dir"):
+    with claim_folder(Path(run.training_args.output_dir), "output_dir"):
         return _train_owned(run, reuse, cache, callbacks)
 
 
