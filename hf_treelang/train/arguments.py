@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
 
-from hf_treelang.core.masking import check_mask_rate
+from hf_treelang.core.masking import TrainingMasking, check_block_masking, check_mask_rate
 from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.help_format import HelpFormatter
 from hf_treelang.models.architectures import TREELANG, patch_config
@@ -42,6 +42,10 @@ ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
 # The flags that choose another architecture (transformers' example scripts' names); at their defaults a run is the
 # TreeLang encoder's, and its identity is what it was before they existed.
 OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "config_name": None}
+# The training-mask options of issue 33's search (DataArguments): at None a run masks as before they existed, and its
+# identity is what it was.
+MASK_OPTION_FIELDS = ("mask_rate_final", "block_mask_fraction", "block_mask_sizes")
+DEFAULT_BLOCK_MASK_SIZES = (2, 4, 8)  # blocks of the nodes 1, 2 and 3 levels above the leaves
 
 TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
@@ -142,11 +146,45 @@ class DataArguments:
                   "--preset paper); a rate in (0, 1] masks each leaf independently with that probability (a row "
                   "with none drawn masks its random leaf). Default: from --preset."},
     )
+    mask_rate_final: float | None = field(
+        default=None,
+        metadata={"help": "MLM only: the Bernoulli mask rate at the run's last step, in [0, 1]; the rate falls (or "
+                  "rises) linearly from --mask_rate over the run's optimiser steps (default: constant). Needs a "
+                  "--mask_rate in (0, 1]."},
+    )
+    block_mask_fraction: float | None = field(
+        default=None,
+        metadata={"help": "MLM only: the fraction in [0, 1] of training rows masked by one whole aligned block of "
+                  "leaves (the leaves under one node of the tree) instead of --mask_rate's masking; evaluation still "
+                  "masks one leaf per sequence (default: 0, no block masks)."},
+    )
+    block_mask_sizes: list[int] | None = field(
+        default=None,
+        metadata={"help": "MLM only: the sizes of --block_mask_fraction's blocks, one drawn uniformly per row, each "
+                  "a power of 2 in [1, 2**depth] (default: 2 4 8, those <= 2**depth)."},
+    )
     use_dataset_builder: bool = field(
         default=True,
         metadata={"help": "Build the data with load_dataset('treelang', 'k<k>') (True) or directly with "
                   "hf_treelang.sample_trees (False)."},
     )
+
+    def training_masking(self, total_steps: int | None = None) -> TrainingMasking:
+        """The run's training-mask rule (:class:`~hf_treelang.core.masking.TrainingMasking`) over ``total_steps``
+        optimiser steps."""
+        fraction, sizes = check_block_masking(self.block_mask_fraction or 0.0, self.block_sizes(), self.depth)
+        return TrainingMasking(self.mask_rate, self.mask_rate_final, fraction, sizes,
+                               total_steps if self.mask_rate_final is not None else None)
+
+    def block_sizes(self) -> list:
+        """The block sizes given, or :data:`DEFAULT_BLOCK_MASK_SIZES` up to 2**depth."""
+        if self.block_mask_sizes is not None:
+            return list(self.block_mask_sizes)
+        return [size for size in DEFAULT_BLOCK_MASK_SIZES if size <= 1 << self.depth]
+
+    def mask_options_given(self) -> list:
+        """The names of the training-mask options set (``mask_rate`` included), for the tasks that mask nothing."""
+        return [name for name in ("mask_rate", *MASK_OPTION_FIELDS) if getattr(self, name) is not None]
 
     def test_levels(self) -> list:
         """The k_test sets to evaluate on (all of 0..ℓ when not given)."""
@@ -166,6 +204,7 @@ class DataArguments:
         for name in ("num_train", "num_eval", "num_test"):
             check_int(name, getattr(self, name), 1, MAX_SIZE)
         check_mask_rate(self.mask_rate)
+        self.training_masking()
 
 
 @dataclass
@@ -627,6 +666,8 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
+    if data_args.block_mask_fraction == 0:  # no block masks, as None
+        data_args.block_mask_fraction = None
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
     check_architecture_flags(model_args, ensemble_args, explicit)

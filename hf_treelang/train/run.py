@@ -37,6 +37,7 @@ from hf_treelang.models.architectures import check_runs
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
+    MASK_OPTION_FIELDS,
     OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
     TASKS,
@@ -355,9 +356,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
         trained = " (a causal run trains its model from scratch)" if task == "clm" else ""
         raise ValueError(f"model_name_or_path is only used by run_finetune.py{trained}, got "
                          f"{model_args.model_name_or_path!r}")
-    if task == "clm" and data_args.mask_rate is not None:
-        raise ValueError(f"`mask_rate` is only used by MLM (a causal run predicts every leaf from the leaves before "
-                         f"it, nothing is masked), got {data_args.mask_rate!r}")
+    check_mask_options(task, data_args, training_args)
     if task == "mlm":
         if training_args.remove_unused_columns:
             raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
@@ -373,6 +372,24 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
 
 
+def check_mask_options(task: str, data_args, training_args) -> None:
+    """The training-mask options are MLM's (``mask_rate`` is refused by the causal task, which masks nothing; the
+    newer options by every other task); a falling rate keys each batch by its step, which data-loading workers,
+    each counting its own batches, cannot know."""
+    given = data_args.mask_options_given()
+    if task == "clm" and data_args.mask_rate is not None:
+        raise ValueError(f"`mask_rate` is only used by MLM (a causal run predicts every leaf from the leaves before "
+                         f"it, nothing is masked), got {data_args.mask_rate!r}")
+    others = [name for name in given if name != "mask_rate"]
+    if task != "mlm" and others:
+        raise ValueError(f"`{others[0]}` is only used by MLM, got {getattr(data_args, others[0])!r} for a {task} run")
+    if (task == "mlm" and data_args.mask_rate_final is not None and training_args.train_engine == "dataloader"
+            and training_args.dataloader_num_workers > 0):
+        raise ValueError(f"`mask_rate_final` needs dataloader_num_workers = 0 with --train_engine dataloader (the "
+                         f"collator keys each batch's rate by the step it counts), got "
+                         f"{training_args.dataloader_num_workers}")
+
+
 def check_other_architecture(task: str, data_args, model_args, training_args) -> None:
     """The checks of a run of another architecture (``--model_type``): its config fitted to the data and one
     forward pass at 2**ℓ leaves (:mod:`hf_treelang.models.architectures`), and the TreeLang-only features refused."""
@@ -381,8 +398,7 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
                          f"--model_type {model_args.model_type!r} trains from scratch with run_root.py")
     if model_args.model_name_or_path is not None:
         raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
-    if task == "clm" and data_args.mask_rate is not None:
-        raise ValueError(f"`mask_rate` is only used by MLM, got {data_args.mask_rate!r}")
+    check_mask_options(task, data_args, training_args)
     if task == "mlm" and training_args.remove_unused_columns:
         raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
                          "by its example_index column), got True")
@@ -589,6 +605,9 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     """
     data = _normalised(DataArguments, dataclasses.asdict(data_args))
     data["k_test"] = data_args.test_levels()
+    for name in MASK_OPTION_FIELDS:  # a run without them has the identity it always had
+        if data[name] is None:
+            del data[name]
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))
     model["num_hidden_layers"] = model_args.model_kwargs(data_args.depth)["num_hidden_layers"]
     for name, default in OTHER_ARCHITECTURE_FIELDS.items():  # a TreeLang run's identity is what it always was

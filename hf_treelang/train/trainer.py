@@ -57,7 +57,7 @@ from hf_treelang.models.stacked import clip_grad_norm_per_member
 from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
 from .data import load_run_data
-from .device_data import EpochBatches, TrainingStream
+from .device_data import EpochBatches, TrainingStream, optimizer_steps
 from .folders import ENSEMBLE_FILE
 
 logger = transformers_logging.get_logger(__name__)
@@ -549,8 +549,9 @@ def single_run_stream(task: str, data, data_args, training_args) -> TrainingStre
     ``training_args.device``."""
     return TrainingStream(
         task, data.train.leaves, data.train.roots, seeds=[training_args.seed], num_symbols=data_args.num_symbols,
-        batch_size=training_args.per_device_train_batch_size, mask_rate=data_args.mask_rate if task == "mlm" else None,
-        drop_last=training_args.dataloader_drop_last, device=training_args.device,
+        batch_size=training_args.per_device_train_batch_size,
+        masking=data_args.training_masking(optimizer_steps(training_args, data_args.num_train))
+        if task == "mlm" else None, drop_last=training_args.dataloader_drop_last, device=training_args.device,
         world_size=training_args.world_size, process_index=training_args.process_index,
     ).single()
 
