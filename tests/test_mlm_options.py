@@ -5,6 +5,8 @@ determinism and an exact resume, and refused in one line when out of range.
 Tiny sizes (ℓ = 2 or 4, q = 3 or 4, 12 steps).
 """
 
+import copy
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from safetensors.torch import load_file
 from hf_treelang.core.masking import IGNORE_INDEX, TrainingMasking, mask_training_batch
 from hf_treelang.train.collators import MaskedLeafCollator
 from hf_treelang.train.device_data import TrainingStream
+from hf_treelang.train.optimizers import AdEMAMix, GrokfastAdamW, build_optimizer, parameter_groups
 from hf_treelang.train.run import identity_config, resolve
 from tiny_run import run_tiny
 
@@ -164,3 +167,200 @@ def test_the_script_refuses_a_block_size_above_the_tree_in_one_line_with_exit_2(
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "block_mask_sizes" in done.stderr
     assert not (tmp_path / "never").exists()
+
+
+# ---------------------------------------------------------------- warm-up, stable, decay
+
+
+@pytest.mark.parametrize("engine", ["device", "dataloader"])
+def test_warmup_stable_decay_passes_through_both_engines(tmp_path, engine):
+    run_tiny("mlm", tmp_path / "run", "--lr_scheduler_type", "warmup_stable_decay", "--lr_scheduler_kwargs",
+             '{"num_decay_steps": 4, "decay_type": "linear"}', "--warmup_steps", "2", "--logging_steps", "1",
+             "--learning_rate", "1e-3", "--num_evaluations", "0", "--num_checkpoints", "0", "--train_engine", engine)
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+    expected = [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25]  # warm-up 2, stable 6, decay 4
+    assert rates == pytest.approx([1e-3 * rate for rate in expected], abs=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ("{}", "must give num_decay_steps"),
+    ('{"num_decay_steps": 20}', r"num_decay_steps.*\[0, 12\]"),
+    ('{"num_decay_steps": 4, "decay_type": "step"}', "decay_type"),
+    ('{"num_decay_steps": 4, "decay_steps": 3}', "'decay_steps'"),
+])
+def test_a_warmup_stable_decay_that_does_not_fit_the_run_is_refused_before_any_work(tmp_path, kwargs, message):
+    from tiny_run import tiny_run
+
+    with pytest.raises(ValueError, match=message):
+        tiny_run("mlm", tmp_path / "never", "--lr_scheduler_type", "warmup_stable_decay",
+                 "--lr_scheduler_kwargs", kwargs)
+    assert not (tmp_path / "never").exists()
+
+
+# ---------------------------------------------------------------- optimisers
+
+
+def _two_steps(optimizer_class, gradients, **kwargs):
+    param = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    optimizer = optimizer_class([param], **kwargs)
+    trajectory = []
+    for gradient in gradients:
+        param.grad = torch.tensor(gradient, dtype=torch.float64)
+        optimizer.step()
+        trajectory.append(param.detach().clone().tolist())
+    return trajectory
+
+
+def test_ademamix_matches_a_hand_computation_of_two_steps():
+    g1, g2 = [0.5, -1.0], [0.1, 0.3]
+    lr, b1, b2, b3, alpha, eps, decay = 0.1, 0.9, 0.999, 0.9999, 5.0, 1e-8, 0.01
+    got = _two_steps(AdEMAMix, [g1, g2], lr=lr, betas=(b1, b2, b3), alpha=alpha, eps=eps, weight_decay=decay)
+    theta, expected = [1.0, -2.0], []
+    m1 = m2 = v = [0.0, 0.0]
+    for t, g in ((1, g1), (2, g2)):
+        m1 = [b1 * a + (1 - b1) * x for a, x in zip(m1, g)]
+        m2 = [b3 * a + (1 - b3) * x for a, x in zip(m2, g)]
+        v = [b2 * a + (1 - b2) * x * x for a, x in zip(v, g)]
+        theta = [p - lr * ((a / (1 - b1 ** t) + alpha * s) / ((w / (1 - b2 ** t)) ** 0.5 + eps) + decay * p)
+                 for p, a, s, w in zip(theta, m1, m2, v)]
+        expected.append(theta)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    assert got[0] == pytest.approx([1 - 0.1 * (1.0005 + 0.01), -2 + 0.1 * (1.0005 + 0.02)], abs=1e-7)  # by hand
+
+
+def test_ademamix_warms_its_slow_momentum_up_and_is_adamw_at_alpha_zero():
+    assert AdEMAMix.scheduled(0.9, 0.9999, 5.0, 0, 100) == pytest.approx((0.9, 0.0))
+    assert AdEMAMix.scheduled(0.9, 0.9999, 5.0, 50, 100)[1] == 2.5
+    assert AdEMAMix.scheduled(0.9, 0.9999, 5.0, 100, 100) == (0.9999, 5.0)
+    gradients = [[0.5, -1.0], [0.1, 0.3], [-0.2, 0.7]]
+    ours = _two_steps(AdEMAMix, gradients, lr=0.1, alpha=0.0, weight_decay=0.01)
+    adamw = _two_steps(torch.optim.AdamW, gradients, lr=0.1, weight_decay=0.01)
+    np.testing.assert_allclose(ours, adamw, rtol=0, atol=1e-12)
+
+
+def test_grokfast_adds_the_amplified_gradient_ema_before_adamw_by_hand():
+    g1, g2 = [0.5, -1.0], [0.1, 0.3]
+    lr, b1, b2, eps, decay, alpha, lamb = 0.1, 0.9, 0.999, 1e-8, 0.01, 0.98, 2.0
+    got = _two_steps(GrokfastAdamW, [g1, g2], lr=lr, weight_decay=decay, alpha=alpha, lamb=lamb)
+    theta, expected, ema = [1.0, -2.0], [], None
+    m = v = [0.0, 0.0]
+    for t, g in ((1, g1), (2, g2)):
+        ema = list(g) if ema is None else [alpha * e + (1 - alpha) * x for e, x in zip(ema, g)]
+        filtered = [x + lamb * e for x, e in zip(g, ema)]
+        m = [b1 * a + (1 - b1) * x for a, x in zip(m, filtered)]
+        v = [b2 * a + (1 - b2) * x * x for a, x in zip(v, filtered)]
+        theta = [p * (1 - lr * decay) - lr * (a / (1 - b1 ** t)) / ((w / (1 - b2 ** t)) ** 0.5 + eps)
+                 for p, a, w in zip(theta, m, v)]
+        expected.append(theta)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    assert got[0] == pytest.approx([1 * 0.999 - 0.1, -2 * 0.999 + 0.1], abs=1e-7)  # Adam's first step: lr x sign
+    plain = _two_steps(GrokfastAdamW, [g1, g2], lr=lr, weight_decay=decay, lamb=0.0)
+    np.testing.assert_allclose(plain, _two_steps(torch.optim.AdamW, [g1, g2], lr=lr, weight_decay=decay), rtol=0, atol=1e-12)
+
+
+def _tiny_model():
+    from tiny_run import tiny_run
+    from hf_treelang.train.loop import build_model
+
+    torch.manual_seed(0)
+    return build_model(tiny_run("mlm", "/nonexistent/never"))
+
+
+def _random_gradients(model, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    for param in model.parameters():
+        param.grad = torch.randn(param.shape, generator=generator)
+
+
+def test_muon_orthogonalises_query_key_and_value_apart_and_adamw_trains_the_rest():
+    model = _tiny_model()
+    hidden, _, other, _, views = parameter_groups(model, muon=True)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in other} == {n for n, p in model.named_parameters()
+                                             if p.dim() == 1 or "embeddings" in n or "lm_head" in n}
+    assert len(views) == 3 * 2 and all(view.shape == (32, 32) for view, _, _ in views)  # 2 layers x (q, k, v)
+    in_proj = model.treelang.layers[0].attention.in_proj.weight
+    before = in_proj.detach().clone()
+    optimizer = build_optimizer(model, "muon", learning_rate=1e-2)
+    _random_gradients(model)
+    reference = torch.nn.Parameter(before[32:64].clone())  # the key rows, as their own matrix
+    reference.grad = in_proj.grad[32:64].clone()
+    torch.optim.Muon([reference], lr=1e-2, weight_decay=0.0, momentum=0.95, adjust_lr_fn="match_rms_adamw").step()
+    optimizer.step()
+    assert torch.equal(in_proj.detach()[32:64], reference.detach())
+    whole = torch.nn.Parameter(before.clone())  # the fused matrix orthogonalised at once steps otherwise
+    whole.grad = in_proj.grad.clone()
+    torch.optim.Muon([whole], lr=1e-2, weight_decay=0.0, adjust_lr_fn="match_rms_adamw").step()
+    assert not torch.allclose(whole.detach()[32:64], reference.detach(), atol=1e-6)
+
+
+@pytest.mark.parametrize("optim", ["muon", "ademamix", "grokfast_adamw"])
+def test_an_optimizer_state_saved_and_loaded_steps_as_the_uninterrupted_one(optim):
+    first, second = _tiny_model(), _tiny_model()
+    one = build_optimizer(first, optim, learning_rate=1e-2, qk_multiplier=2.0, total_steps=10)
+    for seed in (1, 2):
+        _random_gradients(first, seed)
+        one.step()
+    second.load_state_dict(first.state_dict())
+    two = build_optimizer(second, optim, learning_rate=1e-2, qk_multiplier=2.0, total_steps=10)
+    two.load_state_dict(copy.deepcopy(one.state_dict()))  # as from a checkpoint file: no tensor shared
+    for model, optimizer in ((first, one), (second, two)):
+        _random_gradients(model, 3)
+        optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+
+
+def test_zero_grad_clears_the_weights_trained_as_row_blocks():
+    model = _tiny_model()
+    optimizer = build_optimizer(model, "muon", learning_rate=1e-3)
+    _random_gradients(model)
+    optimizer.zero_grad()  # the device engine's only zeroing: a kept gradient would add into the next step's
+    assert all(param.grad is None for param in model.parameters())
+
+
+def test_the_query_and_key_rows_train_at_the_multiplied_rate():
+    model = _tiny_model()
+    in_proj = model.treelang.layers[0].attention.in_proj.weight
+    before = in_proj.detach().clone()
+    optimizer = build_optimizer(model, "adamw_torch", learning_rate=1e-3, qk_multiplier=3.0)
+    _random_gradients(model)
+    optimizer.step()  # Adam's first step moves every weight by lr x sign(gradient)
+    moved = (in_proj.detach() - before).abs()  # (3d, d)
+    assert moved[:64].mean().item() == pytest.approx(3e-3, rel=1e-3)  # query and key rows
+    assert moved[64:].mean().item() == pytest.approx(1e-3, rel=1e-3)  # value rows
+
+
+@pytest.mark.parametrize("engine, optim", [("device", "muon"), ("dataloader", "ademamix"), ("device", "grokfast_adamw")])
+def test_a_run_with_a_search_optimizer_resumes_byte_identically(tmp_path, engine, optim):
+    flags = ["--optim", optim, "--train_engine", engine, "--qk_learning_rate_multiplier", "2"]
+    full = run_tiny("mlm", tmp_path / "full", *flags)
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = run_tiny("mlm", resumed_dir, *flags, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert resumed.global_step == full.global_step == 12
+    first, second = load_file(tmp_path / "full" / "model.safetensors"), load_file(resumed_dir / "model.safetensors")
+    assert all(torch.equal(first[key], second[key]) for key in first)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--qk_learning_rate_multiplier", "0"], "qk_learning_rate_multiplier"),
+    (["--optim", "muon", "--ensemble_seeds", "0", "1"], "ensemble_mode sequential"),
+    (["--optim", "muon", "--step_mode", "cuda_graph"], "cuda_graph"),
+    (["--optim", "muonn"], "optim"),
+])
+def test_a_search_optimizer_that_cannot_run_is_refused_before_any_work(tmp_path, flags, message):
+    from hf_treelang.train.run import runs_from_command_line
+    from tiny_run import TINY
+
+    with pytest.raises(ValueError, match=message):
+        runs_from_command_line("mlm", TINY + ["--output_dir", str(tmp_path / "never"), *flags])
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_identity_of_a_run_names_its_search_optimizer(tmp_path):
+    plain = identity_config(*_resolved(tmp_path / "a"))["training_args"]
+    assert "qk_learning_rate_multiplier" not in plain and plain["optim"] == "adamw_torch"
+    muon = identity_config(*_resolved(tmp_path / "b", optim="muon", qk_learning_rate_multiplier=2.0))
+    assert muon["training_args"]["optim"] == "muon" and muon["training_args"]["qk_learning_rate_multiplier"] == 2.0

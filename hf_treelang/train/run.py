@@ -57,6 +57,7 @@ from .folders import (
     check_run_complete,
     read_model_config,
 )
+from .optimizers import CUSTOM_OPTIMIZERS
 
 IDENTITY_VERSION = 2  # of the recipe below: bump it when the recipe changes, and every identity changes with it
 # The training arguments that change a run's result (its weights, evaluations or checkpoints). Everything else —
@@ -69,8 +70,9 @@ IDENTITY_TRAINING_FIELDS = (
     "torch_compile", "gradient_checkpointing", "train_engine", "step_mode", "num_evaluations", "num_checkpoints",
     "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-    "ignore_data_skip", "average_tokens_across_devices",
+    "ignore_data_skip", "average_tokens_across_devices", "qk_learning_rate_multiplier",
 )
+NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0}  # at these values a run's identity is what it always was
 # Training fields that cannot change a run's weights or metrics (logging, reporting, the Hub, data-loading workers,
 # the process layout, what the runner or the scripts set): given in a run description, they are not in its identity.
 # A field in neither this list nor IDENTITY_TRAINING_FIELDS (mixed precision of evaluation only, a compiler backend,
@@ -314,6 +316,8 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     check_task(task)
     data_args.validate()
     training_args.validate()
+    from .device_data import optimizer_steps  # lazy: loads torch; `import hf_treelang.train.run` needs none
+    training_args.check_schedule(optimizer_steps(training_args, data_args.num_train))
     model_task = model_task_of(task)
     if not model_args.is_treelang:
         check_other_architecture(task, data_args, model_args, training_args)
@@ -399,6 +403,10 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
     if model_args.model_name_or_path is not None:
         raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
     check_mask_options(task, data_args, training_args)
+    if training_args.optim_name == "muon" or training_args.qk_learning_rate_multiplier != 1:
+        raise ValueError(f"--optim muon and --qk_learning_rate_multiplier find the hidden matrices and the fused "
+                         f"query/key/value weights of the TreeLang encoder by name; a {model_args.model_type!r} "
+                         f"model has other names: use another --optim")
     if task == "mlm" and training_args.remove_unused_columns:
         raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
                          "by its example_index column), got True")
@@ -534,6 +542,10 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
     if args.world_size > 1:
         raise ValueError(f"an ensemble trains in one process (its members are the parallelism), got "
                          f"{args.world_size} processes")
+    if mode != "sequential" and (args.optim_name in CUSTOM_OPTIMIZERS or args.qk_learning_rate_multiplier != 1):
+        raise ValueError(f"--optim {args.optim_name} / --qk_learning_rate_multiplier "
+                         f"{args.qk_learning_rate_multiplier} train a single model's weights; a stacked ensemble's "
+                         f"are stacked: pass --ensemble_mode sequential")
     if resume_from_checkpoint is not None:
         if mode == "sequential":
             raise ValueError("`resume_from_checkpoint` resumes a stacked ensemble (its OUTPUT_DIR/checkpoint-<step>); "
@@ -617,6 +629,9 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     everything = training_args.to_dict()
     training = _normalised(TreeLangTrainingArguments,
                            {key: everything.get(key) for key in IDENTITY_TRAINING_FIELDS})
+    for name, default in NEW_TRAINING_FIELDS.items():
+        if training[name] == default:
+            del training[name]
     config = {
         "identity_version": IDENTITY_VERSION,
         "data_format_version": data_format_version(),

@@ -58,6 +58,7 @@ from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
 from .data import load_run_data
 from .device_data import EpochBatches, TrainingStream, optimizer_steps
+from .optimizers import optimizer_factory
 from .folders import ENSEMBLE_FILE
 
 logger = transformers_logging.get_logger(__name__)
@@ -561,6 +562,9 @@ def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
     :func:`single_run_stream` with ``--train_engine device`` (the default), the stock ``Trainer`` (a DataLoader and
     the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
     (``model``, ``args``, datasets, callbacks, ...)."""
+    factory = optimizer_factory(training_args, optimizer_steps(training_args, data_args.num_train))
+    if factory is not None:  # --optim muon / ademamix / grokfast_adamw, a query/key rate: built on the device
+        trainer_kwargs = {**trainer_kwargs, "optimizer_cls_and_kwargs": factory}
     if getattr(training_args, "train_engine", "device") == "dataloader":
         return tensorboard_in_output_dir(StockTrainer(**trainer_kwargs))
     return tensorboard_in_output_dir(TreeLangTrainer(
