@@ -256,7 +256,8 @@ def test_grokfast_adds_the_amplified_gradient_ema_before_adamw_by_hand():
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     assert got[0] == pytest.approx([1 * 0.999 - 0.1, -2 * 0.999 + 0.1], abs=1e-7)  # Adam's first step: lr x sign
     plain = _two_steps(GrokfastAdamW, [g1, g2], lr=lr, weight_decay=decay, lamb=0.0)
-    np.testing.assert_allclose(plain, _two_steps(torch.optim.AdamW, [g1, g2], lr=lr, weight_decay=decay), rtol=0, atol=1e-12)
+    adamw = _two_steps(torch.optim.AdamW, [g1, g2], lr=lr, weight_decay=decay)
+    np.testing.assert_allclose(plain, adamw, rtol=0, atol=1e-12)
 
 
 def _tiny_model():
@@ -331,7 +332,8 @@ def test_the_query_and_key_rows_train_at_the_multiplied_rate():
     assert moved[64:].mean().item() == pytest.approx(1e-3, rel=1e-3)  # value rows
 
 
-@pytest.mark.parametrize("engine, optim", [("device", "muon"), ("dataloader", "ademamix"), ("device", "grokfast_adamw")])
+@pytest.mark.parametrize("engine, optim", [("device", "muon"), ("dataloader", "ademamix"),
+                                           ("device", "grokfast_adamw")])
 def test_a_run_with_a_search_optimizer_resumes_byte_identically(tmp_path, engine, optim):
     flags = ["--optim", optim, "--train_engine", engine, "--qk_learning_rate_multiplier", "2"]
     full = run_tiny("mlm", tmp_path / "full", *flags)
@@ -349,6 +351,7 @@ def test_a_run_with_a_search_optimizer_resumes_byte_identically(tmp_path, engine
     (["--optim", "muon", "--ensemble_seeds", "0", "1"], "ensemble_mode sequential"),
     (["--optim", "muon", "--step_mode", "cuda_graph"], "cuda_graph"),
     (["--optim", "muonn"], "optim"),
+    (["--optim", "sgd", "--qk_learning_rate_multiplier", "2"], "needs --optim adamw_torch"),
 ])
 def test_a_search_optimizer_that_cannot_run_is_refused_before_any_work(tmp_path, flags, message):
     from hf_treelang.train.run import runs_from_command_line

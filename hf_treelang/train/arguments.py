@@ -457,6 +457,10 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_param("seed", self.seed)
         if check_real("qk_learning_rate_multiplier", self.qk_learning_rate_multiplier, 0.0) == 0:
             raise ValueError("`qk_learning_rate_multiplier` must be a real number > 0, got 0.0")
+        if self.qk_learning_rate_multiplier != 1 and self.optim_name not in ("adamw_torch", *CUSTOM_OPTIMIZERS):
+            raise ValueError(f"`qk_learning_rate_multiplier` {self.qk_learning_rate_multiplier} needs --optim "
+                             f"adamw_torch or one of {CUSTOM_OPTIMIZERS} (hf_treelang.train.optimizers), got "
+                             f"{self.optim_name!r}")
         if self.cpu_threads is not None:
             check_int("cpu_threads", self.cpu_threads, 1)
         check_int("dataloader_num_workers", self.dataloader_num_workers, 0)

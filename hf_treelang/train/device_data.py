@@ -74,11 +74,19 @@ def steps_per_epoch(num_train: int, global_batch: int, drop_last: bool = False) 
 def optimizer_steps(training_args, num_train: int) -> int:
     """The optimiser steps of a run, as the Trainer counts them: ``max_steps`` when > 0, else
     ``ceil(num_train_epochs x steps per epoch)``; ``training_args`` is a ``TrainingArguments``."""
-    if training_args.max_steps is not None and training_args.max_steps > 0:
-        return int(training_args.max_steps)
-    global_batch = training_args.per_device_train_batch_size * max(training_args.world_size, 1)
-    per_epoch = steps_per_epoch(num_train, global_batch, training_args.dataloader_drop_last)
-    return math.ceil(training_args.num_train_epochs * max(per_epoch, 1))
+    return run_steps(training_args.max_steps, training_args.num_train_epochs,
+                     training_args.per_device_train_batch_size * max(training_args.world_size, 1), num_train,
+                     training_args.dataloader_drop_last)
+
+
+def run_steps(max_steps: int | None, num_train_epochs: float, global_batch: int, num_train: int,
+              drop_last: bool = False) -> int:
+    """:func:`optimizer_steps` from the values it reads: ``max_steps`` when > 0, else ``ceil(num_train_epochs x
+    steps per epoch)``."""
+    if max_steps is not None and max_steps > 0:
+        return int(max_steps)
+    per_epoch = steps_per_epoch(num_train, global_batch, drop_last)
+    return math.ceil(num_train_epochs * max(per_epoch, 1))
 
 @dataclass
 class EpochBatches:
@@ -256,4 +264,4 @@ class SingleRunView:
 
 
 __all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_generator",
-           "optimizer_steps", "steps_per_epoch"]
+           "optimizer_steps", "run_steps", "steps_per_epoch"]

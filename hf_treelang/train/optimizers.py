@@ -243,7 +243,8 @@ def parameter_groups(model, qk_multiplier: float = 1.0, muon: bool = False) -> t
 def build_optimizer(model, optim: str, *, learning_rate: float, betas=(0.9, 0.999), eps: float = 1e-8,
                     weight_decay: float = 0.0, qk_multiplier: float = 1.0, total_steps: int = 0):
     """The run's optimiser for ``optim`` (one of :data:`CUSTOM_OPTIMIZERS`, or ``adamw_torch`` with a query/key rate
-    multiplier) on ``model``'s parameters; ``total_steps`` is AdEMAMix's α/β3 warm-up (the paper's choice: the run)."""
+    multiplier) on ``model``'s parameters; ``total_steps`` is AdEMAMix's α/β3 warm-up (the paper's choice: the
+    run)."""
     muon = optim == "muon"
     hidden, hidden_qk, other, other_qk, views = parameter_groups(model, qk_multiplier, muon)
 
@@ -275,17 +276,17 @@ class TreeLangOptimizerFactory:
         return build_optimizer(model, **kwargs)
 
 
-def optimizer_factory(training_args, total_steps: int) -> tuple | None:
-    """``(TreeLangOptimizerFactory, kwargs)`` for a run whose ``--optim`` or ``--qk_learning_rate_multiplier``
-    needs this module, else None (the Trainer builds its own optimiser, as before these options)."""
-    optim = training_args.optim_name
-    multiplier = float(training_args.qk_learning_rate_multiplier)
-    if optim not in CUSTOM_OPTIMIZERS and multiplier == 1.0:
+def optimizer_factory(optim, total_steps: int, *, qk_multiplier: float = 1.0, learning_rate: float,
+                      betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> tuple | None:
+    """``(TreeLangOptimizerFactory, kwargs)`` for a run whose ``optim`` (the ``--optim`` value) or
+    ``qk_multiplier`` needs this module, else None (the Trainer builds its own optimiser, as before these options);
+    the other values are the run's ``TrainingArguments``' and ``total_steps`` its optimiser steps."""
+    if optim not in CUSTOM_OPTIMIZERS and float(qk_multiplier) == 1.0:
         return None
+    name = optim if optim in CUSTOM_OPTIMIZERS else "adamw_torch"  # the multiplier alone: AdamW (checked there)
     return TreeLangOptimizerFactory, {
-        "optim": optim, "learning_rate": training_args.learning_rate,
-        "betas": (training_args.adam_beta1, training_args.adam_beta2), "eps": training_args.adam_epsilon,
-        "weight_decay": training_args.weight_decay, "qk_multiplier": multiplier, "total_steps": int(total_steps)}
+        "optim": name, "learning_rate": learning_rate, "betas": tuple(betas), "eps": eps,
+        "weight_decay": weight_decay, "qk_multiplier": float(qk_multiplier), "total_steps": int(total_steps)}
 
 
 __all__ = ["AdEMAMix", "CUSTOM_OPTIMIZERS", "CombinedOptimizer", "GrokfastAdamW", "TreeLangOptimizerFactory",
