@@ -367,3 +367,12 @@ def test_the_identity_of_a_run_names_its_search_optimizer(tmp_path):
     assert "qk_learning_rate_multiplier" not in plain and plain["optim"] == "adamw_torch"
     muon = identity_config(*_resolved(tmp_path / "b", optim="muon", qk_learning_rate_multiplier=2.0))
     assert muon["training_args"]["optim"] == "muon" and muon["training_args"]["qk_learning_rate_multiplier"] == 2.0
+
+
+def test_the_search_optimizers_and_the_query_key_rate_are_named_obstacles_to_a_cuda_graph():
+    from hf_treelang.train.arguments import parse_command_line
+
+    for flags, named in ((["--optim", "muon"], "optim 'muon'"), (["--optim", "ademamix"], "optim 'ademamix'"),
+                         (["--qk_learning_rate_multiplier", "2"], "qk_learning_rate_multiplier 2.0")):
+        training_args = parse_command_line("mlm", flags)[2]
+        assert any(obstacle.startswith(named) for obstacle in training_args.cuda_graph_obstacles(requested=True))
