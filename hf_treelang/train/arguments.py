@@ -455,8 +455,10 @@ class TreeLangTrainingArguments(TrainingArguments):
             if check_real(name, getattr(self, name), 0.0, 1.0) == 1.0:  # Adam divides by 1 - β^t
                 raise ValueError(f"`{name}` must be a real number in [0, 1), got 1.0")
         check_param("seed", self.seed)
-        if check_real("qk_learning_rate_multiplier", self.qk_learning_rate_multiplier, 0.0) == 0:
-            raise ValueError("`qk_learning_rate_multiplier` must be a real number > 0, got 0.0")
+        multiplier = self.qk_learning_rate_multiplier
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not multiplier > 0 \
+                or multiplier == float("inf"):
+            raise ValueError(f"`qk_learning_rate_multiplier` must be a finite real number > 0, got {multiplier!r}")
         if self.qk_learning_rate_multiplier != 1 and self.optim_name not in ("adamw_torch", *CUSTOM_OPTIMIZERS):
             raise ValueError(f"`qk_learning_rate_multiplier` {self.qk_learning_rate_multiplier} needs --optim "
                              f"adamw_torch or one of {CUSTOM_OPTIMIZERS} (hf_treelang.train.optimizers), got "

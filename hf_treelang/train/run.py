@@ -543,9 +543,10 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
         raise ValueError(f"an ensemble trains in one process (its members are the parallelism), got "
                          f"{args.world_size} processes")
     if mode != "sequential" and (args.optim_name in CUSTOM_OPTIMIZERS or args.qk_learning_rate_multiplier != 1):
-        raise ValueError(f"--optim {args.optim_name} / --qk_learning_rate_multiplier "
-                         f"{args.qk_learning_rate_multiplier} train a single model's weights; a stacked ensemble's "
-                         f"are stacked: pass --ensemble_mode sequential")
+        given = (f"--optim {args.optim_name}" if args.optim_name in CUSTOM_OPTIMIZERS else
+                 f"--qk_learning_rate_multiplier {args.qk_learning_rate_multiplier}")
+        raise ValueError(f"{given} trains a single model's weights, and a stacked ensemble's are stacked: pass "
+                         f"--ensemble_mode sequential")
     if resume_from_checkpoint is not None:
         if mode == "sequential":
             raise ValueError("`resume_from_checkpoint` resumes a stacked ensemble (its OUTPUT_DIR/checkpoint-<step>); "
