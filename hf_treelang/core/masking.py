@@ -129,10 +129,11 @@ def mask_training_batch(input_ids: torch.Tensor, mask_token_id: int, positions: 
 def check_block_masking(fraction, sizes, depth: int) -> tuple[float, tuple]:
     """``fraction`` in [0, 1] of the training rows masked by one aligned block, of a size drawn from ``sizes``: each
     a power of 2 in [1, 2**depth] (an aligned block of 2**m leaves is the leaves of one node m levels above them).
-    ``sizes`` is checked only when ``fraction`` > 0; returns ``(fraction, sizes)`` as a float and a tuple of ints."""
+    ``sizes`` is used and checked only when ``fraction`` > 0; returns ``(fraction, sizes)`` as a float and a tuple
+    of ints (empty at fraction 0)."""
     fraction = float(check_real("block_mask_fraction", fraction, 0.0, 1.0))
     if fraction == 0:
-        return 0.0, tuple(int(size) for size in sizes or ())
+        return 0.0, ()
     sizes = list(sizes or ())
     if not sizes:
         raise ValueError(f"`block_mask_sizes` must name at least one block size when block_mask_fraction = "

@@ -67,7 +67,7 @@ class MaskedLeafCollator:
     training batches it collates from there, ``gradient_accumulation_steps`` to a step. The count is that of the
     batches served in order, prefetched or not; a resumed run skips the trained batches without collating them, so
     the count starts where the uninterrupted run's stood (data-loading workers, which hold copies of the count, are
-    refused with such a rule by :func:`hf_treelang.train.run.resolve`).
+    refused with such a rule by :func:`hf_treelang.train.run.check_mask_options`).
 
     Example:
         >>> collate = MaskedLeafCollator(mask_token_id=4, seed=0)
