@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
+from transformers.training_args import OptimizerNames
 
-from hf_treelang.core.masking import check_mask_rate
+from hf_treelang.core.masking import TrainingMasking, check_block_masking, check_mask_rate
 from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
 from hf_treelang.help_format import HelpFormatter
 from hf_treelang.models.architectures import TREELANG, patch_config
@@ -32,6 +33,7 @@ from . import laptop_settings as laptop
 from . import paper_settings as paper
 from .folders import check_output_folder
 from .honoured import check_honoured
+from .optimizers import CUSTOM_OPTIMIZERS
 
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
@@ -43,6 +45,10 @@ ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
 # The flags that choose another architecture (transformers' example scripts' names); at their defaults a run is the
 # TreeLang encoder's, and its identity is what it was before they existed.
 OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "config_name": None}
+# The training-mask options of issue 33's search (DataArguments): at None a run masks as before they existed, and its
+# identity is what it was.
+MASK_OPTION_FIELDS = ("mask_rate_final", "block_mask_fraction", "block_mask_sizes")
+DEFAULT_BLOCK_MASK_SIZES = (2, 4, 8)  # blocks of the nodes 1, 2 and 3 levels above the leaves
 
 TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
@@ -51,6 +57,9 @@ ENSEMBLE_MODES = ("auto", "stacked", "sequential")
 # torch's Adam(W), foreach with capturable=True or fused (one kernel for every tensor): its update can be captured
 CAPTURABLE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")
 COMPILE_MODES_WITH_GRAPHS = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
+WARMUP_STABLE_DECAY = "warmup_stable_decay"  # transformers' get_wsd_schedule (Hägele et al. 2024)
+WSD_SHAPES = ("linear", "cosine", "1-sqrt")  # its warmup_type and decay_type
+WSD_KWARGS = ("num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio", "num_cycles")
 
 # Settings per task and preset, for every field the user did not set. "laptop" (the default) is the run each script
 # does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
@@ -143,11 +152,45 @@ class DataArguments:
                   "--preset paper); a rate in (0, 1] masks each leaf independently with that probability (a row "
                   "with none drawn masks its random leaf). Default: from --preset."},
     )
+    mask_rate_final: float | None = field(
+        default=None,
+        metadata={"help": "MLM only: the Bernoulli mask rate at the run's last step, in [0, 1]; the rate falls (or "
+                  "rises) linearly from --mask_rate over the run's optimiser steps (default: constant). Needs a "
+                  "--mask_rate in (0, 1]."},
+    )
+    block_mask_fraction: float | None = field(
+        default=None,
+        metadata={"help": "MLM only: the fraction in [0, 1] of training rows masked by one whole aligned block of "
+                  "leaves (the leaves under one node of the tree) instead of --mask_rate's masking; evaluation still "
+                  "masks one leaf per sequence (default: 0, no block masks)."},
+    )
+    block_mask_sizes: list[int] | None = field(
+        default=None,
+        metadata={"help": "MLM only: the sizes of --block_mask_fraction's blocks, one drawn uniformly per row, each "
+                  "a power of 2 in [1, 2**depth] (default: 2 4 8, those <= 2**depth)."},
+    )
     use_dataset_builder: bool = field(
         default=True,
         metadata={"help": "Build the data with load_dataset('treelang', 'k<k>') (True) or directly with "
                   "hf_treelang.sample_trees (False)."},
     )
+
+    def training_masking(self, total_steps: int | None = None) -> TrainingMasking:
+        """The run's training-mask rule (:class:`~hf_treelang.core.masking.TrainingMasking`) over ``total_steps``
+        optimiser steps."""
+        fraction, sizes = check_block_masking(self.block_mask_fraction or 0.0, self.block_sizes(), self.depth)
+        return TrainingMasking(self.mask_rate, self.mask_rate_final, fraction, sizes,
+                               total_steps if self.mask_rate_final is not None else None)
+
+    def block_sizes(self) -> list:
+        """The block sizes given, or :data:`DEFAULT_BLOCK_MASK_SIZES` up to 2**depth."""
+        if self.block_mask_sizes is not None:
+            return list(self.block_mask_sizes)
+        return [size for size in DEFAULT_BLOCK_MASK_SIZES if size <= 1 << self.depth]
+
+    def mask_options_given(self) -> list:
+        """The names of the training-mask options set (``mask_rate`` included), for the tasks that mask nothing."""
+        return [name for name in ("mask_rate", *MASK_OPTION_FIELDS) if getattr(self, name) is not None]
 
     def test_levels(self) -> list:
         """The k_test sets to evaluate on (all of 0..ℓ when not given)."""
@@ -167,6 +210,7 @@ class DataArguments:
         for name in ("num_train", "num_eval", "num_test"):
             check_int(name, getattr(self, name), 1, MAX_SIZE)
         check_mask_rate(self.mask_rate)
+        self.training_masking()
 
 
 @dataclass
@@ -310,7 +354,16 @@ class TreeLangTrainingArguments(TrainingArguments):
     )
     optim: str = field(default="adamw_torch", metadata={
         "help": "Optimiser; AdamW with weight_decay=0 is Adam. adamw_torch_fused: the same update as one fused kernel "
-                "(fewer kernels per step on a GPU; it rounds differently)."})
+                "(fewer kernels per step on a GPU; it rounds differently). Besides transformers' choices: 'muon' "
+                "(torch.optim.Muon on the encoder blocks' matrices, the attention in-projection split into query, "
+                "key and value, AdamW for the rest, one rate for both), 'ademamix' (AdEMAMix, Pagliardini et al. "
+                "2025: β3 = 0.9999, α = 5, warmed up over the run) and 'grokfast_adamw' (Grokfast-EMA, Lee et al. "
+                "2024: α = 0.98, λ = 2, before AdamW); hf_treelang.train.optimizers."})
+    qk_learning_rate_multiplier: float = field(
+        default=1.0,
+        metadata={"help": "The learning rate of the attention's query and key weights (the in-projection's first "
+                  "two thirds of rows) relative to --learning_rate, > 0 (default: 1, the same rate)."},
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay (paper: none)."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam β1 (paper: PyTorch default 0.9)."})
     adam_beta2: float = field(default=0.999, metadata={"help": "Adam β2 (paper: PyTorch default 0.999)."})
@@ -378,7 +431,16 @@ class TreeLangTrainingArguments(TrainingArguments):
             self.num_train_epochs = 1.0
         if self.num_evaluations is None:
             self.num_evaluations = 0
+        custom = self.optim if self.optim in CUSTOM_OPTIMIZERS else None
+        known = {str(name.value) for name in OptimizerNames}
+        if custom is None and str(getattr(self.optim, "value", self.optim)) not in known:
+            raise ValueError(f"`optim` must be one of {CUSTOM_OPTIMIZERS} (hf_treelang.train.optimizers) or of "
+                             f"transformers' {sorted(known)}, got {self.optim!r}")
+        if custom is not None:  # not an OptimizerNames member: transformers checks a stand-in, the run keeps its name
+            self.optim = "adamw_torch"
         super().__post_init__()
+        if custom is not None:
+            self.optim = custom
 
     def validate(self) -> None:
         """Raise a ValueError/TypeError naming the field, its value and the allowed range for any bad value.
@@ -401,6 +463,14 @@ class TreeLangTrainingArguments(TrainingArguments):
         if smoothing >= 1.0:  # at 1 the target is the uniform distribution: the labels are gone
             raise ValueError(f"`label_smoothing_factor` must be a real number in [0, 1), got {smoothing!r}")
         check_param("seed", self.seed)
+        multiplier = self.qk_learning_rate_multiplier
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not multiplier > 0 \
+                or multiplier == float("inf"):
+            raise ValueError(f"`qk_learning_rate_multiplier` must be a finite real number > 0, got {multiplier!r}")
+        if self.qk_learning_rate_multiplier != 1 and self.optim_name not in ("adamw_torch", *CUSTOM_OPTIMIZERS):
+            raise ValueError(f"`qk_learning_rate_multiplier` {self.qk_learning_rate_multiplier} needs --optim "
+                             f"adamw_torch or one of {CUSTOM_OPTIMIZERS} (hf_treelang.train.optimizers), got "
+                             f"{self.optim_name!r}")
         if self.cpu_threads is not None:
             check_int("cpu_threads", self.cpu_threads, 1)
         check_int("dataloader_num_workers", self.dataloader_num_workers, 0)
@@ -409,6 +479,29 @@ class TreeLangTrainingArguments(TrainingArguments):
         if self.max_steps <= 0 and self.num_train_epochs == 0:
             raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
         self.check_engine()
+
+    def check_schedule(self, steps: int) -> None:
+        """The learning-rate schedule's arguments against the run's ``steps`` optimiser steps: with
+        ``warmup_stable_decay`` (a warm-up, a constant rate, then a decay over ``num_decay_steps``), its
+        ``lr_scheduler_kwargs`` must name ``num_decay_steps`` and fit warm-up and decay into the run."""
+        if str(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)) != WARMUP_STABLE_DECAY:
+            return
+        kwargs = dict(self.lr_scheduler_kwargs or {})
+        unknown = sorted(set(kwargs) - set(WSD_KWARGS))
+        if unknown:
+            raise ValueError(f"`lr_scheduler_kwargs` of {WARMUP_STABLE_DECAY!r} take {WSD_KWARGS}, got {unknown[0]!r}")
+        if "num_decay_steps" not in kwargs:
+            raise ValueError(f"`lr_scheduler_kwargs` must give num_decay_steps (an integer in [0, {steps}], the "
+                             f"steps of the final decay) with --lr_scheduler_type {WARMUP_STABLE_DECAY}, got "
+                             f"{kwargs!r}")
+        warmup = self.get_warmup_steps(steps)
+        check_int("num_decay_steps", kwargs["num_decay_steps"], 0, max(steps - warmup, 0))
+        if kwargs.get("num_stable_steps") is not None:
+            check_int("num_stable_steps", kwargs["num_stable_steps"], 0, steps)
+        for name in ("warmup_type", "decay_type"):
+            check_choice(name, kwargs.get(name, "linear"), WSD_SHAPES)
+        check_real("min_lr_ratio", kwargs.get("min_lr_ratio", 0.0), 0.0, 1.0)
+        check_real("num_cycles", kwargs.get("num_cycles", 0.5), 0.0)
 
     def check_engine(self) -> None:
         """The training engine's choices (:mod:`hf_treelang.train.trainer`), each error naming the argument."""
@@ -450,6 +543,9 @@ class TreeLangTrainingArguments(TrainingArguments):
         optim = self.optim_name
         if optim not in CAPTURABLE_OPTIMIZERS:
             obstacles.append(f"optim {optim!r} (only {', '.join(CAPTURABLE_OPTIMIZERS)} steps inside a graph)")
+        elif self.qk_learning_rate_multiplier != 1:
+            obstacles.append(f"qk_learning_rate_multiplier {self.qk_learning_rate_multiplier} (its row blocks are "
+                             "fed their gradients on the host)")
         if self.gradient_accumulation_steps != 1:
             obstacles.append(f"gradient_accumulation_steps {self.gradient_accumulation_steps}")
         if getattr(self, "gradient_checkpointing", False) or getattr(self, "activation_checkpointing", False):
@@ -633,6 +729,8 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
+    if data_args.block_mask_fraction == 0:  # no block masks, as None
+        data_args.block_mask_fraction = None
     if task == "finetune" and model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_OUTPUT_DIRS["mlm"]
     check_architecture_flags(model_args, ensemble_args, explicit)

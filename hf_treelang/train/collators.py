@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
+from hf_treelang.core.masking import TrainingMasking, mask_training_batch
 from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 
@@ -50,6 +50,8 @@ class MaskedLeafCollator:
             (0, 1] masks every leaf independently with that probability, and one random leaf where none was drawn.
         seed: ``None`` (default) draws positions from torch's global generator; an int gives the collator its own
             generator, so the masks depend only on this seed and the order of the batches.
+        masking: the whole training-mask rule instead of ``mask_rate``
+            (:class:`~hf_treelang.core.masking.TrainingMasking`: block masks, a rate falling over the run).
 
     Training runs key the masks by example (what :func:`hf_treelang.train.loop.train` does): when the examples carry
     an ``example_index`` column, the masks of a batch are a function of (``seed``, :attr:`epoch`, the batch's
@@ -59,6 +61,13 @@ class MaskedLeafCollator:
     and a run resumed from that checkpoint drew other masks than the uninterrupted run. Keyed masks need
     no state: a resumed run, which skips the trained batches without collating them, masks every later batch
     exactly as the uninterrupted run did. :class:`MaskEpochCallback` sets :attr:`epoch` at every epoch start.
+
+    A falling rate (``masking.mask_rate_final``) needs each batch's optimiser step: :class:`MaskEpochCallback` sets
+    :attr:`first_step` (the steps done when the epoch starts, the resumed ones included) and the collator counts the
+    training batches it collates from there, ``gradient_accumulation_steps`` to a step. The count is that of the
+    batches served in order, prefetched or not; a resumed run skips the trained batches without collating them, so
+    the count starts where the uninterrupted run's stood (data-loading workers, which hold copies of the count, are
+    refused with such a rule by :func:`hf_treelang.train.run.check_mask_options`).
 
     Example:
         >>> collate = MaskedLeafCollator(mask_token_id=4, seed=0)
@@ -71,12 +80,21 @@ class MaskedLeafCollator:
     mask_rate: float | None = None
     seed: int | None = None
     epoch: int = 0  # the training epoch of the batches being collated (keyed masks), see MaskEpochCallback
+    masking: TrainingMasking | None = None
+    first_step: int = 0  # the optimiser steps done when the epoch started (a falling rate), see MaskEpochCallback
+    gradient_accumulation_steps: int = 1
+    _batches: int = field(default=0, init=False, repr=False)  # training batches collated since the epoch started
     _generator: torch.Generator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         if isinstance(self.mask_token_id, bool) or not isinstance(self.mask_token_id, int) or self.mask_token_id < 1:
             raise ValueError(f"mask_token_id must be an int >= 1 (the number of symbols q), got {self.mask_token_id!r}")
-        self.mask_rate = check_mask_rate(self.mask_rate)
+        if self.masking is not None and self.mask_rate is not None:
+            raise ValueError(f"give `mask_rate` ({self.mask_rate!r}) or `masking` (which holds its mask_rate), "
+                             f"not both")
+        if self.masking is None:
+            self.masking = TrainingMasking(self.mask_rate)
+        self.mask_rate = self.masking.mask_rate
         if self.seed is not None:
             self._generator = torch.Generator().manual_seed(int(self.seed))
 
@@ -88,10 +106,16 @@ class MaskedLeafCollator:
         check_input_ids(input_ids, self.mask_token_id, allow_mask=False)  # the leaves to mask are symbols in [0, q)
         b, n_leaves = input_ids.shape
         generator = self.keyed_generator(features) if EXAMPLE_INDEX in features[0] else self._generator
-        positions = training_positions(b, n_leaves, generator)  # (b,)
-        draws = None if self.mask_rate is None else torch.rand((b, n_leaves), generator=generator) < self.mask_rate
-        masked, labels = mask_training_batch(input_ids, self.mask_token_id, positions, draws)  # (b, 2**l) each
+        step = self.first_step + self._batches // self.gradient_accumulation_steps
+        self._batches += 1
+        draws = self.masking.draw(b, n_leaves, generator, torch.full((b,), step, dtype=torch.int64))
+        masked, labels = mask_training_batch(input_ids, self.mask_token_id, draws.positions, draws.draws,
+                                             draws.blocks)  # (b, 2**l) each
         return {"input_ids": masked, "labels": labels}
+
+    def start_epoch(self, epoch: int, first_step: int) -> None:
+        """The batches collated next are epoch ``epoch``'s, from optimiser step ``first_step`` on."""
+        self.epoch, self.first_step, self._batches = int(epoch), int(first_step), 0
 
     def keyed_generator(self, features: list) -> torch.Generator:
         """The generator of a batch's masks, seeded with a hash of (``seed``, ``epoch``, the example indices)."""
@@ -107,14 +131,16 @@ class MaskEpochCallback(TrainerCallback):
     """Set the epoch of a :class:`MaskedLeafCollator` at the start of every epoch (its keyed masks depend on it).
 
     ``state.epoch`` is the whole number of finished epochs at the start of an epoch, and ``e + f`` (f < 1) when a run
-    resumes in the middle of epoch e, so its integer part is the epoch about to run.
+    resumes in the middle of epoch e, so its integer part is the epoch about to run; ``state.global_step`` is the
+    step the epoch's first collated batch trains (a falling mask rate's key).
     """
 
     def __init__(self, collator: MaskedLeafCollator):
         self.collator = collator
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        self.collator.epoch = int(state.epoch or 0)
+        self.collator.gradient_accumulation_steps = int(getattr(args, "gradient_accumulation_steps", 1))
+        self.collator.start_epoch(int(state.epoch or 0), int(state.global_step or 0))
 
 
 @dataclass

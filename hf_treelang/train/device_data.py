@@ -11,7 +11,10 @@ CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
 1. the order of the P training rows, ``torch.randperm(P)``;
 2. the masked leaf of every row served in that order, :func:`hf_treelang.core.masking.training_positions`;
 3. with ``mask_rate``, the Bernoulli draws of every leaf (the rule of
-   :func:`hf_treelang.core.masking.mask_training_batch`, shared with the collator);
+   :func:`hf_treelang.core.masking.mask_training_batch`, shared with the collator), at each row's rate when the rate
+   falls over the run (``mask_rate_final``: a row's step is its place in the epoch's order);
+4. with block masking, each row's block (steps 2-4 are all drawn by
+   :meth:`hf_treelang.core.masking.TrainingMasking.draw`, the one home of these draws);
 
 then moves the epoch to the device (a few hundred kilobytes once per epoch). Next-leaf prediction (``"clm"``) draws
 the order only: its inputs are the rows shifted behind BOS (:func:`hf_treelang.core.oracle.next_leaf_inputs`), its
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hf_treelang.core.masking import check_mask_rate, mask_training_batch, training_positions
+from hf_treelang.core.masking import TrainingDraws, TrainingMasking, check_block_masking, mask_training_batch
 from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.core.params import check_int, check_param
 
@@ -71,11 +74,19 @@ def steps_per_epoch(num_train: int, global_batch: int, drop_last: bool = False) 
 def optimizer_steps(training_args, num_train: int) -> int:
     """The optimiser steps of a run, as the Trainer counts them: ``max_steps`` when > 0, else
     ``ceil(num_train_epochs x steps per epoch)``; ``training_args`` is a ``TrainingArguments``."""
-    if training_args.max_steps is not None and training_args.max_steps > 0:
-        return int(training_args.max_steps)
-    global_batch = training_args.per_device_train_batch_size * max(training_args.world_size, 1)
-    per_epoch = steps_per_epoch(num_train, global_batch, training_args.dataloader_drop_last)
-    return math.ceil(training_args.num_train_epochs * max(per_epoch, 1))
+    return run_steps(training_args.max_steps, training_args.num_train_epochs,
+                     training_args.per_device_train_batch_size * max(training_args.world_size, 1), num_train,
+                     training_args.dataloader_drop_last)
+
+
+def run_steps(max_steps: int | None, num_train_epochs: float, global_batch: int, num_train: int,
+              drop_last: bool = False) -> int:
+    """:func:`optimizer_steps` from the values it reads: ``max_steps`` when > 0, else ``ceil(num_train_epochs x
+    steps per epoch)``."""
+    if max_steps is not None and max_steps > 0:
+        return int(max_steps)
+    per_epoch = steps_per_epoch(num_train, global_batch, drop_last)
+    return math.ceil(num_train_epochs * max(per_epoch, 1))
 
 @dataclass
 class EpochBatches:
@@ -108,6 +119,8 @@ class TrainingStream:
         num_symbols: q; the mask id is q.
         batch_size: B, rows per step and process.
         mask_rate: None (one masked leaf per sequence, the paper) or a rate in (0, 1] (MLM only).
+        masking: the whole training-mask rule (:class:`~hf_treelang.core.masking.TrainingMasking`: a falling rate,
+            block masks), instead of ``mask_rate`` (MLM only); its ``total_steps`` are the run's optimiser steps.
         drop_last: drop the last incomplete batch of an epoch (``TrainingArguments.dataloader_drop_last``).
         device: where the sets and batches live.
         world_size, process_index: data parallelism: a step serves ``world_size * B`` rows of the epoch's order and
@@ -119,8 +132,8 @@ class TrainingStream:
     """
 
     def __init__(self, task: str, leaves, roots=None, *, seeds, num_symbols: int, batch_size: int,
-                 mask_rate: float | None = None, drop_last: bool = False, device="cpu", world_size: int = 1,
-                 process_index: int = 0):
+                 mask_rate: float | None = None, masking: TrainingMasking | None = None, drop_last: bool = False,
+                 device="cpu", world_size: int = 1, process_index: int = 0):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)
@@ -149,15 +162,19 @@ class TrainingStream:
             if int(roots.min()) < 0 or int(roots.max()) >= q:
                 raise ValueError(f"`roots` must hold symbols in [0, q) = [0, {q}), got values in "
                                  f"[{int(roots.min())}, {int(roots.max())}]")
-        if mask_rate is not None:
-            if task != "mlm":
-                raise ValueError(f"`mask_rate` is only used by the MLM task, got {mask_rate!r} for task {task!r}")
-            mask_rate = check_mask_rate(mask_rate)  # 0: the single random leaf, as None
+        if mask_rate is not None and masking is not None:
+            raise ValueError(f"give `mask_rate` ({mask_rate!r}) or `masking` (which holds its mask_rate), not both")
+        masking = masking if masking is not None else TrainingMasking(mask_rate)  # 0: the single random leaf
+        if task != "mlm" and masking != TrainingMasking():
+            raise ValueError(f"`mask_rate` and the other training-mask options are only used by the MLM task, got "
+                             f"{masking!r} for task {task!r}")
+        check_block_masking(masking.block_fraction, masking.block_sizes, T.bit_length() - 1)
         self.task = task
         self.seeds = seeds
         self.num_symbols = q
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.mask_rate = mask_rate
+        self.masking = masking
+        self.mask_rate = masking.mask_rate
         self.drop_last = bool(drop_last)
         self.world_size = check_int("world_size", world_size, 1)
         self.process_index = check_int("process_index", process_index, 0, self.world_size - 1)
@@ -175,27 +192,25 @@ class TrainingStream:
         return self.steps_per_epoch
 
     def epoch_plan(self, member: int, epoch: int) -> tuple:
-        """(order (n,), masked positions (n,) or None, Bernoulli draws (n, T) or None) of one member's epoch, on the
-        CPU, for the n rows all processes serve in it."""
+        """(order (n,), the mask draws or None) of one member's epoch, on the CPU, for the n rows all processes serve
+        in it (:class:`~hf_treelang.core.masking.TrainingDraws`: positions (n,), Bernoulli draws and blocks (n, T))."""
         generator = epoch_generator(self.seeds[member], epoch)
         order = torch.randperm(self.num_train, generator=generator)  # (P,)
         served = self.steps_per_epoch * self.batch_size * self.world_size
         if self.world_size > 1 and served > self.num_train:
             order = torch.cat([order, order[: served - self.num_train]])  # fill the last step from the start
         order = order[:served] if self.drop_last or self.world_size > 1 else order  # (n,)
-        positions = extra = None
-        if self.task == "mlm":
-            positions = training_positions(order.shape[0], self.num_leaves, generator)  # (n,)
-            if self.mask_rate is not None:
-                extra = torch.rand((order.shape[0], self.num_leaves), generator=generator) < self.mask_rate  # (n, T)
-        return order, positions, extra
+        if self.task != "mlm":
+            return order, None
+        # row i of the order is served at step epoch * steps_per_epoch + i // (world_size * B)
+        steps = epoch * self.steps_per_epoch + torch.arange(order.shape[0]) // (self.batch_size * self.world_size)
+        return order, self.masking.draw(order.shape[0], self.num_leaves, generator, steps)  # (n,), (n, T)
 
     def epoch(self, epoch: int) -> EpochBatches:
         """Epoch ``epoch`` of every member on the device, this process's rows only."""
         inputs, labels = [], []
         for member in range(self.num_members):
-            order, positions, extra = self.epoch_plan(member, epoch)
-            order, positions, extra = self._local_rows(order, positions, extra)
+            order, draws = self._local_rows(*self.epoch_plan(member, epoch))
             order = to_device(order, self.device)  # (n,)
             rows = self.leaves[member, order]  # (n, T)
             if self.task == "root":
@@ -206,19 +221,23 @@ class TrainingStream:
                 inputs.append(next_leaf_inputs(rows, self.num_symbols))  # (n, T): [BOS, x_0 .. x_{T-2}]
                 labels.append(rows)  # (n, T): position i predicts leaf i
                 continue
-            draws = None if extra is None else to_device(extra, self.device)  # (n, T)
-            masked, target = mask_training_batch(rows, self.num_symbols, to_device(positions, self.device), draws)
+            on_device = [None if d is None else to_device(d, self.device)
+                         for d in (draws.positions, draws.draws, draws.blocks)]  # (n,), (n, T), (n, T)
+            masked, target = mask_training_batch(rows, self.num_symbols, *on_device)
             inputs.append(masked)
             labels.append(target)
         return EpochBatches(torch.stack(inputs), torch.stack(labels), self.batch_size, self.steps_per_epoch)
 
-    def _local_rows(self, order, positions, extra) -> tuple:
+    def _local_rows(self, order, draws: TrainingDraws | None) -> tuple:
         """This process's share of the epoch: rows [r*B, (r+1)*B) of every step's world_size * B rows."""
         if self.world_size == 1:
-            return order, positions, extra
+            return order, draws
         B, W, r = self.batch_size, self.world_size, self.process_index
         index = (torch.arange(self.steps_per_epoch).unsqueeze(1) * (B * W) + r * B + torch.arange(B)).reshape(-1)
-        return order[index], None if positions is None else positions[index], None if extra is None else extra[index]
+        if draws is not None:
+            draws = TrainingDraws(*(None if d is None else d[index] for d in (draws.positions, draws.draws,
+                                                                               draws.blocks)))
+        return order[index], draws
 
     def single(self) -> "SingleRunView":
         """The batches of member 0 without the member axis, what a single run's Trainer is fed."""
@@ -245,4 +264,4 @@ class SingleRunView:
 
 
 __all__ = ["EPOCH_STREAM_TAG", "EpochBatches", "SingleRunView", "TrainingStream", "epoch_generator",
-           "optimizer_steps", "steps_per_epoch"]
+           "optimizer_steps", "run_steps", "steps_per_epoch"]

@@ -78,7 +78,7 @@ from .collators import (
     RootClassificationCollator,
 )
 from .data import to_datasets
-from .device_data import TrainingStream
+from .device_data import TrainingStream, optimizer_steps
 from .folders import (
     ENSEMBLE_FILE,
     check_output_dir_free,
@@ -335,7 +335,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
     if task == "mlm":
         # each example's training masks are keyed by its row (MaskedLeafCollator): a resumed run draws the same ones
         train_set = train_set.add_column(EXAMPLE_INDEX, np.arange(len(train_set), dtype=np.int64))
-        collator = MaskedLeafCollator(data_args.num_symbols, data_args.mask_rate, seed=args.seed)
+        collator = MaskedLeafCollator(data_args.num_symbols, seed=args.seed,
+                                      masking=data_args.training_masking(optimizer_steps(args, len(train_set))))
         mask_epochs = [MaskEpochCallback(collator)]
     elif task == "clm":
         collator, mask_epochs = NextLeafCollator(data_args.num_symbols), []
@@ -533,8 +534,9 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
     stream = TrainingStream(
         task, np.stack([s.data.train.leaves for s in states]), np.stack([s.data.train.roots for s in states]),
         seeds=[run.training_args.seed for run in runs], num_symbols=first.data_args.num_symbols,
-        batch_size=args.per_device_train_batch_size, mask_rate=first.data_args.mask_rate if task == "mlm" else None,
-        drop_last=args.dataloader_drop_last, device=args.device,
+        batch_size=args.per_device_train_batch_size,
+        masking=first.data_args.training_masking(optimizer_steps(args, first.data_args.num_train))
+        if task == "mlm" else None, drop_last=args.dataloader_drop_last, device=args.device,
     )
     if args.num_evaluations > 0 and resume is None:
         args.eval_on_start = True

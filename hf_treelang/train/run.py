@@ -38,6 +38,7 @@ from hf_treelang.models.architectures import check_runs
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
+    MASK_OPTION_FIELDS,
     OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
     TASKS,
@@ -58,6 +59,7 @@ from .folders import (
     check_run_complete,
     read_model_config,
 )
+from .optimizers import CUSTOM_OPTIMIZERS
 
 IDENTITY_VERSION = 2  # of the recipe below: bump it when the recipe changes, and every identity changes with it
 # The training arguments that change a run's result (its weights, evaluations or checkpoints). Everything else —
@@ -70,8 +72,9 @@ IDENTITY_TRAINING_FIELDS = (
     "torch_compile", "gradient_checkpointing", "train_engine", "step_mode", "num_evaluations", "num_checkpoints",
     "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-    "ignore_data_skip", "average_tokens_across_devices",
+    "ignore_data_skip", "average_tokens_across_devices", "qk_learning_rate_multiplier",
 )
+NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0}  # at these values a run's identity is what it always was
 # Training fields that cannot change a run's weights or metrics (logging, reporting, the Hub, data-loading workers,
 # the process layout, what the runner or the scripts set): given in a run description, they are not in its identity.
 # A field in neither this list nor IDENTITY_TRAINING_FIELDS (mixed precision of evaluation only, a compiler backend,
@@ -315,6 +318,8 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     check_task(task)
     data_args.validate()
     training_args.validate()
+    from .device_data import optimizer_steps  # lazy: loads torch; `import hf_treelang.train.run` needs none
+    training_args.check_schedule(optimizer_steps(training_args, data_args.num_train))
     model_task = model_task_of(task)
     if not model_args.is_treelang:
         check_other_architecture(task, data_args, model_args, training_args)
@@ -359,9 +364,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
         trained = " (a causal run trains its model from scratch)" if task == "clm" else ""
         raise ValueError(f"model_name_or_path is only used by run_finetune.py{trained}, got "
                          f"{model_args.model_name_or_path!r}")
-    if task == "clm" and data_args.mask_rate is not None:
-        raise ValueError(f"`mask_rate` is only used by MLM (a causal run predicts every leaf from the leaves before "
-                         f"it, nothing is masked), got {data_args.mask_rate!r}")
+    check_mask_options(task, data_args, training_args)
     if task == "mlm":
         if training_args.remove_unused_columns:
             raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
@@ -414,6 +417,24 @@ def check_run_memory(data_args, config, training_args) -> None:
                  otherwise=f"lower --depth ({config.depth}) or the model's size")
 
 
+def check_mask_options(task: str, data_args, training_args) -> None:
+    """The training-mask options are MLM's (``mask_rate`` is refused by the causal task, which masks nothing; the
+    newer options by every other task); a falling rate keys each batch by its step, which data-loading workers,
+    each counting its own batches, cannot know."""
+    given = data_args.mask_options_given()
+    if task == "clm" and data_args.mask_rate is not None:
+        raise ValueError(f"`mask_rate` is only used by MLM (a causal run predicts every leaf from the leaves before "
+                         f"it, nothing is masked), got {data_args.mask_rate!r}")
+    others = [name for name in given if name != "mask_rate"]
+    if task != "mlm" and others:
+        raise ValueError(f"`{others[0]}` is only used by MLM, got {getattr(data_args, others[0])!r} for a {task} run")
+    if (task == "mlm" and data_args.mask_rate_final is not None and training_args.train_engine == "dataloader"
+            and training_args.dataloader_num_workers > 0):
+        raise ValueError(f"`mask_rate_final` needs dataloader_num_workers = 0 with --train_engine dataloader (the "
+                         f"collator keys each batch's rate by the step it counts), got "
+                         f"{training_args.dataloader_num_workers}")
+
+
 def check_other_architecture(task: str, data_args, model_args, training_args) -> None:
     """The checks of a run of another architecture (``--model_type``): its config fitted to the data and one
     forward pass at 2**ℓ leaves (:mod:`hf_treelang.models.architectures`), and the TreeLang-only features refused."""
@@ -422,8 +443,11 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
                          f"--model_type {model_args.model_type!r} trains from scratch with run_root.py")
     if model_args.model_name_or_path is not None:
         raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
-    if task == "clm" and data_args.mask_rate is not None:
-        raise ValueError(f"`mask_rate` is only used by MLM, got {data_args.mask_rate!r}")
+    check_mask_options(task, data_args, training_args)
+    if training_args.optim_name == "muon" or training_args.qk_learning_rate_multiplier != 1:
+        raise ValueError(f"--optim muon and --qk_learning_rate_multiplier find the hidden matrices and the fused "
+                         f"query/key/value weights of the TreeLang encoder by name; a {model_args.model_type!r} "
+                         f"model has other names: use another --optim")
     if task == "mlm" and training_args.remove_unused_columns:
         raise ValueError("`remove_unused_columns` must be False for MLM (the collator keys each example's masks "
                          "by its example_index column), got True")
@@ -560,6 +584,11 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
     if args.world_size > 1:
         raise ValueError(f"an ensemble trains in one process (its members are the parallelism), got "
                          f"{args.world_size} processes")
+    if mode != "sequential" and (args.optim_name in CUSTOM_OPTIMIZERS or args.qk_learning_rate_multiplier != 1):
+        given = (f"--optim {args.optim_name}" if args.optim_name in CUSTOM_OPTIMIZERS else
+                 f"--qk_learning_rate_multiplier {args.qk_learning_rate_multiplier}")
+        raise ValueError(f"{given} trains a single model's weights, and a stacked ensemble's are stacked: pass "
+                         f"--ensemble_mode sequential")
     if resume_from_checkpoint is not None:
         if mode == "sequential":
             raise ValueError("`resume_from_checkpoint` resumes a stacked ensemble (its OUTPUT_DIR/checkpoint-<step>); "
@@ -631,6 +660,9 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     """
     data = _normalised(DataArguments, dataclasses.asdict(data_args))
     data["k_test"] = data_args.test_levels()
+    for name in MASK_OPTION_FIELDS:  # a run without them has the identity it always had
+        if data[name] is None:
+            del data[name]
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))
     model["num_hidden_layers"] = model_args.model_kwargs(data_args.depth)["num_hidden_layers"]
     for name, default in OTHER_ARCHITECTURE_FIELDS.items():  # a TreeLang run's identity is what it always was
@@ -640,6 +672,9 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     everything = training_args.to_dict()
     training = _normalised(TreeLangTrainingArguments,
                            {key: everything.get(key) for key in IDENTITY_TRAINING_FIELDS})
+    for name, default in NEW_TRAINING_FIELDS.items():
+        if training[name] == default:
+            del training[name]
     config = {
         "identity_version": IDENTITY_VERSION,
         "data_format_version": data_format_version(),

@@ -57,7 +57,8 @@ from hf_treelang.models.stacked import clip_grad_norm_per_member
 from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
 from .data import load_run_data
-from .device_data import EpochBatches, TrainingStream
+from .device_data import EpochBatches, TrainingStream, run_steps
+from .optimizers import optimizer_factory
 from .folders import ENSEMBLE_FILE
 
 logger = transformers_logging.get_logger(__name__)
@@ -552,12 +553,13 @@ class RunDataCache:
         return len(self._data)
 
 
-def single_run_stream(task: str, data, data_args, training_args) -> TrainingStream:
-    """The training stream of a single run (model task ``"root"`` / ``"mlm"`` / ``"clm"``) on
-    ``training_args.device``."""
+def single_run_stream(task: str, data, data_args, training_args, total_steps: int) -> TrainingStream:
+    """The training stream of a single run (model task ``"root"`` / ``"mlm"`` / ``"clm"``) of ``total_steps``
+    optimiser steps on ``training_args.device``."""
     return TrainingStream(
         task, data.train.leaves, data.train.roots, seeds=[training_args.seed], num_symbols=data_args.num_symbols,
-        batch_size=training_args.per_device_train_batch_size, mask_rate=data_args.mask_rate if task == "mlm" else None,
+        batch_size=training_args.per_device_train_batch_size,
+        masking=data_args.training_masking(total_steps) if task == "mlm" else None,
         drop_last=training_args.dataloader_drop_last, device=training_args.device,
         world_size=training_args.world_size, process_index=training_args.process_index,
     ).single()
@@ -568,10 +570,21 @@ def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
     :func:`single_run_stream` with ``--train_engine device`` (the default), the stock ``Trainer`` (a DataLoader and
     the collator in ``trainer_kwargs``) with ``--train_engine dataloader``. ``trainer_kwargs`` are the Trainer's
     (``model``, ``args``, datasets, callbacks, ...)."""
+    # the values, not the arguments, leave this file (tests/test_training.py: a run's arguments do not come back)
+    total_steps = run_steps(training_args.max_steps, training_args.num_train_epochs,
+                            training_args.per_device_train_batch_size * max(training_args.world_size, 1),
+                            data_args.num_train, training_args.dataloader_drop_last)
+    factory = optimizer_factory(training_args.optim, total_steps,
+                                qk_multiplier=training_args.qk_learning_rate_multiplier,
+                                learning_rate=training_args.learning_rate,
+                                betas=(training_args.adam_beta1, training_args.adam_beta2),
+                                eps=training_args.adam_epsilon, weight_decay=training_args.weight_decay)
+    if factory is not None:  # --optim muon / ademamix / grokfast_adamw, a query/key rate: built on the device
+        trainer_kwargs = {**trainer_kwargs, "optimizer_cls_and_kwargs": factory}
     if getattr(training_args, "train_engine", "device") == "dataloader":
         return tensorboard_in_output_dir(StockTrainer(**trainer_kwargs))
     return tensorboard_in_output_dir(TreeLangTrainer(
-        train_stream=single_run_stream(task, data, data_args, training_args),
+        train_stream=single_run_stream(task, data, data_args, training_args, total_steps),
         step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs))
 
 
