@@ -32,11 +32,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from .optimizers import CUSTOM_OPTIMIZERS
+
 # The package's own fields (TreeLangTrainingArguments) and the TrainingArguments fields both engines honour.
 HONOURED_BY_BOTH = frozenset({
     # the package's own
     "preset", "num_evaluations", "num_checkpoints", "cpu_threads", "checkpoint_epochs", "overwrite_output_dir",
-    "train_engine", "step_mode",
+    "train_engine", "step_mode", "qk_learning_rate_multiplier",
     # folders
     "output_dir", "resume_from_checkpoint",
     # the optimisation (Trainer.create_optimizer_and_scheduler; the step clips and smooths)
@@ -75,7 +77,8 @@ HONOURED_FIELDS = {
 # Values of honoured fields that an engine still cannot honour. The optimizers are torch's, built by the Trainer and
 # stepped with a plain ``optimizer.step()`` (no closure, no special backward, no train/eval switch, nothing to install);
 # the schedules step once per optimizer step (not on evaluation metrics).
-HONOURED_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
+HONOURED_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop",
+                       *CUSTOM_OPTIMIZERS)  # the package's own (hf_treelang.train.optimizers), in both engines
 HONOURED_SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                       "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay")
 HONOURED_VALUES = {"optim": HONOURED_OPTIMIZERS, "lr_scheduler_type": HONOURED_SCHEDULES}
