@@ -156,7 +156,8 @@ def group_rows(rows: list) -> list:
 
 def markdown_table(groups: list) -> str:
     """The comparison as one markdown table (a row per group; ± is the standard deviation over the seeds)."""
-    header = ("| task | architecture | seeds | parameters | steps/s | closest BP_k along training | t_k (k = ℓ … 0) | "
+    header = ("| task | architecture | seeds | parameters | steps | steps/s | closest BP_k along training | "
+              "t_k (k = ℓ … 0) | "
               "final KL to BP_{k_train} | accuracy k_test=0 (model / BP) | accuracy per k_test (model) | "
               "off-symbol mass | excess loss |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -171,7 +172,8 @@ def markdown_table(groups: list) -> str:
         per_level = " ".join(_shown(group["accuracy"][k], 2).split(" ± ")[0] for k in levels)
         lines.append(
             f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['architecture']} | {len(group['seeds'])} | "
-            f"{group['parameters']:,} | {_shown(group['steps_per_second'], 0)} | {paths} | {times} | "
+            f"{group['parameters']:,} | {group['steps']:,} | {_shown(group['steps_per_second'], 1)} | {paths} | "
+            f"{times} | "
             f"{_shown(group['final_kl_matched'])} | {accuracy0} | {per_level} | "
             f"{_shown(group['mass_on_special_tokens'])} | {_shown(group['excess_loss'])} |")
     return "\n".join(lines) + "\n"
