@@ -136,6 +136,8 @@ def test_every_architecture_of_the_comparison_trains_and_logs_finite_bp_kls(comp
     architecture = json.loads((tmp_path / "architecture.json").read_text())
     assert architecture["model_type"] == model_type and architecture["changes"]["vocab_size"][1] == 5
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == model_type
+    card = (tmp_path / "README.md").read_text()
+    assert f"A `{model_type}` model of transformers" in card and "trust_remote_code" not in card
 
 
 def test_the_pipelines_work_offline_on_run_folders(comparison_runs):

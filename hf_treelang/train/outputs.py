@@ -230,7 +230,12 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
                       (("d", "hidden_size"), ("layers", "num_hidden_layers"), ("d'", "intermediate_size"))}
         shape = ", ".join(f"{label} = {value}" for label, value in dimensions.items() if isinstance(value, int)) or \
             f"config overrides: {model_args.config_overrides}"
+    loading_note = ("Without `hf_treelang` installed, pass `trust_remote_code=True` (the modelling code is saved next "
+                    "to the weights)." if model_args.is_treelang else
+                    f"The model loads with `transformers` alone (a `{model_args.model_type}` model); its tokenizer, "
+                    "`TreeLangTokenizer` (`AutoTokenizer`, the pipelines), needs `import hf_treelang`.")
     values = {
+        "loading_note": loading_note,
         "model_name": model_name,
         "shape": shape,
         "architecture": architecture,
