@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from hf_treelang.core.masking import IGNORE_INDEX, TrainingMasking, mask_training_batch
 from hf_treelang.train.collators import MaskedLeafCollator
 from hf_treelang.train.device_data import TrainingStream
-from hf_treelang.train.optimizers import AdEMAMix, GrokfastAdamW, build_optimizer, parameter_groups
+from hf_treelang.train.optimizers import AdEMAMix, GrokfastAdamW, Muon, build_optimizer, parameter_groups
 from hf_treelang.train.run import identity_config, resolve
 from tiny_run import run_tiny
 
@@ -287,13 +287,49 @@ def test_muon_orthogonalises_query_key_and_value_apart_and_adamw_trains_the_rest
     _random_gradients(model)
     reference = torch.nn.Parameter(before[32:64].clone())  # the key rows, as their own matrix
     reference.grad = in_proj.grad[32:64].clone()
-    torch.optim.Muon([reference], lr=1e-2, weight_decay=0.0, momentum=0.95, adjust_lr_fn="match_rms_adamw").step()
+    Muon([reference], lr=1e-2, weight_decay=0.0, momentum=0.95, adjust_lr_fn="match_rms_adamw").step()
     optimizer.step()
-    assert torch.equal(in_proj.detach()[32:64], reference.detach())
+    torch.testing.assert_close(in_proj.detach()[32:64], reference.detach(), rtol=0, atol=1e-6)
     whole = torch.nn.Parameter(before.clone())  # the fused matrix orthogonalised at once steps otherwise
     whole.grad = in_proj.grad.clone()
     torch.optim.Muon([whole], lr=1e-2, weight_decay=0.0, adjust_lr_fn="match_rms_adamw").step()
     assert not torch.allclose(whole.detach()[32:64], reference.detach(), atol=1e-6)
+
+
+def _float64_newton_schulz(grad, ns_coefficients, ns_steps, eps):
+    """torch's iteration (``torch.optim._muon._zeropower_via_newtonschulz``) in float64, as a reference."""
+    a, b, c = ns_coefficients
+    x = grad.double().T if grad.size(0) > grad.size(1) else grad.double()
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.T if grad.size(0) > grad.size(1) else x).float()
+
+
+def test_muon_steps_as_torch_muon_with_exact_iterations_and_near_its_bfloat16_ones(monkeypatch):
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(32, 32), (64, 32), (32, 64), (32, 32), (64, 32)]
+    start = [torch.randn(shape, generator=generator) for shape in shapes]
+    gradients = [[torch.randn(shape, generator=generator) for shape in shapes] for _ in range(3)]
+
+    def run(optimizer_class):
+        params = [torch.nn.Parameter(value.clone()) for value in start]
+        optimizer = optimizer_class(params, lr=1e-2, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+        for step in gradients:
+            for param, grad in zip(params, step):
+                param.grad = grad.clone()
+            optimizer.step()
+        return [param.detach() for param in params]
+
+    ours, bfloat16 = run(Muon), run(torch.optim.Muon)
+    monkeypatch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", _float64_newton_schulz)
+    exact = run(torch.optim.Muon)
+    for mine, reference, coarse, first in zip(ours, exact, bfloat16, start):
+        torch.testing.assert_close(mine, reference, rtol=0, atol=1e-5)
+        moved = (reference - first).abs().max()
+        assert (mine - coarse).abs().max() < 0.05 * moved  # the same update, up to bfloat16's rounding
+        assert (mine - reference).abs().max() < 1e-3 * moved
 
 
 @pytest.mark.parametrize("optim", ["muon", "ademamix", "grokfast_adamw"])

@@ -1,8 +1,8 @@
 """The optimisers of issue 33's MLM search, beyond transformers' ``--optim`` choices: Muon on the hidden matrices,
 AdEMAMix and Grokfast-EMA, and a larger learning rate for the attention's query and key weights.
 
-* ``--optim muon``: ``torch.optim.Muon`` (momentum, then the update orthogonalised by Newton-Schulz iterations) on the
-  hidden 2-D weights of the encoder blocks, with the fused attention in-projection split into its query, key and value
+* ``--optim muon``: :class:`Muon`, ``torch.optim.Muon`` (momentum, then the update orthogonalised by Newton-Schulz
+  iterations) with its iterations in float32 and batched over matrices of one shape, on the hidden 2-D weights of the encoder blocks, with the fused attention in-projection split into its query, key and value
   rows (each orthogonalised on its own), and AdamW for the embeddings, norms, biases and readout. Muon's
   ``adjust_lr_fn="match_rms_adamw"`` scales its update to AdamW's RMS, so that one ``--learning_rate`` serves both.
 * ``--optim ademamix``: :class:`AdEMAMix` (Pagliardini et al., ICLR 2025): Adam plus a second, slow momentum
@@ -35,6 +35,53 @@ HIDDEN_PREFIX = "layers."  # the encoder blocks: their 2-D weights are the hidde
 MUON_MOMENTUM = 0.95  # torch.optim.Muon's default, Keller Jordan's
 ADEMAMIX_DEFAULTS = {"beta3": 0.9999, "alpha": 5.0}  # the paper's (Sec. 3, Table 1)
 GROKFAST_DEFAULTS = {"alpha": 0.98, "lamb": 2.0}  # the paper's Grokfast-EMA defaults (Alg. 2)
+
+
+def newton_schulz(updates: torch.Tensor, coefficients: tuple, steps: int, eps: float) -> torch.Tensor:
+    """Muon's orthogonalisation (torch's quintic Newton-Schulz iteration, ``torch.optim._muon``) of a stack of
+    matrices at once, in float32: ``updates`` is (n, A, B); each matrix is scaled to Frobenius norm 1 (so its spectral
+    norm is at most 1) and iterated on its wide orientation. torch iterates in bfloat16, one matrix at a time, which
+    a CPU without bfloat16 matrix units runs many times slower than float32, and float32 is the more accurate."""
+    a, b, c = coefficients
+    x = updates.float()  # (n, A, B)
+    tall = x.size(-2) > x.size(-1)
+    if tall:
+        x = x.mT  # (n, small, large)
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.mT  # (n, small, small)
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.mT if tall else x
+
+
+class Muon(torch.optim.Muon):
+    """``torch.optim.Muon`` (the same hyperparameters, state and update: momentum, Nesterov, the orthogonalised update
+    scaled by ``adjust_lr_fn``, decoupled weight decay) with the orthogonalisation done by :func:`newton_schulz`: in
+    float32, one batched iteration per parameter shape."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, buffers = [], [], []
+            self._init_group(group, params, grads, buffers)
+            by_shape = defaultdict(list)
+            for param, grad, buffer in zip(params, grads, buffers):
+                buffer.lerp_(grad, 1 - group["momentum"])
+                update = grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
+                by_shape[tuple(param.shape)].append((param, update))
+            lr = float(group["lr"])
+            for shape, items in by_shape.items():
+                orthogonal = newton_schulz(torch.stack([update for _, update in items]), group["ns_coefficients"],
+                                           group["ns_steps"], group["eps"])  # (n, A, B)
+                scaled_lr = torch.optim._muon._adjust_lr(lr, group["adjust_lr_fn"], torch.Size(shape))
+                for (param, _), update in zip(items, orthogonal):
+                    param.mul_(1 - lr * group["weight_decay"])
+                    param.add_(update.to(param.dtype), alpha=-scaled_lr)
+        return loss
 
 
 class AdEMAMix(torch.optim.Optimizer):
@@ -262,7 +309,7 @@ def build_optimizer(model, optim: str, *, learning_rate: float, betas=(0.9, 0.99
     else:
         inner = [torch.optim.AdamW(groups(other, other_qk), **adam, foreach=False)]
         if muon:
-            inner.insert(0, torch.optim.Muon(groups(hidden, hidden_qk), lr=learning_rate, weight_decay=weight_decay,
+            inner.insert(0, Muon(groups(hidden, hidden_qk), lr=learning_rate, weight_decay=weight_decay,
                                              momentum=MUON_MOMENTUM, adjust_lr_fn="match_rms_adamw"))
     return CombinedOptimizer(inner, views)
 
@@ -289,5 +336,5 @@ def optimizer_factory(optim, total_steps: int, *, qk_multiplier: float = 1.0, le
         "weight_decay": weight_decay, "qk_multiplier": float(qk_multiplier), "total_steps": int(total_steps)}
 
 
-__all__ = ["AdEMAMix", "CUSTOM_OPTIMIZERS", "CombinedOptimizer", "GrokfastAdamW", "TreeLangOptimizerFactory",
-           "build_optimizer", "optimizer_factory", "parameter_groups"]
+__all__ = ["AdEMAMix", "CUSTOM_OPTIMIZERS", "CombinedOptimizer", "GrokfastAdamW", "Muon", "TreeLangOptimizerFactory",
+           "build_optimizer", "newton_schulz", "optimizer_factory", "parameter_groups"]
