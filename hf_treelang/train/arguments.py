@@ -24,7 +24,16 @@ from transformers.trainer_utils import SchedulerType
 from transformers.training_args import OptimizerNames
 
 from hf_treelang.core.masking import TrainingMasking, check_block_masking, check_mask_rate
-from hf_treelang.core.params import LIMITS, MAX_SIZE, check_int, check_param, check_real, check_sigma, warn_renamed
+from hf_treelang.core.params import (
+    LIMITS,
+    MAX_SIGMA,
+    MAX_SIZE,
+    check_int,
+    check_param,
+    check_real,
+    check_sigma,
+    warn_renamed,
+)
 from hf_treelang.help_format import HelpFormatter
 from hf_treelang.models.architectures import TREELANG, patch_config
 from hf_treelang.models.configuration_treelang import TreeLangConfig
@@ -49,6 +58,9 @@ OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "
 # identity is what it was.
 MASK_OPTION_FIELDS = ("mask_rate_final", "block_mask_fraction", "block_mask_sizes")
 DEFAULT_BLOCK_MASK_SIZES = (2, 4, 8)  # blocks of the nodes 1, 2 and 3 levels above the leaves
+# The σ curriculum of issue 33's search (DataArguments, hf_treelang.train.data.SigmaCurriculum): at None a run trains
+# on its own training set throughout, and its identity is what it was.
+CURRICULUM_FIELDS = ("sigma_curriculum_start", "sigma_curriculum_epochs")
 
 TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
@@ -169,6 +181,19 @@ class DataArguments:
         metadata={"help": "MLM only: the sizes of --block_mask_fraction's blocks, one drawn uniformly per row, each "
                   "a power of 2 in [1, 2**depth] (default: 2 4 8, those <= 2**depth)."},
     )
+    sigma_curriculum_start: float | None = field(
+        default=None,
+        metadata={"help": "σ curriculum: the σ of the first training epoch, in (--sigma, 1000]. The first "
+                  "--sigma_curriculum_epochs E epochs train on P fresh draws of the same grammar seed at a larger σ "
+                  "(the same rules, sharper), σ falling linearly from this value at epoch 0 to --sigma at epoch E; "
+                  "later epochs train on the run's training set; evaluation is at --sigma only. Device engine "
+                  "only (default: no curriculum)."},
+    )
+    sigma_curriculum_epochs: int | None = field(
+        default=None,
+        metadata={"help": "σ curriculum: how many leading epochs E train on the sharper draws, an integer in "
+                  "[1, epochs - 1] (needs --sigma_curriculum_start)."},
+    )
     use_dataset_builder: bool = field(
         default=True,
         metadata={"help": "Build the data with load_dataset('treelang', 'k<k>') (True) or directly with "
@@ -211,6 +236,27 @@ class DataArguments:
             check_int(name, getattr(self, name), 1, MAX_SIZE)
         check_mask_rate(self.mask_rate)
         self.training_masking()
+        self.check_sigma_curriculum()
+
+    def check_sigma_curriculum(self) -> None:
+        """The σ curriculum's flags come together, its first σ above the run's and within the grammar's limit; the
+        number of its epochs is bounded by the run's (:func:`hf_treelang.train.run.check_sigma_curriculum`)."""
+        start, epochs = self.sigma_curriculum_start, self.sigma_curriculum_epochs
+        if start is None and epochs is None:
+            return
+        if start is None or epochs is None:
+            given, missing = (("sigma_curriculum_start", "sigma_curriculum_epochs") if epochs is None else
+                              ("sigma_curriculum_epochs", "sigma_curriculum_start"))
+            raise ValueError(f"`{given}` needs `{missing}` (the σ curriculum takes both), got "
+                             f"{given}={getattr(self, given)!r} alone")
+        allowed = f"a real number in ({float(self.sigma):g}, {MAX_SIGMA:g}] (above --sigma, within σ's limit)"
+        try:
+            check_real("sigma_curriculum_start", start, 0.0, MAX_SIGMA)
+        except (TypeError, ValueError):
+            raise ValueError(f"`sigma_curriculum_start` must be {allowed}, got {start!r}") from None
+        if not float(start) > float(self.sigma):
+            raise ValueError(f"`sigma_curriculum_start` must be {allowed}, got {start!r}")
+        check_int("sigma_curriculum_epochs", epochs, 1)
 
 
 @dataclass

@@ -11,6 +11,10 @@ same bytes directly. Either way the k_test sets never share draws, and the maske
 are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the dataset card, the BP-KL callback and
 the model card report BP on identical inputs.
 
+A run with a σ curriculum (``--sigma_curriculum_start S --sigma_curriculum_epochs E``, :class:`SigmaCurriculum`)
+trains its first E epochs on fresh draws of the same grammar seed at σ_e > σ instead of its ``train`` split; the
+``validation`` and test splits, and so every evaluation, stay at the run's σ.
+
 Dimension glossary: ``n`` sequences, ``l`` depth (ℓ).
 """
 
@@ -26,9 +30,11 @@ from hf_treelang.dataset_builder.treelang import config_name
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.masking import mask_evaluation_set
-from hf_treelang.core.sampling import SPLITS, sample_trees, split_seed
+from hf_treelang.core.sampling import SPLITS, TreeSample, sample_trees, split_seed
 
 from .arguments import DataArguments
+
+CURRICULUM_STREAM_TAG = 0x5C1C  # the σ curriculum's draws: never the same stream as a split's
 
 
 @dataclass
@@ -123,6 +129,67 @@ def load_run_data(data_args: DataArguments) -> RunData:
     return RunData(grammar=grammar, train=main["train"], validation=main["validation"], tests=tests)
 
 
+@dataclass(frozen=True)
+class SigmaCurriculum:
+    """The σ curriculum of a training run (issue 33): its first ``epochs`` epochs (E) train on the same grammar with
+    sharper rules, annealed to the run's σ; later epochs train on the run's own training set.
+
+    :meth:`Grammar.random` draws the rule logits as σ·z from one normal draw z per grammar seed, so the same
+    ``grammar_seed`` at a larger σ is the same grammar with sharper rules and stronger long-range correlations.
+    Epoch e < E trains on ``num_train`` (P) trees of ``Grammar.random(q, σ_e, grammar_seed)`` at the run's k_train,
+    drawn fresh for the epoch, with σ_e annealed linearly from ``start_sigma`` (S) to the run's σ:
+    ``σ_e = S + (σ - S) e / E`` (σ_0 = S, σ_E = σ). Epoch e's trees come from :meth:`sampling_seed` (the run's
+    training split seed and e): a function of the run's data and e alone, so a run resumed in the curriculum draws
+    exactly the trees the uninterrupted run drew, and every model seed trains on the same ones.
+
+    Example (q = 4, ℓ = 4, σ = 1, S = 3, E = 4): epochs 0, 1, 2, 3 train at σ = 3, 2.5, 2, 1.5, epoch 4 on.
+
+        >>> curriculum = SigmaCurriculum(3.0, 4, sigma=1.0, num_symbols=4, depth=4, filter_level=0, grammar_seed=0,
+        ...                              num_train=8, train_seed=1)
+        >>> [curriculum.sigma_at(e) for e in range(5)], curriculum.training_set(0).leaves.shape
+        ([3.0, 2.5, 2.0, 1.5, None], (8, 16))
+    """
+
+    start_sigma: float  # S
+    epochs: int  # E
+    sigma: float  # the run's σ
+    num_symbols: int  # q
+    depth: int  # ℓ
+    filter_level: int  # k_train
+    grammar_seed: int
+    num_train: int  # P
+    train_seed: int  # the sampling seed of the run's training split
+
+    def sigma_at(self, epoch: int) -> float | None:
+        """σ_e of epoch ``epoch``, or None from epoch E on (the run's training set)."""
+        if not 0 <= epoch < self.epochs:
+            return None
+        return self.start_sigma + (self.sigma - self.start_sigma) * epoch / self.epochs
+
+    def sampling_seed(self, epoch: int) -> int:
+        """The sampling seed of epoch ``epoch``'s trees: SeedSequence over (tag, training split seed, epoch), 63
+        bits."""
+        entropy = [CURRICULUM_STREAM_TAG, self.train_seed >> 32, self.train_seed & 0xFFFFFFFF, int(epoch)]
+        return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
+
+    def training_set(self, epoch: int) -> TreeSample | None:
+        """Epoch ``epoch``'s training trees, ``leaves`` (P, 2**ℓ) and ``roots`` (P,), or None from epoch E on."""
+        sigma = self.sigma_at(epoch)
+        if sigma is None:
+            return None
+        grammar = Grammar.random(self.num_symbols, sigma, self.grammar_seed)
+        return sample_trees(grammar, self.num_train, self.depth, self.filter_level, self.sampling_seed(epoch))
+
+
+def sigma_curriculum(data_args: DataArguments) -> SigmaCurriculum | None:
+    """The run's :class:`SigmaCurriculum`, or None without ``--sigma_curriculum_start``."""
+    if data_args.sigma_curriculum_start is None:
+        return None
+    return SigmaCurriculum(float(data_args.sigma_curriculum_start), int(data_args.sigma_curriculum_epochs),
+                           float(data_args.sigma), data_args.num_symbols, data_args.depth, data_args.k_train,
+                           data_args.grammar_seed, data_args.num_train, _seed(data_args, data_args.k_train, "train"))
+
+
 def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
     """Leaves (n, 2**ℓ) and roots (n,) of a split must be symbols in [0, q): the error names the split.
 
@@ -164,4 +231,5 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
     return train, validation
 
 
-__all__ = ["EvaluationSet", "RunData", "check_split", "load_run_data", "read_columns", "to_datasets"]
+__all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "load_run_data", "read_columns",
+           "sigma_curriculum", "to_datasets"]

@@ -16,7 +16,9 @@ CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
 4. with block masking, each row's block (steps 2-4 are all drawn by
    :meth:`hf_treelang.core.masking.TrainingMasking.draw`, the one home of these draws);
 
-then moves the epoch to the device (a few hundred kilobytes once per epoch). Next-leaf prediction (``"clm"``) draws
+then moves the epoch to the device (a few hundred kilobytes once per epoch). A run with a σ curriculum
+(:class:`hf_treelang.train.data.SigmaCurriculum`) serves its first E epochs from that epoch's own draw of P trees
+instead of the training set, with the same order and masks (the draw is a function of the run's data and the epoch). Next-leaf prediction (``"clm"``) draws
 the order only: its inputs are the rows shifted behind BOS (:func:`hf_treelang.core.oracle.next_leaf_inputs`), its
 labels the rows themselves. Why on the CPU: the draws are then the
 same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
@@ -121,6 +123,9 @@ class TrainingStream:
         mask_rate: None (one masked leaf per sequence, the paper) or a rate in (0, 1] (MLM only).
         masking: the whole training-mask rule (:class:`~hf_treelang.core.masking.TrainingMasking`: a falling rate,
             block masks), instead of ``mask_rate`` (MLM only); its ``total_steps`` are the run's optimiser steps.
+        curricula: None, or one σ curriculum (or None) per member: an object with ``epochs`` and
+            ``training_set(epoch)`` (``leaves`` (P, T), ``roots`` (P,)) whose epochs e < ``epochs`` are served from
+            that set instead of ``leaves`` (:class:`hf_treelang.train.data.SigmaCurriculum`).
         drop_last: drop the last incomplete batch of an epoch (``TrainingArguments.dataloader_drop_last``).
         device: where the sets and batches live.
         world_size, process_index: data parallelism: a step serves ``world_size * B`` rows of the epoch's order and
@@ -132,8 +137,8 @@ class TrainingStream:
     """
 
     def __init__(self, task: str, leaves, roots=None, *, seeds, num_symbols: int, batch_size: int,
-                 mask_rate: float | None = None, masking: TrainingMasking | None = None, drop_last: bool = False,
-                 device="cpu", world_size: int = 1, process_index: int = 0):
+                 mask_rate: float | None = None, masking: TrainingMasking | None = None, curricula=None,
+                 drop_last: bool = False, device="cpu", world_size: int = 1, process_index: int = 0):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)
@@ -169,12 +174,16 @@ class TrainingStream:
             raise ValueError(f"`mask_rate` and the other training-mask options are only used by the MLM task, got "
                              f"{masking!r} for task {task!r}")
         check_block_masking(masking.block_fraction, masking.block_sizes, T.bit_length() - 1)
+        curricula = [None] * N if curricula is None else list(curricula)
+        if len(curricula) != N:
+            raise ValueError(f"`curricula` must hold one curriculum (or None) per member ({N}), got {len(curricula)}")
         self.task = task
         self.seeds = seeds
         self.num_symbols = q
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.masking = masking
         self.mask_rate = masking.mask_rate
+        self.curricula = curricula
         self.drop_last = bool(drop_last)
         self.world_size = check_int("world_size", world_size, 1)
         self.process_index = check_int("process_index", process_index, 0, self.world_size - 1)
@@ -212,10 +221,11 @@ class TrainingStream:
         for member in range(self.num_members):
             order, draws = self._local_rows(*self.epoch_plan(member, epoch))
             order = to_device(order, self.device)  # (n,)
-            rows = self.leaves[member, order]  # (n, T)
+            leaves, roots = self.training_set(member, epoch)  # (P, T), (P,) or None
+            rows = leaves[order]  # (n, T)
             if self.task == "root":
                 inputs.append(rows)
-                labels.append(self.roots[member, order])  # (n,)
+                labels.append(roots[order])  # (n,)
                 continue
             if self.task == "clm":
                 inputs.append(next_leaf_inputs(rows, self.num_symbols))  # (n, T): [BOS, x_0 .. x_{T-2}]
@@ -227,6 +237,20 @@ class TrainingStream:
             inputs.append(masked)
             labels.append(target)
         return EpochBatches(torch.stack(inputs), torch.stack(labels), self.batch_size, self.steps_per_epoch)
+
+    def training_set(self, member: int, epoch: int) -> tuple:
+        """``(leaves (P, T), roots (P,) or None)`` on the device that member ``member`` trains on in epoch ``epoch``:
+        its σ curriculum's draw of that epoch, or its training set."""
+        curriculum = self.curricula[member]
+        trees = curriculum.training_set(epoch) if curriculum is not None else None
+        if trees is None:
+            return self.leaves[member], None if self.roots is None else self.roots[member]
+        leaves = torch.as_tensor(np.asarray(trees.leaves), dtype=torch.int64)  # (P, T)
+        if leaves.shape != (self.num_train, self.num_leaves):
+            raise ValueError(f"the σ curriculum's epoch {epoch} must hold (num_train, 2**depth) = "
+                             f"{(self.num_train, self.num_leaves)} leaves, got {tuple(leaves.shape)}")
+        roots = torch.as_tensor(np.asarray(trees.roots), dtype=torch.int64)  # (P,)
+        return to_device(leaves, self.device), to_device(roots, self.device)
 
     def _local_rows(self, order, draws: TrainingDraws | None) -> tuple:
         """This process's share of the epoch: rows [r*B, (r+1)*B) of every step's world_size * B rows."""

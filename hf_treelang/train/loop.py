@@ -77,7 +77,7 @@ from .collators import (
     NextLeafCollator,
     RootClassificationCollator,
 )
-from .data import to_datasets
+from .data import sigma_curriculum, to_datasets
 from .device_data import TrainingStream, optimizer_steps
 from .folders import (
     ENSEMBLE_FILE,
@@ -536,7 +536,8 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
         seeds=[run.training_args.seed for run in runs], num_symbols=first.data_args.num_symbols,
         batch_size=args.per_device_train_batch_size,
         masking=first.data_args.training_masking(optimizer_steps(args, first.data_args.num_train))
-        if task == "mlm" else None, drop_last=args.dataloader_drop_last, device=args.device,
+        if task == "mlm" else None, curricula=[sigma_curriculum(run.data_args) for run in runs],
+        drop_last=args.dataloader_drop_last, device=args.device,
     )
     if args.num_evaluations > 0 and resume is None:
         args.eval_on_start = True

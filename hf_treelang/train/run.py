@@ -38,6 +38,7 @@ from hf_treelang.models.architectures import check_runs
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
+    CURRICULUM_FIELDS,
     MASK_OPTION_FIELDS,
     OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
@@ -320,6 +321,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     training_args.validate()
     from .device_data import optimizer_steps  # lazy: loads torch; `import hf_treelang.train.run` needs none
     training_args.check_schedule(optimizer_steps(training_args, data_args.num_train))
+    check_sigma_curriculum(data_args, training_args)
     model_task = model_task_of(task)
     if not model_args.is_treelang:
         check_other_architecture(task, data_args, model_args, training_args)
@@ -433,6 +435,29 @@ def check_mask_options(task: str, data_args, training_args) -> None:
         raise ValueError(f"`mask_rate_final` needs dataloader_num_workers = 0 with --train_engine dataloader (the "
                          f"collator keys each batch's rate by the step it counts), got "
                          f"{training_args.dataloader_num_workers}")
+
+
+def check_sigma_curriculum(data_args, training_args) -> None:
+    """The σ curriculum (:class:`hf_treelang.train.data.SigmaCurriculum`) is served by the device engine's stream
+    (the dataloader engine's ``datasets.Dataset`` holds one training set), and it leaves at least one epoch at the
+    run's σ: ``sigma_curriculum_epochs`` in [1, epochs - 1], the epochs the run's optimiser steps span."""
+    if data_args.sigma_curriculum_start is None:
+        return
+    if training_args.train_engine != "device":
+        raise ValueError(f"`sigma_curriculum_start` needs --train_engine device (the dataloader engine trains on "
+                         f"one training set), got --train_engine {training_args.train_engine}")
+    # lazy: loads torch; `import hf_treelang.train.run` needs none
+    from .device_data import optimizer_steps, steps_per_epoch
+
+    global_batch = training_args.per_device_train_batch_size * max(training_args.world_size, 1)
+    per_epoch = max(steps_per_epoch(data_args.num_train, global_batch, training_args.dataloader_drop_last), 1)
+    epochs = -(-optimizer_steps(training_args, data_args.num_train) // per_epoch)  # the last one may be partial
+    if epochs < 2:
+        raise ValueError(f"`sigma_curriculum_epochs` needs a run of at least 2 epochs (the last at --sigma), this "
+                         f"run trains {epochs}; got {data_args.sigma_curriculum_epochs}")
+    if not 1 <= data_args.sigma_curriculum_epochs <= epochs - 1:
+        raise ValueError(f"`sigma_curriculum_epochs` must be an integer in [1, {epochs - 1}] (fewer than the run's "
+                         f"{epochs} epochs), got {data_args.sigma_curriculum_epochs}")
 
 
 def check_other_architecture(task: str, data_args, model_args, training_args) -> None:
@@ -660,7 +685,7 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     """
     data = _normalised(DataArguments, dataclasses.asdict(data_args))
     data["k_test"] = data_args.test_levels()
-    for name in MASK_OPTION_FIELDS:  # a run without them has the identity it always had
+    for name in MASK_OPTION_FIELDS + CURRICULUM_FIELDS:  # a run without them has the identity it always had
         if data[name] is None:
             del data[name]
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))

@@ -56,7 +56,7 @@ from hf_treelang.models.stacked import clip_grad_norm_per_member
 
 from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
-from .data import load_run_data
+from .data import load_run_data, sigma_curriculum
 from .device_data import EpochBatches, TrainingStream, run_steps
 from .optimizers import optimizer_factory
 from .folders import ENSEMBLE_FILE
@@ -555,11 +555,12 @@ class RunDataCache:
 
 def single_run_stream(task: str, data, data_args, training_args, total_steps: int) -> TrainingStream:
     """The training stream of a single run (model task ``"root"`` / ``"mlm"`` / ``"clm"``) of ``total_steps``
-    optimiser steps on ``training_args.device``."""
+    optimiser steps on ``training_args.device``, with its σ curriculum if it has one."""
     return TrainingStream(
         task, data.train.leaves, data.train.roots, seeds=[training_args.seed], num_symbols=data_args.num_symbols,
         batch_size=training_args.per_device_train_batch_size,
         masking=data_args.training_masking(total_steps) if task == "mlm" else None,
+        curricula=[sigma_curriculum(data_args)],
         drop_last=training_args.dataloader_drop_last, device=training_args.device,
         world_size=training_args.world_size, process_index=training_args.process_index,
     ).single()
