@@ -412,3 +412,144 @@ def test_the_search_optimizers_and_the_query_key_rate_are_named_obstacles_to_a_c
                          (["--qk_learning_rate_multiplier", "2"], "qk_learning_rate_multiplier 2.0")):
         training_args = parse_command_line("mlm", flags)[2]
         assert any(obstacle.startswith(named) for obstacle in training_args.cuda_graph_obstacles(requested=True))
+
+
+# ---------------------------------------------------------------- a σ curriculum
+
+# 4 steps per epoch, 3 epochs: epochs 0 and 1 at σ = 3 and 2, epoch 2 on the run's training set (σ = 1)
+CURRICULUM = ["--num_train", "32", "--num_train_epochs", "3", "--sigma_curriculum_start", "3",
+              "--sigma_curriculum_epochs", "2"]
+
+
+def _stream(output_dir, task, *flags):
+    """The training stream of the tiny run of ``task`` with ``flags``, and the run."""
+    from hf_treelang.train.data import load_run_data
+    from hf_treelang.train.device_data import optimizer_steps
+    from hf_treelang.train.trainer import single_run_stream
+    from tiny_run import tiny_run
+
+    run = tiny_run(task, output_dir, *flags)
+    steps = optimizer_steps(run.training_args, run.data_args.num_train)
+    return single_run_stream(run.model_task, load_run_data(run.data_args), run.data_args, run.training_args,
+                             steps), run
+
+
+def _served_rows(batches, task):
+    """The leaves an epoch's rows were drawn from, read back from its batches: (n, T)."""
+    if task == "mlm":  # a masked leaf is its label
+        return torch.where(batches.labels == IGNORE_INDEX, batches.inputs, batches.labels)
+    return batches.labels if task == "clm" else batches.inputs
+
+
+@pytest.mark.parametrize("task", ["mlm", "root", "clm"])
+def test_the_curriculum_epochs_train_on_the_same_grammar_at_the_annealed_sigma(tmp_path, task):
+    from hf_treelang.core.grammar import Grammar
+    from hf_treelang.core.sampling import sample_trees
+    from hf_treelang.train.data import sigma_curriculum
+    from hf_treelang.train.device_data import epoch_generator
+
+    stream, run = _stream(tmp_path / "curriculum", task, *CURRICULUM)
+    plain, _ = _stream(tmp_path / "plain", task, *CURRICULUM[:4])
+    curriculum = sigma_curriculum(run.data_args)
+    for epoch, sigma in ((0, 3.0), (1, 2.0)):
+        order = torch.randperm(32, generator=epoch_generator(run.training_args.seed, epoch))
+        seed = curriculum.sampling_seed(epoch)
+        trees = sample_trees(Grammar.random(3, sigma, 0), 32, 2, 0, seed)  # same grammar seed, sharper rules
+        at_one = sample_trees(Grammar.random(3, 1.0, 0), 32, 2, 0, seed)
+        assert not np.array_equal(trees.leaves, at_one.leaves)  # σ changes the draw
+        batches, reference = stream.epoch(epoch), plain.epoch(epoch)
+        assert torch.equal(_served_rows(batches, task), torch.as_tensor(trees.leaves)[order])
+        if task == "root":
+            assert torch.equal(batches.labels, torch.as_tensor(trees.roots)[order])
+        if task == "mlm":  # the same masked positions as the plain run: only the rows differ
+            assert torch.equal(batches.labels != IGNORE_INDEX, reference.labels != IGNORE_INDEX)
+        assert not torch.equal(batches.inputs, reference.inputs)
+    last, reference = stream.epoch(2), plain.epoch(2)  # after the curriculum: the run's own training set
+    assert torch.equal(last.inputs, reference.inputs) and torch.equal(last.labels, reference.labels)
+
+
+def test_the_curriculum_draws_are_fresh_each_epoch_and_the_same_for_every_model_seed(tmp_path):
+    from hf_treelang.train.data import sigma_curriculum
+
+    first = sigma_curriculum(_stream(tmp_path / "a", "mlm", *CURRICULUM)[1].data_args)
+    other = sigma_curriculum(_stream(tmp_path / "b", "mlm", *CURRICULUM, "--seed", "5")[1].data_args)
+    assert [first.sigma_at(e) for e in range(3)] == [3.0, 2.0, None]
+    assert first.sampling_seed(0) != first.sampling_seed(1)
+    assert np.array_equal(first.training_set(1).leaves, other.training_set(1).leaves)
+    assert first.training_set(2) is None
+
+
+def test_a_curriculum_run_evaluates_at_the_runs_sigma(tmp_path):
+    plain = run_tiny("mlm", tmp_path / "plain", *CURRICULUM[:4])
+    curriculum = run_tiny("mlm", tmp_path / "curriculum", *CURRICULUM)
+    timing = ("runtime", "per_second")
+    start, reference = ({key: value for key, value in result.history[0].items() if not key.endswith(timing)}
+                        for result in (curriculum, plain))
+    assert start["step"] == 0 and "eval_kl_bp_k0" in start and start == reference
+    first = load_file(tmp_path / "plain" / "model.safetensors")
+    second = load_file(tmp_path / "curriculum" / "model.safetensors")
+    assert not all(torch.equal(first[key], second[key]) for key in first)  # it trained on other data
+
+
+def test_a_run_resumed_in_the_curriculum_equals_the_uninterrupted_one(tmp_path):
+    full = run_tiny("mlm", tmp_path / "full", *CURRICULUM)
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", resumed_dir / "checkpoint-3")  # in epoch 0, at σ = 3
+    resumed = run_tiny("mlm", resumed_dir, *CURRICULUM, "--resume_from_checkpoint", str(resumed_dir / "checkpoint-3"))
+    assert resumed.global_step == full.global_step == 12
+    first, second = load_file(tmp_path / "full" / "model.safetensors"), load_file(resumed_dir / "model.safetensors")
+    assert all(torch.equal(first[key], second[key]) for key in first)
+
+
+def test_the_curriculum_enters_the_identity_only_when_given(tmp_path):
+    plain = identity_config(*_resolved(tmp_path / "a"))
+    assert not {"sigma_curriculum_start", "sigma_curriculum_epochs"} & set(plain["data_args"])
+    given = identity_config(*_resolved(tmp_path / "b", sigma_curriculum_start=2, sigma_curriculum_epochs=3))
+    assert given["data_args"]["sigma_curriculum_start"] == 2.0 and given["data_args"]["sigma_curriculum_epochs"] == 3
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"sigma_curriculum_start": 1.0, "sigma_curriculum_epochs": 2}, r"sigma_curriculum_start.*\(1, 1000\].*got 1.0"),
+    ({"sigma_curriculum_start": 0.5, "sigma_curriculum_epochs": 2}, r"sigma_curriculum_start.*\(1, 1000\]"),
+    ({"sigma_curriculum_start": 2000.0, "sigma_curriculum_epochs": 2}, r"sigma_curriculum_start.*\(1, 1000\]"),
+    ({"sigma_curriculum_start": float("inf"), "sigma_curriculum_epochs": 2}, r"sigma_curriculum_start.*got inf"),
+    ({"sigma_curriculum_start": float("nan"), "sigma_curriculum_epochs": 2}, r"sigma_curriculum_start.*got nan"),
+    ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 0}, r"sigma_curriculum_epochs.*>= 1, got 0"),
+    ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 12}, r"sigma_curriculum_epochs.*\[1, 11\].*got 12"),
+    ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 1, "num_train_epochs": 1.0}, "at least 2 epochs"),
+    ({"sigma_curriculum_start": 2.0}, "needs `sigma_curriculum_epochs`"),
+    ({"sigma_curriculum_epochs": 2}, "needs `sigma_curriculum_start`"),
+    ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 2, "train_engine": "dataloader"},
+     "needs --train_engine device"),
+])
+def test_an_out_of_range_curriculum_is_refused_naming_the_parameter(tmp_path, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        resolve("mlm", arguments, tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_script_refuses_a_curriculum_below_sigma_in_one_line_with_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "training" / "run_mlm.py"), "--sigma_curriculum_start", "0.5",
+                           "--sigma_curriculum_epochs", "2", "--output_dir", str(tmp_path / "never")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "sigma_curriculum_start" in done.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_stacked_ensemble_serves_each_member_its_single_runs_curriculum_batches(tmp_path):
+    from hf_treelang.train.data import sigma_curriculum
+
+    singles = [_stream(tmp_path / f"seed{seed}", "mlm", *CURRICULUM, "--seed", str(seed)) for seed in (0, 1)]
+    (_, run), _ = singles
+    stacked = TrainingStream("mlm", np.stack([stream.leaves[0].numpy() for stream, _ in singles]), seeds=[0, 1],
+                             num_symbols=3, batch_size=8, masking=run.data_args.training_masking(12),
+                             curricula=[sigma_curriculum(run.data_args)] * 2)
+    for epoch in (0, 2):
+        batches = stacked.epoch(epoch)
+        for member, (stream, _) in enumerate(singles):
+            single = stream.epoch(epoch)
+            assert torch.equal(batches.inputs[member], single.inputs)
+            assert torch.equal(batches.labels[member], single.labels)
