@@ -553,3 +553,28 @@ def test_a_stacked_ensemble_serves_each_member_its_single_runs_curriculum_batche
             single = stream.epoch(epoch)
             assert torch.equal(batches.inputs[member], single.inputs)
             assert torch.equal(batches.labels[member], single.labels)
+
+
+def test_a_stacked_ensemble_gives_each_member_its_curriculum(tmp_path, monkeypatch):
+    from hf_treelang.train import loop
+    from hf_treelang.train.run import runs_from_command_line
+    from tiny_run import TINY
+
+    built = {}
+
+    class Built(Exception):
+        pass
+
+    def stream(*args, **kwargs):  # the stacked stream's arguments; the stream itself is tested above
+        built.update(kwargs)
+        raise Built
+
+    monkeypatch.setattr(loop, "TrainingStream", stream)
+    runs, ensemble = runs_from_command_line("mlm", TINY + CURRICULUM + [
+        "--ensemble_seeds", "0", "1", "--ensemble_k_train", "0", "1", "--ensemble_mode", "stacked",
+        "--output_dir", str(tmp_path / "ensemble")])
+    with pytest.raises(Built):
+        loop.train_together(runs, mode="stacked", ensemble_dir=ensemble.output_dir)
+    curricula = built["curricula"]
+    assert [(c.filter_level, c.sigma_at(0), c.sigma_at(1), c.epochs) for c in curricula] == [
+        (run.data_args.k_train, 3.0, 2.0, 2) for run in runs]
