@@ -18,9 +18,9 @@ CPU generator seeded with ``(seed, EPOCH_STREAM_TAG, e)``,
 
 then moves the epoch to the device (a few hundred kilobytes once per epoch). A run with a σ curriculum
 (:class:`hf_treelang.train.data.SigmaCurriculum`) serves its first E epochs from that epoch's own draw of P trees
-instead of the training set, with the same order and masks (the draw is a function of the run's data and the epoch). Next-leaf prediction (``"clm"``) draws
-the order only: its inputs are the rows shifted behind BOS (:func:`hf_treelang.core.oracle.next_leaf_inputs`), its
-labels the rows themselves. Why on the CPU: the draws are then the
+instead of the training set, in the same order and with the same masks (the draw is a function of the run's data
+and the epoch). Next-leaf prediction (``"clm"``) draws the order only: its inputs are the rows shifted behind BOS
+(:func:`hf_treelang.core.oracle.next_leaf_inputs`), its labels the rows themselves. Why on the CPU: the draws are then the
 same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
 is a function of (seed, e) alone, so resuming at any step re-creates every generator exactly (nothing to save).
 
