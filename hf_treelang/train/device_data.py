@@ -20,9 +20,10 @@ then moves the epoch to the device (a few hundred kilobytes once per epoch). A r
 (:class:`hf_treelang.train.data.SigmaCurriculum`) serves its first E epochs from that epoch's own draw of P trees
 instead of the training set, in the same order and with the same masks (the draw is a function of the run's data
 and the epoch). Next-leaf prediction (``"clm"``) draws the order only: its inputs are the rows shifted behind BOS
-(:func:`hf_treelang.core.oracle.next_leaf_inputs`), its labels the rows themselves. Why on the CPU: the draws are then the
-same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of epoch ``e``
-is a function of (seed, e) alone, so resuming at any step re-creates every generator exactly (nothing to save).
+(:func:`hf_treelang.core.oracle.next_leaf_inputs`), its labels the rows themselves. Why on the CPU: the draws are
+then the same bytes on every device, so a run on a GPU and on the CPU see the same batches, and the generator of
+epoch ``e`` is a function of (seed, e) alone, so resuming at any step re-creates every generator exactly (nothing to
+save).
 
 Ensembles: :class:`TrainingStream` holds N members' training sets, each with its own seed; member ``i`` is served
 exactly the batches that a single run with ``seed_i`` and that training set is served (:meth:`TrainingStream.single`).
