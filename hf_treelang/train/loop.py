@@ -653,7 +653,7 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
     leave_process_group()
     if run.training_args.process_index == 0:
         data_args = run.data_args
-        bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
+        bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE, data_args.sequence_arity)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
         print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
         leaves = " (every leaf from the leaves before it)" if task == "clm" else ""

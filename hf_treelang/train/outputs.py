@@ -303,7 +303,7 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
         "train_runtime_s": train_runtime,
         "train_loss": train_output.training_loss,
         "final": final,
-        "bp_accuracy": {str(k): v for k, v in targets.bp_accuracy.items()},
+        "bp_accuracy": {str(k): v for k, v in targets.bp_accuracy.items() if not math.isnan(v)},  # NaN: undefined
         "bp_reference_size": {str(k): n for k, n in targets.reference_sizes.items()},
         "num_test": data_args.num_test,
         "num_eval": data_args.num_eval,
