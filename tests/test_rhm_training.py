@@ -184,3 +184,24 @@ def test_another_architecture_is_refused_on_an_s_ary_rhm(tmp_path, capsys):
     assert main("root", argv, as_script=True) == 2
     assert "--model_type 'bert' is fitted to sequences of 2**depth leaves" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_builder_and_the_sampler_give_an_rhm_run_the_same_data(tmp_path, monkeypatch):
+    import dataclasses
+
+    from hf_treelang.train.arguments import DataArguments
+    from hf_treelang.train.data import load_run_data
+
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))  # the builder's Arrow files go here
+    built = DataArguments(num_symbols=4, num_rules=2, num_classes=2, arity=3, depth=2, num_train=40, num_eval=8,
+                          num_test=8, k_train=1)
+    drawn = load_run_data(dataclasses.replace(built, use_dataset_builder=False))
+    built = load_run_data(built)
+    assert built.train.leaves.shape == (40, 9) and built.grammar == drawn.grammar
+    for first, second in [(built.train, drawn.train), (built.validation, drawn.validation),
+                          *((built.tests[k], drawn.tests[k]) for k in range(3))]:
+        np.testing.assert_array_equal(first.leaves, second.leaves)
+        np.testing.assert_array_equal(first.roots, second.roots)
+        assert first.sampling_seed == second.sampling_seed
