@@ -205,3 +205,18 @@ def test_the_builder_and_the_sampler_give_an_rhm_run_the_same_data(tmp_path, mon
         np.testing.assert_array_equal(first.leaves, second.leaves)
         np.testing.assert_array_equal(first.roots, second.roots)
         assert first.sampling_seed == second.sampling_seed
+
+
+def test_the_model_card_names_the_rhm_and_keeps_a_paper_runs_card():
+    from pathlib import Path
+
+    from hf_treelang.train.outputs import MODEL_CARD_TEMPLATE, render_model_card
+
+    template = Path(__file__).resolve().parents[1] / "model_cards" / "treelang_model_card.md"  # this checkout's
+    paper = resolve("mlm", {"depth": 2, "num_symbols": 3}, "/tmp/x")
+    cards = [render_model_card("mlm", paper.data_args, paper.model_args, paper.training_args, {}, 1.0, 4, path)
+             for path in (template, MODEL_CARD_TEMPLATE)]
+    assert cards[0] == cards[1]  # the paper's card, byte for byte (MODEL_CARD_TEMPLATE may be the installed one)
+    rhm = resolve("mlm", {"depth": 2, "num_symbols": 4, "num_rules": 2, "arity": 3, "num_classes": 2}, "/tmp/x")
+    card = render_model_card("mlm", rhm.data_args, rhm.model_args, rhm.training_args, {}, 1.0, 4, template)
+    assert "config `rhm-v4-n2-m2-s3-L2`" in card and "3^2 symbols" in card and "σ" not in card
