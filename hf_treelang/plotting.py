@@ -45,10 +45,10 @@ def level_color(k: int, depth: int):
 
 def draw_block_boundaries(ax, depth: int, levels: int = 3, *, horizontal: bool = True, color: str = "white",
                           lw: float = 0.8, alpha: float = 0.5, arity: int = 2) -> None:
-    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of s**(ℓ-m) leaves, s = ``arity``),
-    level m drawn ``lw / m`` wide at opacity ``alpha / m``, on an axis of leaf positions 0 .. s**ℓ − 1 drawn at
-    integers (``imshow``): vertical lines, and horizontal ones too for a position × position map (attention) when
-    ``horizontal``."""
+    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of s**(ℓ-m) leaves, s =
+    ``arity``), level m drawn ``lw / m`` wide at opacity ``alpha / m``, on an axis of leaf positions 0 .. s**ℓ − 1
+    drawn at integers (``imshow``): vertical lines, and horizontal ones too for a position × position map
+    (attention) when ``horizontal``."""
     num_leaves = arity**depth
     for m in range(1, min(levels, depth - 1) + 1):
         block = arity ** (depth - m)

@@ -69,7 +69,7 @@ def test_each_script_trains_an_rhm_with_finite_kl_to_every_bp_k(trained, task, a
 def test_the_run_identity_names_every_parameter_of_the_rhm(trained):
     _, out = trained("root", 3)
     data = json.loads((out / "run_identity.json").read_text())["config"]["data_args"]
-    assert (data["num_rules"], data["num_classes"], data["arity"], data["num_symbols"], data["depth"]) == (2, 2, 3, 4, 2)
+    assert [data[name] for name in ("num_rules", "num_classes", "arity", "num_symbols", "depth")] == [2, 2, 3, 4, 2]
     base = {"num_symbols": 4, "num_rules": 2, "depth": 2, "arity": 3}
     identities = {resolve("root", {**base, **change}, "/tmp/x").identity
                   for change in ({}, {"num_rules": 3}, {"num_classes": 2}, {"arity": 2}, {"grammar_seed": 1})}

@@ -451,7 +451,9 @@ def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str
     kl_levels = _levels(metrics, "eval_kl_bp_k")
     if kl_levels:
         kl = {k: float(metrics[f"eval_kl_bp_k{k}"]) for k in kl_levels}
-        finite = {k: v for k, v in kl.items() if math.isfinite(v)}
+        # the closest among the BP_k defined on every in-sample input (their KLs are means over the same inputs)
+        finite = {k: v for k, v in kl.items()
+                  if math.isfinite(v) and not metrics.get(f"eval_{IMPOSSIBLE_KEY}{k}", 0) > 0}
         if finite:
             parts.append(f"closest BP_{min(finite, key=finite.get)}")
         parts.append(f"KL BP_{_level_range(kl_levels)} " + " ".join(_number(kl[k]) for k in kl_levels))

@@ -7,11 +7,11 @@ A run with grammar (``grammar_seed``, q, σ), depth ℓ and training level k_tra
 
 each split sampled from its own seed, :func:`hf_treelang.dataset_builder.treelang.split_seed`. A Random Hierarchy
 Model run (``num_rules`` given) reads the configs ``rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<s>]-k<k>`` alike, sequences
-of s**ℓ leaves: :func:`dataset_config` is the one map from a run's data arguments to its dataset config. With ``use_dataset_builder``
-the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it :func:`sample_trees` draws the
-same bytes directly. Either way the k_test sets never share draws, and the masked positions of every evaluation set
-are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the dataset card, the BP-KL callback and
-the model card report BP on identical inputs.
+of s**ℓ leaves: :func:`dataset_config` is the one map from a run's data arguments to its dataset config. With
+``use_dataset_builder`` the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it
+:func:`sample_trees` draws the same bytes directly. Either way the k_test sets never share draws, and the masked
+positions of every evaluation set are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the
+dataset card, the BP-KL callback and the model card report BP on identical inputs.
 
 Dimension glossary: ``n`` sequences, ``l`` depth (ℓ).
 """

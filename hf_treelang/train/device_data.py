@@ -25,8 +25,8 @@ is a function of (seed, e) alone, so resuming at any step re-creates every gener
 Ensembles: :class:`TrainingStream` holds N members' training sets, each with its own seed; member ``i`` is served
 exactly the batches that a single run with ``seed_i`` and that training set is served (:meth:`TrainingStream.single`).
 
-Glossary: ``N`` members, ``P`` training sequences, ``B`` batch, ``T = 2**ℓ`` leaves (``s**ℓ`` for a tree of arity s),
-``q`` symbols (mask id q).
+Glossary: ``N`` members, ``P`` training sequences, ``B`` batch, ``T = 2**ℓ`` leaves (``s**ℓ`` for a tree of
+arity s), ``q`` symbols (mask id q).
 """
 
 from __future__ import annotations

@@ -496,7 +496,8 @@ def _check_saved_model(name: str, path, saved: dict, data_args) -> None:
     if q != data_args.num_symbols or depth != data_args.depth or arity != data_args.sequence_arity:
         raise ValueError(
             f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}, arity s={arity}; the data "
-            f"has num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}, arity s={data_args.sequence_arity}"
+            f"has num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}, arity "
+            f"s={data_args.sequence_arity}"
         )
 
 
