@@ -63,7 +63,9 @@ def test_each_script_trains_an_rhm_with_finite_kl_to_every_bp_k(trained, task, a
     assert model.config.arity == arity and model.config.sequence_length == arity**2
     leaves = torch.as_tensor(sample_trees(Grammar.load(out / "grammar.json"), 3, 2, 0, 1).leaves)  # (3, s**2)
     inputs = torch.cat([torch.full_like(leaves[:, :1], 4), leaves[:, :-1]], 1) if task == "clm" else leaves
-    assert model(input_ids=inputs).logits.shape[:2] == ((3, 4) if task == "root" else (3, arity**2))
+    assert model(input_ids=inputs).logits.shape[:2] == ((3, num_classes) if task == "root" else (3, arity**2))
+    if task == "root":  # the root head scores the n classes
+        assert model.config.num_labels == len(model.config.id2label) == num_classes
 
 
 def test_the_run_identity_names_every_parameter_of_the_rhm(trained):

@@ -130,7 +130,8 @@ def predict_distribution(checkpoint: Checkpoint, input_ids, positions=None, *, b
     logits = run_with_cache(checkpoint, input_ids, batch_size=batch_size).logits  # (n, V) or (n, L, V)
     if checkpoint.task == "mlm":
         logits = logits[torch.arange(logits.shape[0]), torch.as_tensor(np.asarray(positions), dtype=torch.long)]
-    log_probabilities, mass = symbol_log_probabilities(logits, checkpoint.num_symbols)  # (n, q)
+    classes = getattr(checkpoint.config, "num_classes", None) if checkpoint.task == "root" else None  # n outputs
+    log_probabilities, mass = symbol_log_probabilities(logits, checkpoint.num_symbols, classes)  # (n, q)
     return Prediction(log_probabilities.exp().numpy(), mass)
 
 

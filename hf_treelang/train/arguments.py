@@ -39,7 +39,7 @@ from .optimizers import CUSTOM_OPTIMIZERS
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
 RENAMED_ARGUMENTS = {"vocab_size": "num_symbols"}  # renamed in 0.2; the old names work for one release
-DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity")
+DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity", "num_classes")
 TASK_CONFIG_FIELDS = ("is_causal", "bos_token_id")  # set by the task's model class and q, not run arguments
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
@@ -383,6 +383,7 @@ class ModelArguments:
             sigma=float(data_args.sigma),
             grammar_seed=data_args.grammar_seed,
             arity=data_args.sequence_arity,
+            num_classes=data_args.num_classes,  # an RHM's n root classes: the root head's outputs
             **self.model_kwargs(data_args.depth),
         )
 

@@ -97,14 +97,15 @@ class BPTargets:
     bp_impossible: dict = field(default_factory=dict)  # {k_test: fraction of its reference set BP_{k_train} excludes}
 
 
-def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
+def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int, num_classes: int | None = None) -> tuple:
     """(log-probabilities over the q symbols, the mean probability outside them) of ``logits`` (..., V), V >= q.
 
     The first q ids are the symbols (:class:`hf_treelang.core.vocabulary.Vocabulary`); an architecture of
     transformers also scores its special ids. The symbols' logits are renormalised among themselves, which is the
     model's distribution conditioned on predicting a symbol, and the probability the model put on the other ids,
     averaged over the predictions, is returned beside it so that nothing is renormalised away silently (0.0 when
-    V = q).
+    V = q). A root head of ``num_classes`` n < q outputs (a Random Hierarchy Model's classes, the symbols
+    0 .. n-1; ``TreeLangConfig.num_classes``) scores those alone (V = n): the other q − n symbols get probability 0.
 
     Example:
         >>> log_p, mass = symbol_log_probabilities(torch.log(torch.tensor([[0.3, 0.5, 0.2]])), num_symbols=2)
@@ -112,6 +113,12 @@ def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
         ([0.375, 0.625], 0.2)
     """
     logits = logits.to(torch.float64)
+    if num_classes is not None and num_classes < num_symbols:
+        if logits.shape[-1] != num_classes:
+            raise ValueError(f"the root head's logits cover {logits.shape[-1]} ids, not its num_classes = {num_classes}")
+        rest = torch.full((*logits.shape[:-1], num_symbols - num_classes), -torch.inf, dtype=torch.float64,
+                          device=logits.device)
+        logits = torch.cat([logits, rest], -1)  # (..., q): the symbols that are no class get probability 0
     if logits.shape[-1] < num_symbols:
         raise ValueError(f"the model's logits cover {logits.shape[-1]} ids, fewer than the q = {num_symbols} symbols")
     symbols = log_probabilities(logits[..., :num_symbols], from_logits=True)  # (..., q)
@@ -283,7 +290,8 @@ class BPKLCallback(TrainerCallback):
                 chunks.append(logits.detach().to("cpu", torch.float64))
         finally:
             model.train(was_training)
-        log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols)
+        classes = getattr(model.config, "num_classes", None) if self.task == "root" else None  # n root outputs
+        log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols, classes)
         return log_model
 
     def compute(self, model, prefix: str = "eval_") -> dict:
