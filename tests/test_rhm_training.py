@@ -122,6 +122,7 @@ def test_analyses_run_on_an_s_ary_run(trained, tmp_path, capsys):
 ])
 def test_binary_only_analyses_refuse_an_s_ary_run_in_one_line(trained, tmp_path, capsys, command, message):
     _, run = trained("mlm", 3)
+    capsys.readouterr()  # what training the fixture wrote
     out = tmp_path / "never"
     assert cli([part.format(run=run) for part in command] + ["--out", str(out)]) == 2
     error = capsys.readouterr().err
@@ -222,3 +223,17 @@ def test_the_model_card_names_the_rhm_and_keeps_a_paper_runs_card():
     rhm = resolve("mlm", {"depth": 2, "num_symbols": 4, "num_rules": 2, "arity": 3, "num_classes": 2}, "/tmp/x")
     card = render_model_card("mlm", rhm.data_args, rhm.model_args, rhm.training_args, {}, 1.0, 4, template)
     assert "config `rhm-v4-n2-m2-s3-L2`" in card and "3^2 symbols" in card and "σ" not in card
+
+
+def test_finetuning_an_rhm_mlm_needs_its_root_classes(trained, tmp_path, capsys):
+    _, mlm = trained("mlm", 3)  # n = 2 root classes
+    capsys.readouterr()  # what training the fixture wrote
+    out = tmp_path / "never"
+    argv = TINY + ["--arity", "3", "--model_name_or_path", str(mlm), "--output_dir", str(out)]
+    assert main("finetune", argv, as_script=True) == 2  # the data's n defaults to v = 4
+    error = capsys.readouterr().err
+    assert "was trained with num_classes=2; the data has num_classes=4" in error and error.count("\n") == 1
+    assert not out.exists()
+    assert train(rhm_run("finetune", tmp_path / "ft", "--arity", "3", "--num_classes", "2", "--model_name_or_path",
+                         str(mlm))).final_metrics["eval_kl_bp_k0"] < math.inf
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "ft").classifier.out_features == 2

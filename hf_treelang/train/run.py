@@ -499,6 +499,9 @@ def _check_saved_model(name: str, path, saved: dict, data_args) -> None:
             f"has num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}, arity "
             f"s={data_args.sequence_arity}"
         )
+    if saved.get("num_classes") != data_args.num_classes:  # the root head's classes (an RHM's n; None: the q symbols)
+        raise ValueError(f"`{name}` {str(path)!r} was trained with num_classes={saved.get('num_classes')!r}; the data "
+                         f"has num_classes={data_args.num_classes!r}")
 
 
 # ---------------------------------------------------------------- ensembles: lists of runs
