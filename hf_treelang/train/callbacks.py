@@ -17,6 +17,10 @@
   matched BP_{k_train} per position, ``eval_kl_position{i}`` for i = 0 .. 2**ℓ − 1 = the mean over the in-sample
   sequences of D_KL(BP_{k_train}(x_i | x_<i) ‖ model), from the same arrays as ``eval_kl_bp_k{k_train}`` (which is
   their mean over positions); ``hf-treelang dynamics`` draws them as a heat map over training.
+  For a grammar other than the paper's (a Random Hierarchy Model, whose rules use few of the tuples), BP_k can give
+  an input of another filter level probability zero: its comparisons are means over the inputs where it is defined,
+  and ``eval_impossible_bp_k{k}`` is the fraction it leaves out; BP_{k_train}'s accuracy on a k_test set likewise,
+  with ``eval_bp_impossible_ktest{k}`` (:func:`hf_treelang.core.oracle.bp_defined`).
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
 * :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
@@ -290,7 +294,8 @@ class BPKLCallback(TrainerCallback):
                 chunks.append(logits.detach().to("cpu", torch.float64))
         finally:
             model.train(was_training)
-        classes = getattr(model.config, "num_classes", None) if self.task == "root" else None  # n root outputs
+        config = getattr(model, "config", None)
+        classes = getattr(config, "num_classes", None) if self.task == "root" else None  # an RHM's n root outputs
         log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols, classes)
         return log_model
 

@@ -537,6 +537,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
         batch_size=args.per_device_train_batch_size,
         masking=first.data_args.training_masking(optimizer_steps(args, first.data_args.num_train))
         if task == "mlm" else None, drop_last=args.dataloader_drop_last, device=args.device,
+        arity=first.data_args.sequence_arity,
     )
     if args.num_evaluations > 0 and resume is None:
         args.eval_on_start = True
