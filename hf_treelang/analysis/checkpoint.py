@@ -324,6 +324,11 @@ def _grammar_of_run(folder: Path, setting: RunSetting) -> Grammar:
                     raise ValueError(f"checkpoint {str(folder)!r}: {str(saved)!r} has {name}={saved_value} but the run "
                                      f"was trained on {name}={getattr(setting, name)} ({str(setting.run_config)!r})")
             return grammar
+    data = (read_json_object(setting.run_config) or {}).get("data_args") or {}
+    if data.get("num_rules") is not None:  # a Random Hierarchy Model: its data arguments do not name Grammar.random
+        raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder): the grammar of its "
+                         "Random Hierarchy Model cannot be rebuilt from the paper's parameters; copy the run's "
+                         "grammar.json next to its weights")
     return Grammar.random(num_symbols=setting.num_symbols, sigma=setting.sigma, grammar_seed=setting.grammar_seed)
 
 
