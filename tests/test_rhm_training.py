@@ -98,6 +98,7 @@ def test_filtered_rhm_data_leave_the_undefined_bp_k_out_of_the_comparison(tmp_pa
     assert cli(["dynamics", str(tmp_path / "k1"), "--out", str(tmp_path / "dynamics")]) == 0
     summary = json.loads((tmp_path / "dynamics" / "dynamics.json").read_text())
     assert 0 not in summary["closest_bp"] and summary["impossible_bp"]["k0"][-1] > 0
+    assert summary["bp_impossible_ktest"]["k2"] == final["eval_bp_impossible_ktest2"]
 
 
 def test_analyses_run_on_an_s_ary_run(trained, tmp_path, capsys):

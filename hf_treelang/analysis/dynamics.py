@@ -40,6 +40,7 @@ _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
 _POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
 _IMPOSSIBLE = re.compile(r"^(?:eval_)?impossible_bp_k(\d+)$")  # hf_treelang.train.callbacks.IMPOSSIBLE_KEY
+_BP_IMPOSSIBLE = re.compile(r"^(?:eval_)?bp_impossible_ktest(\d+)$")
 _SPECIAL_MASS = ("eval_mass_on_special_tokens", "mass_on_special_tokens")  # hf_treelang.train.callbacks.SPECIAL_MASS_KEY
 _HISTORY_FILE_HINTS = ("bp_kl", "bpkl", "bp_history", "kl_history", "history")
 
@@ -72,6 +73,8 @@ class DynamicsResult:
         impossible: k_bp -> (E,) the fraction of in-sample inputs BP_k gives probability zero (a Random Hierarchy
             Model's BP_k below k_train), left out of its KL; such a BP_k is not a candidate of :attr:`closest_bp`,
             whose KLs must be means over the same inputs. Empty for the paper's grammars.
+        bp_impossible: k_test -> the fraction of BP's reference inputs the matched BP gives probability zero, left
+            out of its accuracy (a Random Hierarchy Model's k_test > k_train). Empty for the paper's grammars.
         arity: s, the children of every node of the run's trees (its config.json or run_config.json), ``None``
             where the history has no run folder beside it (the heat map then assumes a binary tree).
     """
@@ -92,6 +95,7 @@ class DynamicsResult:
     chance_accuracy: dict = field(default_factory=dict)
     mass_on_special_tokens: np.ndarray | None = None
     impossible: dict = field(default_factory=dict)
+    bp_impossible: dict = field(default_factory=dict)
     arity: int | None = None
 
     @property
@@ -180,6 +184,8 @@ class DynamicsResult:
             "chance_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.chance_accuracy.items())},
             "mass_on_special_tokens": self.mass_on_special_tokens,  # (E,) or null
             **({"impossible_bp": {f"k{k}": v for k, v in sorted(self.impossible.items())}} if self.impossible else {}),
+            **({"bp_impossible_ktest": {f"k{k}": v for k, v in sorted(self.bp_impossible.items())}}
+               if self.bp_impossible else {}),
         }
 
 
@@ -289,6 +295,7 @@ def learning_dynamics(run) -> DynamicsResult:
         kl_position=kl_position,
         mass_on_special_tokens=mass,
         impossible=series(_IMPOSSIBLE),
+        bp_impossible={k: _last_finite(values) for k, values in series(_BP_IMPOSSIBLE).items()},
         arity=_arity(source.parent),
     )
 
@@ -454,7 +461,9 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
         ax.set_xlabel("training step (step 0 at 0.5)")
         if panel == "kl":
             for k, values in sorted(result.kl.items()):
-                ax.plot(x, values, label=f"BP$_{{{k}}}$", **level_style(k, k_max))
+                left_out = np.nanmax(result.impossible[k]) if k in result.impossible else 0.0
+                where = f" ({1 - left_out:.0%} of inputs: BP$_{{{k}}}$ undefined on the rest)" if left_out > 0 else ""
+                ax.plot(x, values, label=f"BP$_{{{k}}}${where}", **level_style(k, k_max))
             ax.set_yscale("log")
             ax.set_ylabel("mean $D_{KL}$(BP$_k$ ‖ model)")
             ax.set_title("alignment with BP$_k$ (Fig. 1c/d)", fontsize=9)
