@@ -181,5 +181,5 @@ def bp_defined(bp: BeliefPropagation, data: TaskInputs) -> torch.Tensor:
     return torch.isfinite(bp.log_likelihood(evidence)).cpu()  # (n,)
 
 
-__all__ = ["NEXT_LEAF_TASK", "TASKS", "TaskInputs", "bp_accuracy", "bp_defined", "bp_distributions", "next_leaf_inputs",
-           "next_leaf_loss", "predicted_marginals", "task_inputs"]
+__all__ = ["NEXT_LEAF_TASK", "TASKS", "TaskInputs", "bp_accuracy", "bp_defined", "bp_distributions",
+           "next_leaf_inputs", "next_leaf_loss", "predicted_marginals", "task_inputs"]

@@ -98,8 +98,8 @@ class TreeLangConfig(PreTrainedConfig):
 
     `num_labels` is not a free parameter: the root classifier predicts the root symbol, so `num_labels` is q, or the
     data's `num_classes` n (`id2label` names the symbols `symbol_0 .. symbol_{num_labels-1}`). Passing or setting
-    another value raises, also through
-    `from_pretrained(..., num_labels=k)`; for data with k symbols build the config with `from_data(num_symbols=k)`.
+    another value raises, also through `from_pretrained(..., num_labels=k)`; for data with k symbols build the config
+    with `from_data(num_symbols=k)`.
     `problem_type` can only be `None` or `"single_label_classification"`.
     """
 
