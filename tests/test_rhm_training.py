@@ -42,7 +42,7 @@ def trained(tmp_path_factory):
     def get(task, arity):
         if (task, arity) not in cache:
             out = tmp_path_factory.mktemp(f"rhm-{task}-s{arity}")
-            extra = ["--arity", str(arity)] + (["--num_classes", "2"] if arity == 3 else [])
+            extra = ["--arity", str(arity), "--k_test", "0"] + (["--num_classes", "2"] if arity == 3 else [])
             cache[task, arity] = train(rhm_run(task, out, *extra)), out
         return cache[task, arity]
 
@@ -90,7 +90,7 @@ def test_a_paper_run_keeps_its_identity_beside_the_rhm_of_its_sizes():
 def test_filtered_rhm_data_leave_the_undefined_bp_k_out_of_the_comparison(tmp_path):
     # at k_train = 1 the level-1 nodes are drawn independently: many pairs are no symbol's rule, so BP_0 gives their
     # sequences probability zero; its KL is the mean over the others and the fraction left out is logged
-    result = train(rhm_run("root", tmp_path / "k1", "--k_train", "1", "--num_eval", "64"))
+    result = train(rhm_run("root", tmp_path / "k1", "--k_train", "1", "--num_eval", "64", "--k_test", "1", "2"))
     final = result.final_metrics
     assert 0.0 < final["eval_impossible_bp_k0"] < 1.0 and math.isfinite(final["eval_kl_bp_k0"])
     assert final["eval_impossible_bp_k1"] == final["eval_impossible_bp_k2"] == 0.0
