@@ -119,7 +119,8 @@ DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "fi
 
 @dataclass
 class DataArguments:
-    """The data: grammar (seed, σ, q), tree (ℓ), training filter level and the held-out sets."""
+    """The data: grammar (seed, σ, q, or a Random Hierarchy Model's m, n, s with ``num_rules``), tree (ℓ), training
+    filter level and the held-out sets."""
 
     grammar_seed: int = field(
         default=0,
