@@ -44,16 +44,16 @@ def level_color(k: int, depth: int):
 
 
 def draw_block_boundaries(ax, depth: int, levels: int = 3, *, horizontal: bool = True, color: str = "white",
-                          lw: float = 0.8, alpha: float = 0.5) -> None:
-    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of 2**(ℓ-m) leaves), level m
-    drawn ``lw / m`` wide at opacity ``alpha / m``, on an axis of leaf positions 0 .. 2**ℓ − 1 drawn at integers
-    (``imshow``): vertical lines, and horizontal ones too for a position × position map (attention) when
-    ``horizontal``."""
-    num_leaves = 2**depth
+                          lw: float = 0.8, alpha: float = 0.5, arity: int = 2) -> None:
+    """Faint lines between the subtrees of levels 1 .. ``levels`` (the tree's blocks of s**(ℓ-m) leaves, s =
+    ``arity``), level m drawn ``lw / m`` wide at opacity ``alpha / m``, on an axis of leaf positions 0 .. s**ℓ − 1
+    drawn at integers (``imshow``): vertical lines, and horizontal ones too for a position × position map
+    (attention) when ``horizontal``."""
+    num_leaves = arity**depth
     for m in range(1, min(levels, depth - 1) + 1):
-        block = 2 ** (depth - m)
+        block = arity ** (depth - m)
         for edge in range(block, num_leaves, block):
-            if edge % (2 * block) == 0 and m > 1:
+            if edge % (arity * block) == 0 and m > 1:
                 continue  # already drawn, stronger, by a higher level
             style = {"color": color, "lw": lw / m, "alpha": alpha / m}
             ax.axvline(edge - 0.5, **style)

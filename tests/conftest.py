@@ -1,8 +1,12 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("HF_TREELANG_CACHE", tempfile.mkdtemp(prefix="hf-treelang-test-cache-"))  # not the user's
+if "HF_TREELANG_CACHE" not in os.environ:  # a cache of the suite's own, not the user's, removed when the suite ends
+    os.environ["HF_TREELANG_CACHE"] = tempfile.mkdtemp(prefix="hf-treelang-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HF_TREELANG_CACHE"], ignore_errors=True)

@@ -522,6 +522,7 @@ def test_the_curriculum_enters_the_identity_only_when_given(tmp_path):
     ({"sigma_curriculum_epochs": 2}, "needs `sigma_curriculum_start`"),
     ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 2, "train_engine": "dataloader"},
      "needs --train_engine device"),
+    ({"sigma_curriculum_start": 2.0, "sigma_curriculum_epochs": 2, "num_rules": 2}, "Random Hierarchy Model"),
 ])
 def test_an_out_of_range_curriculum_is_refused_naming_the_parameter(tmp_path, arguments, message):
     with pytest.raises(ValueError, match=message):

@@ -218,7 +218,7 @@ def _data_metadata_fields() -> set:
 def test_architecture_fields_are_every_config_field_that_is_not_data_metadata():
     config_fields = set(TreeLangConfig().to_dict()) - set(PreTrainedConfig().to_dict())
     data_fields = _data_metadata_fields()
-    assert data_fields == {"vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity"}
+    assert data_fields == {"vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity", "num_classes"}
     assert set(ARCHITECTURE_FIELDS) == config_fields - data_fields - set(TASK_CONFIG_FIELDS)
     assert set(TASK_CONFIG_FIELDS) == {"is_causal", "bos_token_id"}  # each head sets one, q the other: no arguments
     assert {"hidden_act", "layer_norm_eps", "initializer", "classifier_pooling"} <= set(ARCHITECTURE_FIELDS)

@@ -89,12 +89,12 @@ def _no_attentions(checkpoint: Checkpoint) -> str:
 @torch.no_grad()
 def check_outputs(checkpoint: Checkpoint, *, hidden_states: bool = False, attentions: bool = False) -> int:
     """Refuse, before any work, a checkpoint that does not return what an analysis reads: one forward of one
-    sequence of 2**ℓ symbols; a ValueError (one line) when the hidden states or attention maps asked for are missing.
+    sequence of s**ℓ symbols; a ValueError (one line) when the hidden states or attention maps asked for are missing.
 
     Returns:
         P - 1, the layers after the embedding in the hidden-state tuple (0 when hidden states were not asked for).
     """
-    ids = torch.zeros((1, 2**checkpoint.depth), dtype=torch.long, device=checkpoint.device)  # (1, L)
+    ids = torch.zeros((1, checkpoint.num_leaves), dtype=torch.long, device=checkpoint.device)  # (1, L)
     if checkpoint.task == NEXT_LEAF_TASK:
         ids[:, 0] = checkpoint.mask_token_id  # a causal model reads [BOS, x_0 .. x_{L-2}], BOS = the mask id q
     try:
@@ -130,7 +130,8 @@ def predict_distribution(checkpoint: Checkpoint, input_ids, positions=None, *, b
     logits = run_with_cache(checkpoint, input_ids, batch_size=batch_size).logits  # (n, V) or (n, L, V)
     if checkpoint.task == "mlm":
         logits = logits[torch.arange(logits.shape[0]), torch.as_tensor(np.asarray(positions), dtype=torch.long)]
-    log_probabilities, mass = symbol_log_probabilities(logits, checkpoint.num_symbols)  # (n, q)
+    classes = getattr(checkpoint.config, "num_classes", None) if checkpoint.task == "root" else None  # n outputs
+    log_probabilities, mass = symbol_log_probabilities(logits, checkpoint.num_symbols, classes)  # (n, q)
     return Prediction(log_probabilities.exp().numpy(), mass)
 
 

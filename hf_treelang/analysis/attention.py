@@ -20,7 +20,6 @@ template layer in 1 … ℓ.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ class AttentionResult:
         num_samples: number of averaged inputs.
         masked: whether one leaf per input was masked.
         model_type: the architecture (``"treelang"``, ``"bert"``, ``"gpt2"``, ...).
+        arity: s, the children of every node (L = s**ℓ; the maps' blocks are s**m leaves).
     """
 
     maps: np.ndarray
@@ -66,6 +66,7 @@ class AttentionResult:
     num_samples: int
     masked: bool
     model_type: str = "treelang"
+    arity: int = 2
 
     @property
     def label(self) -> str:
@@ -87,6 +88,7 @@ class AttentionResult:
             "num_samples": self.num_samples,
             "masked": self.masked,
             "model_type": self.model_type,
+            **({"arity": self.arity} if self.arity != 2 else {}),  # the paper's trees: the file it always was
             "maps": np.round(self.maps, 6),
         }
 
@@ -137,6 +139,7 @@ def average_attention(
         num_samples=num_samples,
         masked=masked,
         model_type=ckpt.model_type,
+        arity=ckpt.arity,
     )
 
 
@@ -162,13 +165,13 @@ def check_attention_memory(ckpt, num_samples: int, batch_size: int) -> None:
                  what=f"{ckpt.num_layers} layers' attention at depth {ckpt.depth}")
 
 
-def _draw_map(fig, ax, matrix: np.ndarray, depth: int) -> None:
+def _draw_map(fig, ax, matrix: np.ndarray, depth: int, arity: int = 2) -> None:
     """One (L, L) attention map as every figure here draws it: viridis from 0, position ticks, its own colour bar and
-    the tree's blocks drawn faintly."""
+    the tree's blocks (s**m leaves) drawn faintly."""
     num_leaves = matrix.shape[-1]
     ticks = list(range(0, num_leaves, max(1, num_leaves // 8)))
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, interpolation="nearest")
-    draw_block_boundaries(ax, depth)
+    draw_block_boundaries(ax, depth, arity=arity)
     ax.set_xticks(ticks)
     ax.set_yticks(ticks)
     ax.tick_params(labelsize=6, length=2)
@@ -192,7 +195,7 @@ def plot_attention(results: list):
             if layer >= result.maps.shape[0]:
                 ax.axis("off")
                 continue
-            _draw_map(fig, ax, result.maps[layer].mean(0), result.depth)
+            _draw_map(fig, ax, result.maps[layer].mean(0), result.depth, result.arity)
             if row == 0:
                 ax.set_title(f"layer {layer + 1}", fontsize=9)
             if row == rows - 1:
@@ -345,7 +348,8 @@ def template_dynamics(
     """Every layer's average attention at every checkpoint of ``run``, and its similarity to App. F's templates.
 
     Every checkpoint is loaded (and so validated) before any is run; all see the same ``num_samples`` inputs, drawn
-    from the final model's grammar (a ``checkpoint-<step>`` folder holds no grammar.json of its own).
+    from the run's grammar (a ``checkpoint-<step>`` folder reads its run folder's grammar.json). A run of another
+    arity than 2 is refused in one line: App. F's construction is for binary trees.
 
     Args:
         run: a complete training run folder (``training/run_mlm.py`` / ``run_root.py``'s ``--output_dir``).
@@ -353,8 +357,12 @@ def template_dynamics(
     """
     steps, folders = zip(*run_checkpoints(run))
     final = as_checkpoint(folders[-1], device=device)
+    if final.arity != 2:
+        raise ValueError(f"run {str(final.path)!r} has trees of arity {final.arity}: App. F's templates are its "
+                         "construction of BP on binary trees (each leaf's path a string of left/right turns); compare "
+                         "the maps without --template")
     check_outputs(final, attentions=True)
-    loaded = [dataclasses.replace(as_checkpoint(f, device=device), grammar=final.grammar) for f in folders[:-1]]
+    loaded = [as_checkpoint(f, device=device) for f in folders[:-1]]  # each with its run's grammar.json
     loaded.append(final)
     for ckpt in loaded:
         if (ckpt.depth, ckpt.filter_level, ckpt.num_layers) != (final.depth, final.filter_level, final.num_layers):

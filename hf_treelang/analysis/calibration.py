@@ -57,6 +57,7 @@ class CalibrationSet:
     bp_probs: np.ndarray
     targets: np.ndarray
     metrics: dict = field(default_factory=dict)
+    possible: np.ndarray | None = None  # (n,) bool: inputs BP_{k_train} gives a positive probability (None: all)
 
 
 @dataclass
@@ -124,7 +125,8 @@ def calibrate_predictor(
     q = grammar.num_symbols
     bp = BeliefPropagation(grammar, depth, filter_level, on_impossible="flag")
     trees = sample_trees(grammar, num_samples, depth, filter_level, seed)
-    inputs = {"in_sample": trees.leaves, "uniform": uniform_sequences(q, num_samples, depth, seed)}
+    inputs = {"in_sample": trees.leaves, "uniform": uniform_sequences(q, num_samples, depth, seed,
+                                                                        arity=grammar.arity)}
     sets = {}
     for index, name in enumerate(INPUT_SETS):
         data = task_inputs(task, inputs[name], trees.roots, mask_token_id=q, sampling_seed=seed + 1 + index)
@@ -149,7 +151,7 @@ def calibrate_predictor(
             num_impossible=int((~possible).sum()),
             mass_on_special_tokens=mass,
         )
-        sets[name] = CalibrationSet(name, model_probs, bp_probs, np.asarray(targets), metrics)
+        sets[name] = CalibrationSet(name, model_probs, bp_probs, np.asarray(targets), metrics, possible)
     return CalibrationResult(task=task, depth=depth, filter_level=filter_level, num_symbols=q, sets=sets)
 
 
@@ -211,13 +213,17 @@ def plot_calibration(result: CalibrationResult):
     symbol = "masked leaf" if result.task == "mlm" else "root"
     colors = plt.get_cmap("tab10")
     for ax, (name, s) in zip(axes[0], result.sets.items()):
+        shown = slice(None) if s.possible is None else s.possible  # BP's flagged (uniform) rows are not drawn
         for a in range(result.num_symbols):
-            ax.scatter(s.bp_probs[:, a], s.model_probs[:, a], s=3, alpha=0.25, color=colors(a), label=f"symbol {a}",
-                       rasterized=True)
+            ax.scatter(s.bp_probs[shown, a], s.model_probs[shown, a], s=3, alpha=0.25, color=colors(a),
+                       label=f"symbol {a}", rasterized=True)
         ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--")
         m = s.metrics
-        ax.set_title(f"{_TITLES.get(name, name)}\nKL={m['kl_mean']:.3g}  match={m['argmax_match']:.3f}  "
-                     f"Spearman={m['spearman_mean']:.3f}", fontsize=9)
+        if s.possible is not None and not s.possible.any():
+            ax.set_title(f"{_TITLES.get(name, name)}\nevery input has probability 0 under BP", fontsize=9)
+        else:
+            ax.set_title(f"{_TITLES.get(name, name)}\nKL={m['kl_mean']:.3g}  match={_number(m['argmax_match'], 3)}  "
+                         f"Spearman={_number(m['spearman_mean'], 3)}", fontsize=9)
         ax.set_xlabel(f"BP$_{{{result.filter_level}}}$ marginal of the {symbol}")
         ax.set_ylabel("model probability")
         ax.set_xlim(-0.02, 1.02)
@@ -255,7 +261,8 @@ def summary_lines(result: CalibrationResult) -> list:
         impossible = f"  ({m['num_impossible']} impossible under BP left out)" if m.get("num_impossible") else ""
         special = m.get("mass_on_special_tokens")
         special = f"  mass on special tokens {special:.3g} (renormalised away)" if special else ""
-        lines.append(f"{name:>9}: KL={m['kl_mean']:.4g}  argmax match={_number(m['argmax_match'])}  "
+        kl = "n/a" if m["kl_mean"] is None or not np.isfinite(m["kl_mean"]) else f"{m['kl_mean']:.4g}"
+        lines.append(f"{name:>9}: KL={kl}  argmax match={_number(m['argmax_match'])}  "
                      f"Spearman={_number(m['spearman_mean'])}  {accuracy}{impossible}{special}")
     return lines
 

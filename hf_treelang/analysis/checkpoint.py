@@ -106,8 +106,18 @@ class Checkpoint:
 
     @property
     def depth(self) -> int:
-        """ℓ: sequences have 2**depth leaves."""
+        """ℓ: sequences have 2**depth leaves (arity**depth for a tree of arity s)."""
         return int(self.config.depth) if self.setting is None else self.setting.depth
+
+    @property
+    def arity(self) -> int:
+        """s, the children of every node of the data's trees (2 for the paper's grammars; the grammar's)."""
+        return self.grammar.arity
+
+    @property
+    def num_leaves(self) -> int:
+        """L = s**ℓ, the leaves of a sequence (the model's positions)."""
+        return self.arity**self.depth
 
     @property
     def filter_level(self) -> int:
@@ -314,13 +324,23 @@ def _grammar_of_run(folder: Path, setting: RunSetting) -> Grammar:
                     raise ValueError(f"checkpoint {str(folder)!r}: {str(saved)!r} has {name}={saved_value} but the run "
                                      f"was trained on {name}={getattr(setting, name)} ({str(setting.run_config)!r})")
             return grammar
+    data = (read_json_object(setting.run_config) or {}).get("data_args") or {}
+    if data.get("num_rules") is not None:  # a Random Hierarchy Model: its data arguments do not name Grammar.random
+        raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder): the grammar of its "
+                         "Random Hierarchy Model cannot be rebuilt from the paper's parameters; copy the run's "
+                         "grammar.json next to its weights")
     return Grammar.random(num_symbols=setting.num_symbols, sigma=setting.sigma, grammar_seed=setting.grammar_seed)
 
 
 def _grammar_of(folder: Path, config) -> Grammar:
-    """The grammar saved next to the weights (training writes grammar.json), else the one the config names."""
+    """The grammar saved next to the weights (training writes grammar.json) or, for a ``checkpoint-N`` folder, in its
+    run folder; else the one the config names — the paper's grammar, which a model of another arity or a run of a
+    Random Hierarchy Model cannot have been trained on (refused in one line rather than compared with the wrong BP).
+    """
     q = int(config.num_symbols)
     saved = folder / "grammar.json"
+    if not saved.is_file() and folder.name.startswith(CHECKPOINT_PREFIX):
+        saved = folder.parent / "grammar.json"  # the run's (a checkpoint-N folder holds none of its own)
     if saved.is_file():
         grammar = Grammar.load(saved)
         if grammar.num_symbols != q:
@@ -332,7 +352,19 @@ def _grammar_of(folder: Path, config) -> Grammar:
                 raise ValueError(f"checkpoint {str(folder)!r}: grammar.json has {name}={saved_value} but the model "
                                  f"was trained on {name}={model_value} (config.json): the two files are of different "
                                  "runs")
+        arity = int(getattr(config, "arity", 2))
+        if grammar.arity != arity or grammar.depth not in (None, int(config.depth)):
+            raise ValueError(f"checkpoint {str(folder)!r}: {str(saved)!r} has arity {grammar.arity} and depth "
+                             f"{grammar.depth} but the model was built for arity {arity} and depth {config.depth}")
         return grammar
+    run_folder = folder.parent if folder.name.startswith(CHECKPOINT_PREFIX) else folder
+    run_config = read_json_object(run_folder / RUN_CONFIG) if (run_folder / RUN_CONFIG).is_file() else None
+    hierarchy = ((run_config or {}).get("data_args") or {}).get("num_rules") is not None
+    if int(getattr(config, "arity", 2)) != 2 or hierarchy:
+        raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder): its grammar (arity "
+                         f"{getattr(config, 'arity', 2)}{', a Random Hierarchy Model' if hierarchy else ''}) cannot be "
+                         "rebuilt from config.json, which names only the paper's grammars; copy the run's grammar.json "
+                         "next to its weights")
     return Grammar.random(num_symbols=q, sigma=float(config.sigma), grammar_seed=int(config.grammar_seed))
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
-from hf_treelang.train.folders import check_run_complete
+from hf_treelang.jsonio import read_json_object
+from hf_treelang.train.folders import RUN_CONFIG, check_run_complete
 
 from .io import check_output_dir, cli_error, prepare_output, write_json
 
@@ -38,6 +39,8 @@ _BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
 _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
 _POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
+_IMPOSSIBLE = re.compile(r"^(?:eval_)?impossible_bp_k(\d+)$")  # hf_treelang.train.callbacks.IMPOSSIBLE_KEY
+_BP_IMPOSSIBLE = re.compile(r"^(?:eval_)?bp_impossible_ktest(\d+)$")
 _SPECIAL_MASS = ("eval_mass_on_special_tokens", "mass_on_special_tokens")  # hf_treelang.train.callbacks.SPECIAL_MASS_KEY
 _HISTORY_FILE_HINTS = ("bp_kl", "bpkl", "bp_history", "kl_history", "history")
 
@@ -67,6 +70,13 @@ class DynamicsResult:
             of that k_test (the most-frequent-symbol level; :func:`oracle_baselines`; empty when not filled).
         mass_on_special_tokens: (E,) the mean probability the model put outside the q symbols, NaN where an
             evaluation did not log it; ``None`` for a history that never logs it.
+        impossible: k_bp -> (E,) the fraction of in-sample inputs BP_k gives probability zero (a Random Hierarchy
+            Model's BP_k below k_train), left out of its KL; such a BP_k is not a candidate of :attr:`closest_bp`,
+            whose KLs must be means over the same inputs. Empty for the paper's grammars.
+        bp_impossible: k_test -> the fraction of BP's reference inputs the matched BP gives probability zero, left
+            out of its accuracy (a Random Hierarchy Model's k_test > k_train). Empty for the paper's grammars.
+        arity: s, the children of every node of the run's trees (its config.json or run_config.json), ``None``
+            where the history has no run folder beside it (the heat map then assumes a binary tree).
     """
 
     steps: np.ndarray
@@ -84,13 +94,17 @@ class DynamicsResult:
     bp_disagreement: dict = field(default_factory=dict)
     chance_accuracy: dict = field(default_factory=dict)
     mass_on_special_tokens: np.ndarray | None = None
+    impossible: dict = field(default_factory=dict)
+    bp_impossible: dict = field(default_factory=dict)
+    arity: int | None = None
 
     @property
     def closest_bp(self) -> list:
-        """At each evaluation, the k whose BP_k the model is closest to (smallest KL); empty without KL curves."""
-        if not self.kl:
+        """At each evaluation, the k whose BP_k the model is closest to (smallest KL) among the BP_k defined on every
+        in-sample input (:attr:`impossible`); empty without KL curves."""
+        ks = sorted(k for k in self.kl if not np.nansum(self.impossible.get(k, 0.0)) > 0)
+        if not ks:
             return []
-        ks = sorted(self.kl)
         table = np.stack([self.kl[k] for k in ks])  # (K, E)
         table = np.where(np.isfinite(table), table, np.inf)
         return [ks[i] for i in table.argmin(0)]
@@ -169,6 +183,9 @@ class DynamicsResult:
             "bp_argmax_disagreement": {f"k{k}": v for k, v in sorted(self.bp_disagreement.items())},
             "chance_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.chance_accuracy.items())},
             "mass_on_special_tokens": self.mass_on_special_tokens,  # (E,) or null
+            **({"impossible_bp": {f"k{k}": v for k, v in sorted(self.impossible.items())}} if self.impossible else {}),
+            **({"bp_impossible_ktest": {f"k{k}": v for k, v in sorted(self.bp_impossible.items())}}
+               if self.bp_impossible else {}),
         }
 
 
@@ -277,7 +294,23 @@ def learning_dynamics(run) -> DynamicsResult:
         reference_sizes=reference_sizes,
         kl_position=kl_position,
         mass_on_special_tokens=mass,
+        impossible=series(_IMPOSSIBLE),
+        bp_impossible={k: _last_finite(values) for k, values in series(_BP_IMPOSSIBLE).items()},
+        arity=_arity(source.parent),
     )
+
+
+def _arity(folder: Path) -> int | None:
+    """s of the run in ``folder``: its config.json's ``arity`` (a TreeLang model), else its run_config.json's data
+    arguments (2 without ``arity``); ``None`` where neither file says."""
+    config = read_json_object(folder / "config.json") if (folder / "config.json").is_file() else None
+    if isinstance(config, dict) and isinstance(config.get("arity"), int):
+        return int(config["arity"])
+    run_config = read_json_object(folder / RUN_CONFIG) if (folder / RUN_CONFIG).is_file() else None
+    if isinstance(run_config, dict) and isinstance(run_config.get("data_args"), dict):
+        arity = run_config["data_args"].get("arity")
+        return int(arity) if isinstance(arity, int) else 2
+    return None
 
 
 def _first_number(row: dict, keys: tuple) -> float:
@@ -428,7 +461,9 @@ def plot_dynamics(result: DynamicsResult, title: str = ""):
         ax.set_xlabel("training step (step 0 at 0.5)")
         if panel == "kl":
             for k, values in sorted(result.kl.items()):
-                ax.plot(x, values, label=f"BP$_{{{k}}}$", **level_style(k, k_max))
+                left_out = np.nanmax(result.impossible[k]) if k in result.impossible else 0.0
+                where = f" ({1 - left_out:.0%} of inputs: BP$_{{{k}}}$ undefined on the rest)" if left_out > 0 else ""
+                ax.plot(x, values, label=f"BP$_{{{k}}}${where}", **level_style(k, k_max))
             ax.set_yscale("log")
             ax.set_ylabel("mean $D_{KL}$(BP$_k$ ‖ model)")
             ax.set_title("alignment with BP$_k$ (Fig. 1c/d)", fontsize=9)
@@ -476,9 +511,10 @@ def plot_positions(result: DynamicsResult, title: str = ""):
                                     max(2.5, min(9.0, 0.22 * num_evaluations + 1.5))))
     image = ax.imshow(shown, cmap="magma", norm=LogNorm(vmin=floor, vmax=max(top, floor * 10)), aspect="auto",
                       origin="lower", interpolation="nearest")
-    depth = int(round(np.log2(num_leaves)))
-    if 2**depth == num_leaves:
-        draw_block_boundaries(ax, depth, horizontal=False, color="white", lw=2.0, alpha=0.9)
+    arity = 2 if result.arity is None else result.arity
+    depth = int(round(np.log(num_leaves) / np.log(arity)))
+    if arity**depth == num_leaves:
+        draw_block_boundaries(ax, depth, horizontal=False, color="white", lw=2.0, alpha=0.9, arity=arity)
     ax.set_xticks(list(range(0, num_leaves, max(1, num_leaves // 16))))
     every = max(1, num_evaluations // 12)
     ax.set_yticks(list(range(0, num_evaluations, every)))

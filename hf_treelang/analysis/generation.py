@@ -162,8 +162,8 @@ class GenerationResult:
 
     @property
     def length(self) -> int:
-        """L = 2**ℓ leaves per sequence."""
-        return 1 << self.depth
+        """L = s**ℓ leaves per sequence (2**ℓ for the paper's grammars)."""
+        return int(self.generated.shape[1])
 
     @property
     def num_impossible(self) -> int:
@@ -338,9 +338,9 @@ def score_model_generation(
 
     Args:
         model: the causal model (eval mode; on its device): TreeLang's, or a causal architecture of transformers
-            fitted to the TreeLang vocabulary (q from the grammar, 2**ℓ leaves from ``depth``).
+            fitted to the TreeLang vocabulary (q from the grammar, s**ℓ leaves from ``depth``).
         grammar: the grammar of the data; P is BP_{filter_level} of it.
-        depth: ℓ (the model generates 2**ℓ leaves).
+        depth: ℓ (the model generates s**ℓ leaves, 2**ℓ for the paper's grammars).
         filter_level: k_train, the level of the true data and of the oracle.
         num_samples: N generated and N true sequences, in [1, MAX_SAMPLES].
         seed: the model's samples; the true sequences use seed + 1. In [0, MAX_SEED].
@@ -350,13 +350,14 @@ def score_model_generation(
     seed = check_int("seed", seed, 0, MAX_SEED)
     batch_size = check_positive("batch_size", batch_size)
     treelang = model.config.model_type == TREELANG
-    if treelang and int(model.config.sequence_length) != 1 << depth:
-        raise ValueError(f"depth must be the model's, {int(model.config.sequence_length).bit_length() - 1} (it "
-                         f"generates {model.config.sequence_length} leaves), got {depth}")
+    length = grammar.arity**depth  # L = s**l leaves
+    if treelang and int(model.config.sequence_length) != length:
+        raise ValueError(f"depth must be the model's: it generates {model.config.sequence_length} leaves, and depth "
+                         f"{depth} of this grammar of arity {grammar.arity} has {length}")
     q = grammar.num_symbols
     bp = BeliefPropagation(grammar, depth, filter_level, on_impossible="flag")
     generated = generate_samples(model, num_samples, seed=seed, batch_size=batch_size, num_symbols=q,
-                                 length=1 << depth)  # (n, L)
+                                 length=length)  # (n, L)
     data = torch.as_tensor(sample_trees(grammar, num_samples, depth, filter_level, seed + 1).leaves)  # (n, L)
     special = ((generated < 0) | (generated >= q)).any(1)  # (n,) samples holding an id that is not a symbol
 

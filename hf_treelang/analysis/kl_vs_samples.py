@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_treelang.core.bp import BeliefPropagation
-from hf_treelang.core.metrics import compare_with_bp, log_probabilities
+from hf_treelang.core.metrics import compare_with_bp
 from hf_treelang.core.oracle import predicted_marginals
 from hf_treelang.core.sampling import uniform_sequences
 from hf_treelang.plotting import level_color, pyplot, save_figure
+from hf_treelang.train.callbacks import symbol_log_probabilities
 
 from .checkpoint import load_checkpoint
 from .io import prepare_output, write_json
@@ -81,13 +82,14 @@ def uniform_kl(output_dir, *, num_samples: int = 10_000, seed: int = UNIFORM_SEE
     model, grammar = checkpoint.model, checkpoint.grammar
     depth, k, q = checkpoint.depth, checkpoint.filter_level, grammar.num_symbols
     bp = BeliefPropagation(grammar, depth, k, on_impossible="flag")
-    inputs = torch.from_numpy(uniform_sequences(q, num_samples, depth, seed))  # (n, 2**l)
+    inputs = torch.from_numpy(uniform_sequences(q, num_samples, depth, seed, arity=grammar.arity))  # (n, s**l)
     possible = ~bp.infer(inputs, downward=False).impossible  # (n,)
     inputs = inputs[possible]
     targets = predicted_marginals(bp, inputs)  # (n', q)
     logits = torch.cat([model(input_ids=inputs[start:start + batch_size].to(checkpoint.device)).logits.cpu()
                         for start in range(0, inputs.shape[0], batch_size)])  # (n', q)
-    kl = compare_with_bp(log_probabilities(logits, from_logits=True), targets)["kl"]
+    log_model, _ = symbol_log_probabilities(logits, q, getattr(model.config, "num_classes", None))  # (n', q)
+    kl = compare_with_bp(log_model, targets)["kl"]
     return float(kl), int((~possible).sum())
 
 

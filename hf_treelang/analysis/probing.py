@@ -5,6 +5,9 @@ alone, the symbol of its ancestor at level m::
 
     label(i, m) = levels[m][i >> (ℓ - m)]        (level 0 is the root, level ℓ the leaf itself)
 
+(``i // s**(ℓ - m)`` for trees of arity s, a Random Hierarchy Model's; the message probes, which read a node's one
+sibling subtree, are for binary trees and refuse any other arity in one line).
+
 The readout is position independent: one network for all positions of a layer, by default the two-layer readout of
 App. E.6 (64 hidden ReLU units; ``probe_hidden=0`` gives a linear readout, the one of the authors' notebook for the
 k_train probes of App. E.7, right). Layer 0 is the input embedding, layer j the output of encoder block j. The
@@ -172,9 +175,10 @@ def check_layers(layers, num_layers: int) -> list:
     return layers
 
 
-def probe_targets(trees, levels: list) -> np.ndarray:
-    """(n, L, V) ancestor symbols of every leaf for each probed level (``hf_treelang.data.ancestor_labels``)."""
-    return np.stack([ancestor_labels(trees.levels[m], trees.depth) for m in levels], -1)
+def probe_targets(trees, levels: list, arity: int = 2) -> np.ndarray:
+    """(n, L, V) ancestor symbols of every leaf for each probed level (``hf_treelang.data.ancestor_labels``: leaf i's
+    level-m ancestor is node i // s**(ℓ - m) of level m, for trees of arity s)."""
+    return np.stack([ancestor_labels(trees.levels[m], trees.depth, arity) for m in levels], -1)
 
 
 HIDDEN_STATES_BATCH = 512  # sequences per forward pass when the hidden states are collected
@@ -416,6 +420,10 @@ def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_tr
     """Load and check, refuse what exceeds the machine's memory, sample the trees, and collect the hidden states
     (``estimate(ckpt, leaves, layers, levels)``, if given, is called before the hidden states are computed)."""
     ckpt = probe_checkpoint(checkpoint, device=device)
+    if messages and ckpt.arity != 2:
+        raise ValueError(f"checkpoint {ckpt.describe()} has trees of arity {ckpt.arity}: the message probes read App. "
+                         f"F's pair of a leaf's ancestor and its one complementary (sibling) subtree, which a binary "
+                         f"tree has; probe the ancestors (--target ancestors)")
     depth = ckpt.depth
     k_data = ckpt.filter_level if data_filter_level is None else int(data_filter_level)
     if not 0 <= k_data <= depth:
@@ -563,7 +571,7 @@ def probe(
                     positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
                     seed=seed, device=device, estimate=None if log is None else estimate, messages=False)
     ckpt, levels, trees, depth, k_data = data.ckpt, data.levels, data.trees, data.ckpt.depth, data.data_filter_level
-    labels = torch.as_tensor(probe_targets(trees, levels))  # (n, L, V)
+    labels = torch.as_tensor(probe_targets(trees, levels, ckpt.arity))  # (n, L, V)
     weight = data.states.shape[1] * len(levels)  # sum, not mean, of the P*V probe losses: independent training
 
     def loss(logits, y):  # logits (P, T, V, q), y (T, V)
@@ -581,9 +589,10 @@ def probe(
 
     bp_levels = BeliefPropagation(ckpt.grammar, depth, k_data).level_marginals(trees.leaves[test])
     test_trees_levels = test_labels.numpy()  # (n_test, L, V)
-    index = np.arange(trees.leaves.shape[1])
+    index = np.arange(trees.leaves.shape[1])  # (L,): leaf i's level-m ancestor is node i // s**(l - m)
     bp_accuracy = np.array([
-        float((bp_levels[m].argmax(-1).numpy()[:, index >> (depth - m)] == test_trees_levels[..., v]).mean())
+        float((bp_levels[m].argmax(-1).numpy()[:, index // ckpt.arity ** (depth - m)]
+               == test_trees_levels[..., v]).mean())
         for v, m in enumerate(levels)
     ])
     train_flat = labels[data.train].reshape(-1, len(levels)).numpy()

@@ -155,12 +155,31 @@ def next_leaf_loss(bp: BeliefPropagation, leaves) -> float:
     return float(-log_likelihood.mean() / leaves.shape[1])
 
 
-def bp_accuracy(bp: BeliefPropagation, data: TaskInputs) -> float:
+def bp_accuracy(bp: BeliefPropagation, data: TaskInputs, rows: torch.Tensor | None = None) -> float:
     """The accuracy of BP_k's argmax on an evaluation set (the Bayes-optimal accuracy when BP_k is matched); for
-    next-leaf prediction over every leaf of every sequence."""
+    next-leaf prediction over every leaf of every sequence. ``rows`` (n,) bool restricts it to those rows (where
+    BP_k is defined, :func:`bp_defined`); NaN when no row is left."""
     distributions = bp_distributions(bp, data)  # (n, q) or (n, L, q)
-    return float((distributions.argmax(-1).cpu() == data.labels).double().mean()) if len(data) else float("nan")
+    correct = distributions.argmax(-1).cpu() == data.labels  # (n,) or (n, L)
+    if rows is not None:
+        correct = correct[rows.cpu()]
+    return float(correct.double().mean()) if correct.numel() else float("nan")
 
 
-__all__ = ["NEXT_LEAF_TASK", "TASKS", "TaskInputs", "bp_accuracy", "bp_distributions", "next_leaf_inputs",
-           "next_leaf_loss", "predicted_marginals", "task_inputs"]
+def bp_defined(bp: BeliefPropagation, data: TaskInputs) -> torch.Tensor:
+    """(n,) bool: the rows of ``data`` whose evidence BP_k gives a positive probability, where its prediction is
+    defined — the (masked) leaves for the root and MLM tasks, the whole sequence for next-leaf prediction (a row of
+    probability zero is left out whole, although its positions before the first impossible leaf are defined).
+
+    Under the paper's grammars every sequence is possible at every k; under a Random Hierarchy Model, whose rules use
+    m·v of the v**s tuples, a sequence drawn at filter level k is mostly impossible under BP_k' for k' < k (its
+    level-k nodes need not be the children of any level-(k-1) symbols). ``bp`` must flag such rows
+    (``on_impossible="flag"``) rather than raise."""
+    evidence = data.leaves if data.leaves is not None else data.inputs  # (n, L)
+    if len(evidence) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    return torch.isfinite(bp.log_likelihood(evidence)).cpu()  # (n,)
+
+
+__all__ = ["NEXT_LEAF_TASK", "TASKS", "TaskInputs", "bp_accuracy", "bp_defined", "bp_distributions",
+           "next_leaf_inputs", "next_leaf_loss", "predicted_marginals", "task_inputs"]

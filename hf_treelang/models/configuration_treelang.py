@@ -85,6 +85,9 @@ class TreeLangConfig(PreTrainedConfig):
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
         sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
         grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+        num_classes (`int`, *optional*): n, the root's classes `0 .. n-1` when they are fewer than the q symbols (a
+            Random Hierarchy Model's root takes n <= q of its symbols): the root classifier then has n outputs
+            (`num_labels` = n). `None` (the default, the paper's grammars): every symbol is a class, `num_labels` = q.
         bos_token_id (`int`, defaults to q): the causal language model's beginning-of-sequence id, q (the mask
             token's id; no head uses both). Assignable like every config attribute; `validate()` (which
             `save_pretrained` runs) requires q.
@@ -93,9 +96,10 @@ class TreeLangConfig(PreTrainedConfig):
             always have it False. A bare [`TreeLangModel`] follows it: with True it is the causal model's encoder
             and reads its input layout (`[BOS, x_0, ..., x_{T-2}]`, BOS = q, 1 <= T <= 2**depth).
 
-    `num_labels` is not a free parameter: the root classifier predicts the root symbol, so `num_labels` is always q
-    (`id2label` names the symbols `symbol_0 .. symbol_{q-1}`). Passing or setting another value raises, also through
-    `from_pretrained(..., num_labels=k)`; for data with k symbols build the config with `from_data(num_symbols=k)`.
+    `num_labels` is not a free parameter: the root classifier predicts the root symbol, so `num_labels` is q, or the
+    data's `num_classes` n (`id2label` names the symbols `symbol_0 .. symbol_{num_labels-1}`). Passing or setting
+    another value raises, also through `from_pretrained(..., num_labels=k)`; for data with k symbols build the config
+    with `from_data(num_symbols=k)`.
     `problem_type` can only be `None` or `"single_label_classification"`.
     """
 
@@ -118,6 +122,7 @@ class TreeLangConfig(PreTrainedConfig):
     filter_level: int = 0
     sigma: float = 1.0
     grammar_seed: int = 0
+    num_classes: int | None = None
     is_causal: bool = False
     bos_token_id: int | None = None
 
@@ -136,8 +141,15 @@ class TreeLangConfig(PreTrainedConfig):
         if self.bos_token_id is None:
             self.bos_token_id = self.vocab_size - 1
         super().__post_init__(**kwargs)
-        if self.id2label is None or len(self.id2label) != self.num_symbols:
+        if self.id2label is None or len(self.id2label) != self.num_labels:
             self._name_symbol_labels()
+
+    def to_dict(self) -> dict:
+        """transformers' dict, without `num_classes` when it is unset (the paper's configs keep their files)."""
+        output = super().to_dict()
+        if output.get("num_classes") is None:
+            output.pop("num_classes", None)
+        return output
 
     def validate(self):
         """transformers' validation (run by `save_pretrained`), then `validate_bos_token_id`."""
@@ -151,25 +163,29 @@ class TreeLangConfig(PreTrainedConfig):
                              f"language model reads as the beginning of sequence), got {self.bos_token_id!r}")
 
     def _name_symbol_labels(self) -> None:
-        # The root classifier predicts one of the q symbols.
-        self.id2label = {i: f"symbol_{i}" for i in range(self.num_symbols)}
+        # The root classifier predicts one of the q symbols (of the n classes, the symbols 0 .. n-1).
+        self.id2label = {i: f"symbol_{i}" for i in range(self.num_labels)}
         self.label2id = {label: i for i, label in self.id2label.items()}
 
     @property
     def num_labels(self) -> int:
-        """Number of classes of the root classifier: always the number of symbols q (derived, not stored).
+        """Number of classes of the root classifier: the number of symbols q, or the data's `num_classes` n (derived,
+        not stored).
 
-        The root head predicts the root symbol, one of the q symbols, so `num_labels` follows `vocab_size = q + 1`.
-        Setting it to q is accepted (and names the labels `symbol_i`); any other value raises, rather than leaving
-        `id2label` out of step with the head.
+        The root head predicts the root symbol, one of the q symbols (of the n classes), so `num_labels` follows
+        `vocab_size = q + 1` and `num_classes`. Setting it to that value is accepted (and names the labels
+        `symbol_i`); any other value raises, rather than leaving `id2label` out of step with the head.
         """
-        return self.num_symbols
+        return self.num_symbols if getattr(self, "num_classes", None) is None else self.num_classes
 
     @num_labels.setter
     def num_labels(self, num_labels: int) -> None:
-        if num_labels != self.num_symbols:
+        if num_labels != self.num_labels:
+            if getattr(self, "num_classes", None) is not None:
+                raise ValueError(f"`num_labels` must equal num_classes = {self.num_classes}, the root classes of the "
+                                 f"data (TreeLangConfig.from_data(num_classes=...)), got {num_labels!r}")
             raise ValueError(num_labels_message(num_labels, self.num_symbols))
-        if self.id2label is None or len(self.id2label) != self.num_symbols:
+        if self.id2label is None or len(self.id2label) != self.num_labels:
             self._name_symbol_labels()
 
     def _check(self):
@@ -202,6 +218,9 @@ class TreeLangConfig(PreTrainedConfig):
              f"a real number in [0, {MAX_SIGMA:g}]"),
             ("grammar_seed", _is_int(self.grammar_seed) and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED,
              f"an integer in [0, {MAX_GRAMMAR_SEED}]"),
+            ("num_classes", self.num_classes is None or (_is_int(self.num_classes)
+                                                         and 1 <= self.num_classes <= self.vocab_size - 1),
+             f"None (every symbol is a class) or an integer in [1, {self.vocab_size - 1}] (q)"),
             ("is_causal", isinstance(self.is_causal, bool),
              "True (causal attention, the causal language model) or False (every leaf attends to every leaf)"),
         ]
@@ -230,10 +249,11 @@ class TreeLangConfig(PreTrainedConfig):
         sigma: float = 1.0,
         grammar_seed: int = 0,
         arity: int = 2,
+        num_classes: int | None = None,
         **model_kwargs,
     ) -> "TreeLangConfig":
         """Config for data with `num_symbols` symbols (q) on trees of depth ℓ and arity s (`arity**depth` tokens),
-        filter level k, grammar (σ, seed).
+        filter level k, grammar (σ, seed), and root classes (`num_classes` n <= q, None: all q symbols).
 
         `model_kwargs` set the architecture (e.g. `hidden_size=32, num_hidden_layers=2`).
         """
@@ -243,6 +263,7 @@ class TreeLangConfig(PreTrainedConfig):
             vocab_size=num_symbols + 1,
             depth=depth,
             arity=arity,
+            num_classes=num_classes,
             filter_level=filter_level,
             sigma=sigma,
             grammar_seed=grammar_seed,

@@ -547,8 +547,8 @@ class TreeLangPreTrainedModel(PreTrainedModel):
                             check_values=can_read_values(input_ids))
         if labels is not None:
             shape = tuple(input_ids.shape) if mlm_labels else (input_ids.shape[0],)
-            check_labels(labels, config.num_symbols, shape, allow_ignored=mlm_labels,
-                         check_values=can_read_values(labels))
+            check_labels(labels, config.num_symbols if mlm_labels else config.num_labels, shape,
+                         allow_ignored=mlm_labels, check_values=can_read_values(labels))
 
 
 class TreeLangModel(TreeLangPreTrainedModel):
@@ -666,9 +666,9 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
 
     def __init__(self, config: TreeLangConfig):
         config = _with_attention(config, is_causal=False)  # every leaf attends to every leaf
-        if config.id2label is not None and len(config.id2label) != config.num_symbols:
+        if config.id2label is not None and len(config.id2label) != config.num_labels:
             raise ValueError(f"config.id2label has {len(config.id2label)} labels. "
-                             + num_labels_message(len(config.id2label), config.num_symbols))
+                             + num_labels_message(len(config.id2label), config.num_labels))
         super().__init__(config)
         positions = config.max_position_embeddings if config.classifier_pooling == "concat" else 1
         readout_in = config.hidden_size * positions  # d * 2**depth (concat) or d (mean)
@@ -676,10 +676,10 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
             self.treelang = TreeLangModel(config)
             if config.classifier_hidden_size:
                 self.classifier = TreeLangClassificationHead(
-                    readout_in, config.classifier_hidden_size, config.num_symbols
+                    readout_in, config.classifier_hidden_size, config.num_labels
                 )
             else:
-                self.classifier = nn.Linear(readout_in, config.num_symbols)
+                self.classifier = nn.Linear(readout_in, config.num_labels)  # q, or the data's n root classes
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -241,7 +241,7 @@ class StackedTreeLang(nn.Module):
         else:
             concat = config.classifier_pooling == "concat"
             readout_in = config.hidden_size * (config.max_position_embeddings if concat else 1)
-            self.classifier = StackedLinear(members, readout_in, config.num_symbols)
+            self.classifier = StackedLinear(members, readout_in, config.num_labels)  # q, or n root classes
 
     @property
     def num_members(self) -> int:

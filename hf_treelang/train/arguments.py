@@ -23,6 +23,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
 from transformers.training_args import OptimizerNames
 
+from hf_treelang.core.grammar import check_hierarchy_params
 from hf_treelang.core.masking import TrainingMasking, check_block_masking, check_mask_rate
 from hf_treelang.core.params import (
     LIMITS,
@@ -47,7 +48,7 @@ from .optimizers import CUSTOM_OPTIMIZERS
 # The architecture fields of TreeLangConfig (everything but the data's sizes and metadata): ModelArguments has one
 # flag per field, and model_kwargs reads them back, so no hand-kept list can drop one.
 RENAMED_ARGUMENTS = {"vocab_size": "num_symbols"}  # renamed in 0.2; the old names work for one release
-DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity")
+DATA_CONFIG_FIELDS = ("vocab_size", "depth", "filter_level", "sigma", "grammar_seed", "arity", "num_classes")
 TASK_CONFIG_FIELDS = ("is_causal", "bos_token_id")  # set by the task's model class and q, not run arguments
 ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
@@ -57,6 +58,9 @@ OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "
 # The training-mask options of issue 33's search (DataArguments): at None a run masks as before they existed, and its
 # identity is what it was.
 MASK_OPTION_FIELDS = ("mask_rate_final", "block_mask_fraction", "block_mask_sizes")
+# The Random Hierarchy Model's parameters (DataArguments): None for the paper's grammar, whose identity they leave as
+# it was; an RHM run has them all (DataArguments.complete_hierarchy).
+HIERARCHY_FIELDS = ("num_rules", "num_classes", "arity")
 DEFAULT_BLOCK_MASK_SIZES = (2, 4, 8)  # blocks of the nodes 1, 2 and 3 levels above the leaves
 # The σ curriculum of issue 33's search (DataArguments, hf_treelang.train.data.SigmaCurriculum): at None a run trains
 # on its own training set throughout, and its identity is what it was.
@@ -127,7 +131,8 @@ DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "fi
 
 @dataclass
 class DataArguments:
-    """The data: grammar (seed, σ, q), tree (ℓ), training filter level and the held-out sets."""
+    """The data: grammar (seed, σ, q, or a Random Hierarchy Model's m, n, s with ``num_rules``), tree (ℓ), training
+    filter level and the held-out sets."""
 
     grammar_seed: int = field(
         default=0,
@@ -141,7 +146,25 @@ class DataArguments:
         metadata={"help": "q in [2, 256], the number of symbols (the mask id is q); --vocab_size is its former name.",
                   "aliases": ["--vocab_size"]},
     )
-    depth: int = field(default=4, metadata={"help": "ℓ in [1, 16], the tree depth; sequences have 2**depth leaves."})
+    depth: int = field(default=4, metadata={"help": "ℓ in [1, 16], the tree depth; sequences have 2**depth leaves "
+                                                    "(arity**depth <= 65 536 for a Random Hierarchy Model)."})
+    num_rules: int | None = field(
+        default=None,
+        metadata={"help": "m: train on a Random Hierarchy Model (Cagnetta et al., PRX 2024; the dataset configs "
+                  "'rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<seed>]') whose every symbol rewrites into one of m "
+                  "s-tuples, in [1, num_symbols**(arity-1)]; --num_symbols is v, --depth L, --grammar_seed its "
+                  "seed; --sigma is not used (default: none, the paper's grammar)."},
+    )
+    num_classes: int | None = field(
+        default=None,
+        metadata={"help": "n: a Random Hierarchy Model's root classes 0 .. n-1, in [1, num_symbols] (default: "
+                  "num_symbols, as the dataset configs); needs --num_rules."},
+    )
+    arity: int | None = field(
+        default=None,
+        metadata={"help": "s: a Random Hierarchy Model's children per node, in [2, 16]; sequences have "
+                  "arity**depth leaves (default: 2); needs --num_rules."},
+    )
     k_train: int = field(default=0, metadata={"help": "Filter level k in [0, depth] of the training data."})
     num_train: int | None = field(
         default=None, metadata={"help": "P, the number of training sequences (default: from --preset)."}
@@ -200,6 +223,30 @@ class DataArguments:
                   "hf_treelang.sample_trees (False)."},
     )
 
+    @property
+    def is_random_hierarchy(self) -> bool:
+        """Whether the data are a Random Hierarchy Model's (``num_rules`` given), not the paper's grammar."""
+        return self.num_rules is not None
+
+    @property
+    def sequence_arity(self) -> int:
+        """s, the children of every node (2 for the paper's grammar): sequences have s**depth leaves."""
+        return 2 if self.arity is None else self.arity
+
+    @property
+    def num_leaves(self) -> int:
+        """The leaves of a sequence, s**depth (the model's positions)."""
+        return self.sequence_arity**self.depth
+
+    def complete_hierarchy(self) -> None:
+        """Give a Random Hierarchy Model's unset parameters their defaults (n = v, s = 2), as its dataset configs do,
+        so that one model has one set of arguments (and one identity); a paper's-grammar run is left as it is."""
+        if self.is_random_hierarchy:
+            if self.num_classes is None:
+                self.num_classes = self.num_symbols
+            if self.arity is None:
+                self.arity = 2
+
     def training_masking(self, total_steps: int | None = None) -> TrainingMasking:
         """The run's training-mask rule (:class:`~hf_treelang.core.masking.TrainingMasking`) over ``total_steps``
         optimiser steps."""
@@ -211,7 +258,7 @@ class DataArguments:
         """The block sizes given, or :data:`DEFAULT_BLOCK_MASK_SIZES` up to 2**depth."""
         if self.block_mask_sizes is not None:
             return list(self.block_mask_sizes)
-        return [size for size in DEFAULT_BLOCK_MASK_SIZES if size <= 1 << self.depth]
+        return [size for size in DEFAULT_BLOCK_MASK_SIZES if size <= self.num_leaves]
 
     def mask_options_given(self) -> list:
         """The names of the training-mask options set (``mask_rate`` included), for the tasks that mask nothing."""
@@ -226,6 +273,7 @@ class DataArguments:
         check_param("num_symbols", self.num_symbols)
         check_param("depth", self.depth)
         check_sigma(self.sigma)
+        self.check_grammar()
         check_param("grammar_seed", self.grammar_seed)
         check_int("k_train", self.k_train, 0, self.depth)
         for k in self.test_levels():
@@ -235,6 +283,10 @@ class DataArguments:
         for name in ("num_train", "num_eval", "num_test"):
             check_int(name, getattr(self, name), 1, MAX_SIZE)
         check_mask_rate(self.mask_rate)
+        if self.sequence_arity != 2 and self.block_mask_fraction:
+            raise ValueError(f"`block_mask_fraction` masks aligned blocks of 2**m leaves, the nodes of a binary tree; "
+                             f"this Random Hierarchy Model has arity {self.arity}: leave it unset, got "
+                             f"{self.block_mask_fraction!r}")
         self.training_masking()
         self.check_sigma_curriculum()
 
@@ -249,6 +301,9 @@ class DataArguments:
                               ("sigma_curriculum_epochs", "sigma_curriculum_start"))
             raise ValueError(f"`{given}` needs `{missing}` (the σ curriculum takes both), got "
                              f"{given}={getattr(self, given)!r} alone")
+        if self.is_random_hierarchy:
+            raise ValueError(f"`sigma_curriculum_start` sharpens the paper's grammar (its rule logits are σ·z); a "
+                             f"Random Hierarchy Model (--num_rules) has uniform rules: leave it unset, got {start!r}")
         allowed = f"a real number in ({float(self.sigma):g}, {MAX_SIGMA:g}] (above --sigma, within σ's limit)"
         try:
             check_real("sigma_curriculum_start", start, 0.0, MAX_SIGMA)
@@ -257,6 +312,22 @@ class DataArguments:
         if not float(start) > float(self.sigma):
             raise ValueError(f"`sigma_curriculum_start` must be {allowed}, got {start!r}")
         check_int("sigma_curriculum_epochs", epochs, 1)
+
+    def check_grammar(self) -> None:
+        """A Random Hierarchy Model's (v, n, m, s, L) in their ranges (:func:`~hf_treelang.core.grammar.
+        check_hierarchy_params`, the dataset configs' check: m·v <= v**s, n <= v, s**L <= 65 536 positions), σ left
+        at its default; without ``num_rules``, no RHM parameter."""
+        if not self.is_random_hierarchy:
+            for name in ("num_classes", "arity"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"`{name}` is a parameter of a Random Hierarchy Model: give --num_rules (m) too, "
+                                     f"got {name} = {getattr(self, name)!r} without it")
+            return
+        check_hierarchy_params(self.num_symbols, self.num_symbols if self.num_classes is None else self.num_classes,
+                               self.num_rules, self.sequence_arity, self.depth)
+        if self.sigma != 1.0:
+            raise ValueError(f"`sigma` is not a parameter of a Random Hierarchy Model (its rules are uniform): leave "
+                             f"it unset, got {self.sigma!r}")
 
 
 @dataclass
@@ -361,6 +432,8 @@ class ModelArguments:
             filter_level=data_args.k_train,
             sigma=float(data_args.sigma),
             grammar_seed=data_args.grammar_seed,
+            arity=data_args.sequence_arity,
+            num_classes=data_args.num_classes,  # an RHM's n root classes: the root head's outputs
             **self.model_kwargs(data_args.depth),
         )
 
@@ -774,6 +847,7 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
     if "output_dir" not in explicit:
         training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
+    data_args.complete_hierarchy()
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
     if data_args.block_mask_fraction == 0:  # no block masks, as None
         data_args.block_mask_fraction = None

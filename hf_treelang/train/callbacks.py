@@ -17,6 +17,10 @@
   matched BP_{k_train} per position, ``eval_kl_position{i}`` for i = 0 .. 2**ℓ − 1 = the mean over the in-sample
   sequences of D_KL(BP_{k_train}(x_i | x_<i) ‖ model), from the same arrays as ``eval_kl_bp_k{k_train}`` (which is
   their mean over positions); ``hf-treelang dynamics`` draws them as a heat map over training.
+  For a grammar other than the paper's (a Random Hierarchy Model, whose rules use few of the tuples), BP_k can give
+  an input of another filter level probability zero: its comparisons are means over the inputs where it is defined,
+  and ``eval_impossible_bp_k{k}`` is the fraction it leaves out; BP_{k_train}'s accuracy on a k_test set likewise,
+  with ``eval_bp_impossible_ktest{k}`` (:func:`hf_treelang.core.oracle.bp_defined`).
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
 * :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
@@ -52,6 +56,7 @@ from hf_treelang.core.oracle import (
     TASKS,
     TaskInputs,
     bp_accuracy,
+    bp_defined,
     bp_distributions,
     next_leaf_loss,
     task_inputs,
@@ -61,6 +66,8 @@ from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import write_json_atomic
 
 SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model puts outside the q symbols
+IMPOSSIBLE_KEY = "impossible_bp_k"  # a grammar other than the paper's: eval_impossible_bp_k{k}, the in-sample rows
+# BP_k gives probability zero (left out of its KL, agreement and Spearman means)
 KL_POSITION_KEY = "kl_position"  # next-leaf prediction: eval_kl_position{i}, the KL to BP_{k_train} at position i
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
@@ -78,6 +85,10 @@ class BPTargets:
         bp_accuracy: ``bp_accuracy[k_test]`` accuracy of the matched BP_{k_train} on the k_test reference set.
         reference_sizes: ``reference_sizes[k_test]`` the sequences of that reference set (``len(tests[k_test])``
             when no larger reference was asked for).
+        defined, bp_impossible: for a grammar other than the paper's (a Random Hierarchy Model), whose BP_k may give
+            a sequence of another filter level probability zero: the in-sample rows where each BP_k is defined (its
+            comparisons are means over them) and the fraction of each k_test reference set where BP_{k_train} is not
+            (its accuracy is over the others); empty for the paper's grammars, where every sequence is possible.
     """
 
     in_sample: TaskInputs
@@ -86,16 +97,19 @@ class BPTargets:
     bp_accuracy: dict = field(default_factory=dict)
     reference_sizes: dict = field(default_factory=dict)
     exact_loss: float | None = None  # next-leaf prediction: -log P_{k_train}(x) / 2**l, mean over the in-sample set
+    defined: dict = field(default_factory=dict)  # {k: (n,) bool} in-sample rows where BP_k is defined (see below)
+    bp_impossible: dict = field(default_factory=dict)  # {k_test: fraction of its reference set BP_{k_train} excludes}
 
 
-def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
+def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int, num_classes: int | None = None) -> tuple:
     """(log-probabilities over the q symbols, the mean probability outside them) of ``logits`` (..., V), V >= q.
 
     The first q ids are the symbols (:class:`hf_treelang.core.vocabulary.Vocabulary`); an architecture of
     transformers also scores its special ids. The symbols' logits are renormalised among themselves, which is the
     model's distribution conditioned on predicting a symbol, and the probability the model put on the other ids,
     averaged over the predictions, is returned beside it so that nothing is renormalised away silently (0.0 when
-    V = q).
+    V = q). A root head of ``num_classes`` n < q outputs (a Random Hierarchy Model's classes, the symbols
+    0 .. n-1; ``TreeLangConfig.num_classes``) scores those alone (V = n): the other q − n symbols get probability 0.
 
     Example:
         >>> log_p, mass = symbol_log_probabilities(torch.log(torch.tensor([[0.3, 0.5, 0.2]])), num_symbols=2)
@@ -103,6 +117,12 @@ def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
         ([0.375, 0.625], 0.2)
     """
     logits = logits.to(torch.float64)
+    if num_classes is not None and num_classes < num_symbols:
+        if logits.shape[-1] != num_classes:
+            raise ValueError(f"the root head's logits cover {logits.shape[-1]} ids, not its num_classes = {num_classes}")
+        rest = torch.full((*logits.shape[:-1], num_symbols - num_classes), -torch.inf, dtype=torch.float64,
+                          device=logits.device)
+        logits = torch.cat([logits, rest], -1)  # (..., q): the symbols that are no class get probability 0
     if logits.shape[-1] < num_symbols:
         raise ValueError(f"the model's logits cover {logits.shape[-1]} ids, fewer than the q = {num_symbols} symbols")
     symbols = log_probabilities(logits[..., :num_symbols], from_logits=True)  # (..., q)
@@ -112,9 +132,10 @@ def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int) -> tuple:
     return symbols, float((-torch.expm1(inside)).mean()) if inside.numel() else 0.0
 
 
-def reference_count(num_test: int, depth: int, reference_size: int | None) -> int:
+def reference_count(num_test: int, depth: int, reference_size: int | None, arity: int = 2) -> int:
     """Sequences behind BP's reference accuracy for a test set of ``num_test``: ``max(num_test, reference_size)``,
-    the extra sequences capped at 2**24 leaves (a deep tree gets fewer); ``num_test`` when ``reference_size`` is None.
+    the extra sequences capped at 2**24 leaves of s**depth each (a deep tree gets fewer); ``num_test`` when
+    ``reference_size`` is None.
 
     Example:
         >>> reference_count(256, depth=4, reference_size=2000), reference_count(10_000, 4, 2000)
@@ -122,7 +143,7 @@ def reference_count(num_test: int, depth: int, reference_size: int | None) -> in
     """
     if reference_size is None:
         return num_test
-    return max(num_test, min(reference_size, max(1, MAX_REFERENCE_LEAVES >> depth)))
+    return max(num_test, min(reference_size, max(1, MAX_REFERENCE_LEAVES // arity**depth)))
 
 
 def _evaluation_set(value, default_seed: int) -> tuple:
@@ -178,7 +199,7 @@ class BPKLCallback(TrainerCallback):
         if task not in TASKS + (NEXT_LEAF_TASK,):
             raise ValueError(f"task must be one of {TASKS + (NEXT_LEAF_TASK,)}, got {task!r}")
         self.grammar = grammar
-        self.depth = check_param("depth", depth)
+        self.depth = grammar.check_depth(depth)  # per-level rules (a Random Hierarchy Model) fix it
         self.k_train = check_int("k_train", k_train, 0, self.depth)
         self.task = task
         self.seed = check_int("seed", seed, 0)
@@ -205,20 +226,27 @@ class BPKLCallback(TrainerCallback):
         if self.targets is not None:
             return self.targets
         q = self.grammar.num_symbols
-        bps = {k: BeliefPropagation(self.grammar, self.depth, k) for k in range(self.depth + 1)}
+        flag = not self.grammar.is_shared_binary  # BP_k may be undefined on some rows (BPTargets.defined)
+        bps = {k: BeliefPropagation(self.grammar, self.depth, k, on_impossible="flag" if flag else "raise")
+               for k in range(self.depth + 1)}
         leaves, roots, seed = self.in_sample
         if roots is None:
             roots = np.zeros(len(leaves), dtype=np.int64)  # the in-sample KL curves need no labels
         in_sample = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
-        marginals = {k: bp_distributions(bp, in_sample) for k, bp in bps.items()}  # (n, q) or (n, 2**l, q)
+        marginals = {k: bp_distributions(bp, in_sample) for k, bp in bps.items()}  # (n, q) or (n, s**l, q)
         targets = BPTargets(in_sample=in_sample, marginals=marginals)
+        if flag:
+            targets.defined = {k: bp_defined(bp, in_sample) for k, bp in bps.items()}  # (n,) each
         if self.task == NEXT_LEAF_TASK:
             targets.exact_loss = next_leaf_loss(bps[self.k_train], in_sample.leaves)
         for k_test, (leaves, roots, seed) in self.test_sets.items():
             data = task_inputs(self.task, leaves, roots, mask_token_id=q, sampling_seed=seed)
             targets.tests[k_test] = data
             reference = self.reference(k_test, data, seed)
-            targets.bp_accuracy[k_test] = bp_accuracy(bps[self.k_train], reference)
+            rows = bp_defined(bps[self.k_train], reference) if flag else None  # (n,)
+            targets.bp_accuracy[k_test] = bp_accuracy(bps[self.k_train], reference, rows)
+            if flag:
+                targets.bp_impossible[k_test] = float((~rows).double().mean()) if len(rows) else 0.0
             targets.reference_sizes[k_test] = len(reference)
         self.targets = targets
         return targets
@@ -226,7 +254,7 @@ class BPKLCallback(TrainerCallback):
     def reference(self, k_test: int, data: TaskInputs, sampling_seed: int) -> TaskInputs:
         """BP's reference inputs for the k_test set ``data``: the set itself, or the first
         :func:`reference_count` trees of its split stream (masked at that stream's evaluation positions)."""
-        n = reference_count(len(data), self.depth, self.reference_size)
+        n = reference_count(len(data), self.depth, self.reference_size, self.grammar.arity)
         if n == len(data):
             return data
         trees = sample_trees(self.grammar, n, self.depth, k_test, sampling_seed)  # leaves (n, 2**l)
@@ -238,6 +266,8 @@ class BPKLCallback(TrainerCallback):
         if config is not None:
             if getattr(config, "depth", self.depth) != self.depth:
                 raise ValueError(f"model depth ({config.depth}) must equal the data depth ℓ={self.depth}")
+            if getattr(config, "arity", self.grammar.arity) != self.grammar.arity:
+                raise ValueError(f"model arity ({config.arity}) must equal the grammar's s={self.grammar.arity}")
             if getattr(config, "num_symbols", self.grammar.num_symbols) != self.grammar.num_symbols:
                 raise ValueError(
                     f"model num_symbols ({config.num_symbols}) must equal the data's q={self.grammar.num_symbols}"
@@ -264,7 +294,9 @@ class BPKLCallback(TrainerCallback):
                 chunks.append(logits.detach().to("cpu", torch.float64))
         finally:
             model.train(was_training)
-        log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols)
+        config = getattr(model, "config", None)
+        classes = getattr(config, "num_classes", None) if self.task == "root" else None  # an RHM's n root outputs
+        log_model, self.special_mass = symbol_log_probabilities(torch.cat(chunks), self.grammar.num_symbols, classes)
         return log_model
 
     def compute(self, model, prefix: str = "eval_") -> dict:
@@ -286,9 +318,16 @@ class BPKLCallback(TrainerCallback):
             per_position = kl_divergence(matched, log_model.reshape(-1, q)).reshape(n, num_leaves).mean(0)  # (2**l,)
             for i, value in enumerate(per_position.tolist()):
                 out[f"{prefix}{KL_POSITION_KEY}{i}"] = value
-        log_model = log_model.reshape(-1, q)  # (n [* 2**l], q): one row per prediction
         for k, marginals in targets.marginals.items():
-            result = compare_with_bp(log_model, marginals.reshape(-1, q))
+            rows = targets.defined.get(k)  # (n,) bool, or None: BP_k is defined on every row
+            if rows is not None:
+                out[f"{prefix}{IMPOSSIBLE_KEY}{k}"] = float((~rows).double().mean())
+                if not bool(rows.any()):  # BP_k gives every in-sample row probability zero: nothing to compare
+                    continue
+                mine, marginals = log_model[rows], marginals[rows]
+            else:
+                mine = log_model
+            result = compare_with_bp(mine.reshape(-1, q), marginals.reshape(-1, q))  # one row per prediction
             out[f"{prefix}kl_bp_k{k}"] = result["kl"]
             out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
             out[f"{prefix}spearman_bp_k{k}"] = result["spearman"]
@@ -299,7 +338,10 @@ class BPKLCallback(TrainerCallback):
             log_test = self.model_log_probabilities(model, data.inputs, data.positions)  # (n, [2**l,] q)
             out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test.reshape(-1, log_test.shape[-1]),
                                                          data.labels.reshape(-1))
-            out[f"{prefix}bp_acc_ktest{k_test}"] = targets.bp_accuracy[k_test]
+            if not math.isnan(targets.bp_accuracy[k_test]):  # NaN: BP_{k_train} is defined on none of its rows
+                out[f"{prefix}bp_acc_ktest{k_test}"] = targets.bp_accuracy[k_test]
+            if k_test in targets.bp_impossible:
+                out[f"{prefix}bp_impossible_ktest{k_test}"] = targets.bp_impossible[k_test]
         return out
 
     def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
@@ -422,7 +464,9 @@ def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str
     kl_levels = _levels(metrics, "eval_kl_bp_k")
     if kl_levels:
         kl = {k: float(metrics[f"eval_kl_bp_k{k}"]) for k in kl_levels}
-        finite = {k: v for k, v in kl.items() if math.isfinite(v)}
+        # the closest among the BP_k defined on every in-sample input (their KLs are means over the same inputs)
+        finite = {k: v for k, v in kl.items()
+                  if math.isfinite(v) and not metrics.get(f"eval_{IMPOSSIBLE_KEY}{k}", 0) > 0}
         if finite:
             parts.append(f"closest BP_{min(finite, key=finite.get)}")
         parts.append(f"KL BP_{_level_range(kl_levels)} " + " ".join(_number(kl[k]) for k in kl_levels))

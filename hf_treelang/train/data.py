@@ -5,11 +5,13 @@ A run with grammar (``grammar_seed``, q, σ), depth ℓ and training level k_tra
 * ``train`` and ``validation`` from the splits of config ``k<k_train>``;
 * the k_test set from the ``test`` split of config ``k<k_test>``, for every k_test;
 
-each split sampled from its own seed, :func:`hf_treelang.core.sampling.split_seed`. With ``use_dataset_builder``
-the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it :func:`sample_trees` draws the
-same bytes directly. Either way the k_test sets never share draws, and the masked positions of every evaluation set
-are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the dataset card, the BP-KL callback and
-the model card report BP on identical inputs.
+each split sampled from its own seed, :func:`hf_treelang.dataset_builder.treelang.split_seed`. A Random Hierarchy
+Model run (``num_rules`` given) reads the configs ``rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<s>]-k<k>`` alike, sequences
+of s**ℓ leaves: :func:`dataset_config` is the one map from a run's data arguments to its dataset config. With
+``use_dataset_builder`` the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it
+:func:`sample_trees` draws the same bytes directly. Either way the k_test sets never share draws, and the masked
+positions of every evaluation set are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the
+dataset card, the BP-KL callback and the model card report BP on identical inputs.
 
 A run with a σ curriculum (``--sigma_curriculum_start S --sigma_curriculum_epochs E``, :class:`SigmaCurriculum`)
 trains its first E epochs on fresh draws of the same grammar seed at σ_e > σ instead of its ``train`` split; the
@@ -26,11 +28,11 @@ import numpy as np
 import torch
 
 from hf_treelang.data.registration import register_dataset_builder
-from hf_treelang.dataset_builder.treelang import config_name
+from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig, config_name, hierarchy_config_name, split_seed
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.masking import mask_evaluation_set
-from hf_treelang.core.sampling import SPLITS, TreeSample, sample_trees, split_seed
+from hf_treelang.core.sampling import SPLITS, TreeSample, sample_trees
 
 from .arguments import DataArguments
 
@@ -42,7 +44,7 @@ class EvaluationSet:
     """A held-out set: sequences, roots, and the sampling seed of its split (which fixes its masked positions).
 
     Attributes:
-        leaves: (n, 2**ℓ) int64.
+        leaves: (n, s**ℓ) int64 (s = 2 for the paper's grammar).
         roots: (n,) int64.
         sampling_seed: the split seed the trees were drawn with.
     """
@@ -72,24 +74,34 @@ class RunData:
     tests: dict
 
 
-def _seed(data_args: DataArguments, filter_level: int, split: str) -> int:
-    return split_seed(data_args.grammar_seed, data_args.num_symbols, float(data_args.sigma), data_args.depth,
-                      filter_level, split)
+def dataset_config(data_args: DataArguments, level: int, sizes: dict | None = None) -> TreeLangBuilderConfig:
+    """The ``treelang`` dataset config of a run's data at filter level ``level``: its name, grammar and split seeds
+    are the dataset's (one home), ``seed<s>-sigma<σ>[-q<q>][-depth<ℓ>]-k<level>`` for the paper's grammar or
+    ``rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<s>][-k<level>]`` for a Random Hierarchy Model (``num_rules`` given)."""
+    counts = {f"num_{split}": (sizes or {}).get(split, 0) for split in SPLITS}
+    if data_args.is_random_hierarchy:
+        name = hierarchy_config_name(data_args.num_symbols, data_args.num_classes, data_args.num_rules,
+                                     data_args.arity, data_args.depth, data_args.grammar_seed, level)
+    else:
+        name = config_name(data_args.grammar_seed, float(data_args.sigma), level, data_args.num_symbols,
+                           data_args.depth)
+    return TreeLangBuilderConfig(name=name, **counts)
 
 
 def _from_builder(data_args: DataArguments, level: int, sizes: dict) -> dict:
-    """``{split: EvaluationSet}`` of config ``seed<s>-sigma<σ>[-q<q>][-depth<ℓ>]-k<level>`` through
+    """``{split: EvaluationSet}`` of the run's :func:`dataset_config` at ``level`` through
     ``load_dataset("treelang", ...)`` (the name carries every generating parameter, so the progress bars say which
     k_test each test split is)."""
     import datasets  # lazy: datasets takes a second to import; the sampler path never needs it
 
     register_dataset_builder()
-    name = config_name(data_args.grammar_seed, float(data_args.sigma), level, data_args.num_symbols, data_args.depth)
-    dataset = datasets.load_dataset("treelang", name, **{f"num_{split}": sizes.get(split, 0) for split in SPLITS})
+    config = dataset_config(data_args, level, sizes)
+    dataset = datasets.load_dataset("treelang", config.name, **{f"num_{split}": config.num_examples(split)
+                                                                 for split in SPLITS})
     out = {}
     for split in sizes:
-        leaves, roots = read_columns(dataset[split], 2**data_args.depth)
-        out[split] = EvaluationSet(leaves, roots, _seed(data_args, level, split))
+        leaves, roots = read_columns(dataset[split], data_args.num_leaves)
+        out[split] = EvaluationSet(leaves, roots, split_seed(config, split))
     return out
 
 
@@ -100,7 +112,7 @@ def read_columns(split, width: int) -> tuple:
         split = split.flatten_indices()
     table = split.data.table
     leaves = table.column("input_ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    leaves = leaves.astype(np.int64).reshape(len(split), width)  # (n, 2**l)
+    leaves = leaves.astype(np.int64).reshape(len(split), width)  # (n, s**l)
     roots = table.column("root").to_numpy().astype(np.int64)  # (n,)
     return leaves, roots
 
@@ -108,8 +120,9 @@ def read_columns(split, width: int) -> tuple:
 def _from_sampler(data_args: DataArguments, grammar: Grammar, level: int, sizes: dict) -> dict:
     """The same splits drawn directly with :func:`sample_trees` (identical bytes)."""
     out = {}
+    config = dataset_config(data_args, level)
     for split, n in sizes.items():
-        seed = _seed(data_args, level, split)
+        seed = split_seed(config, split)
         trees = sample_trees(grammar, n, data_args.depth, level, seed)
         out[split] = EvaluationSet(trees.leaves, trees.roots, seed)
     return out
@@ -117,7 +130,7 @@ def _from_sampler(data_args: DataArguments, grammar: Grammar, level: int, sizes:
 
 def load_run_data(data_args: DataArguments) -> RunData:
     """The splits of a run (see the module docstring), identical bytes with or without the dataset builder."""
-    grammar = Grammar.random(data_args.num_symbols, float(data_args.sigma), data_args.grammar_seed)
+    grammar = dataset_config(data_args, data_args.k_train).grammar()
 
     def splits(level: int, sizes: dict) -> dict:
         if data_args.use_dataset_builder:
@@ -187,11 +200,12 @@ def sigma_curriculum(data_args: DataArguments) -> SigmaCurriculum | None:
         return None
     return SigmaCurriculum(float(data_args.sigma_curriculum_start), int(data_args.sigma_curriculum_epochs),
                            float(data_args.sigma), data_args.num_symbols, data_args.depth, data_args.k_train,
-                           data_args.grammar_seed, data_args.num_train, _seed(data_args, data_args.k_train, "train"))
+                           data_args.grammar_seed, data_args.num_train,
+                           split_seed(dataset_config(data_args, data_args.k_train), "train"))
 
 
 def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
-    """Leaves (n, 2**ℓ) and roots (n,) of a split must be symbols in [0, q): the error names the split.
+    """Leaves (n, s**ℓ) and roots (n,) of a split must be symbols in [0, q): the error names the split.
 
     The model reads no value in its forward on an accelerator or under compile, so the data path checks them here,
     before training starts.
@@ -231,5 +245,5 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
     return train, validation
 
 
-__all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "load_run_data", "read_columns",
-           "sigma_curriculum", "to_datasets"]
+__all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "dataset_config", "load_run_data",
+           "read_columns", "sigma_curriculum", "to_datasets"]

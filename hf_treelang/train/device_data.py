@@ -28,7 +28,8 @@ save).
 Ensembles: :class:`TrainingStream` holds N members' training sets, each with its own seed; member ``i`` is served
 exactly the batches that a single run with ``seed_i`` and that training set is served (:meth:`TrainingStream.single`).
 
-Glossary: ``N`` members, ``P`` training sequences, ``B`` batch, ``T = 2**ℓ`` leaves, ``q`` symbols (mask id q).
+Glossary: ``N`` members, ``P`` training sequences, ``B`` batch, ``T = 2**ℓ`` leaves (``s**ℓ`` for a tree of
+arity s), ``q`` symbols (mask id q).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class TrainingStream:
     Args:
         task: ``"mlm"`` (one masked leaf per sequence, or ``mask_rate``), ``"root"`` (labels are the roots) or
             ``"clm"`` (inputs ``[BOS, x_0 .. x_{T-2}]``, labels the leaves).
-        leaves: (N, P, T) or (P, T) integer symbols in [0, q): the training sequences of each member.
+        leaves: (N, P, T) or (P, T) integer symbols in [0, q): the training sequences of each member (T = s**ℓ).
         roots: (N, P) or (P,) root symbols (root task; ignored for MLM).
         seeds: the N model seeds (each member's order and masks come from :func:`epoch_generator`).
         num_symbols: q; the mask id is q.
@@ -133,13 +134,14 @@ class TrainingStream:
             this process takes rows ``[process_index * B, (process_index + 1) * B)`` of them; the last step of an
             epoch is filled from the start of the order, so every process has a full batch (as accelerate's
             ``even_batches``).
+        arity: s, the children of every node of the data's trees (2 for the paper's grammars): T = s**depth.
 
     Every value is checked here, before anything is moved: symbols in [0, q), roots in [0, q), sizes.
     """
 
     def __init__(self, task: str, leaves, roots=None, *, seeds, num_symbols: int, batch_size: int,
                  mask_rate: float | None = None, masking: TrainingMasking | None = None, curricula=None,
-                 drop_last: bool = False, device="cpu", world_size: int = 1, process_index: int = 0):
+                 drop_last: bool = False, device="cpu", world_size: int = 1, process_index: int = 0, arity: int = 2):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         leaves = torch.as_tensor(np.asarray(leaves), dtype=torch.int64)
@@ -147,14 +149,15 @@ class TrainingStream:
             leaves = leaves.unsqueeze(0)
         seeds = [int(seed) for seed in np.atleast_1d(np.asarray(seeds))]
         if leaves.dim() != 3 or leaves.shape[0] != len(seeds):
-            raise ValueError(f"`leaves` must have shape (members, num_train, 2**depth) with one seed per member "
+            raise ValueError(f"`leaves` must have shape (members, num_train, s**depth) with one seed per member "
                              f"({len(seeds)} seeds), got {tuple(leaves.shape)}")
         for seed in seeds:
             check_param("seed", seed)
         q = check_param("num_symbols", num_symbols)
         N, P, T = leaves.shape
-        if T < 2 or T & (T - 1):
-            raise ValueError(f"`leaves` must have 2**depth columns (depth >= 1), got {T}")
+        arity = check_param("arity", arity)
+        if not any(arity**depth == T for depth in range(1, T.bit_length())):
+            raise ValueError(f"`leaves` must have {arity}**depth columns (depth >= 1; arity = {arity}), got {T}")
         check_int("num_train", P, 1)
         if leaves.numel() and (int(leaves.min()) < 0 or int(leaves.max()) >= q):
             raise ValueError(f"`leaves` must hold symbols in [0, q) = [0, {q}), got values in "
@@ -174,6 +177,8 @@ class TrainingStream:
         if task != "mlm" and masking != TrainingMasking():
             raise ValueError(f"`mask_rate` and the other training-mask options are only used by the MLM task, got "
                              f"{masking!r} for task {task!r}")
+        if masking.block_fraction and arity != 2:
+            raise ValueError(f"block masks are aligned blocks of a binary tree's 2**depth leaves, got arity {arity}")
         check_block_masking(masking.block_fraction, masking.block_sizes, T.bit_length() - 1)
         curricula = [None] * N if curricula is None else list(curricula)
         if len(curricula) != N:

@@ -537,7 +537,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
         batch_size=args.per_device_train_batch_size,
         masking=first.data_args.training_masking(optimizer_steps(args, first.data_args.num_train))
         if task == "mlm" else None, curricula=[sigma_curriculum(run.data_args) for run in runs],
-        drop_last=args.dataloader_drop_last, device=args.device,
+        drop_last=args.dataloader_drop_last, device=args.device, arity=first.data_args.sequence_arity,
     )
     if args.num_evaluations > 0 and resume is None:
         args.eval_on_start = True
@@ -654,7 +654,7 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
     leave_process_group()
     if run.training_args.process_index == 0:
         data_args = run.data_args
-        bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE)
+        bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE, data_args.sequence_arity)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
         print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
         leaves = " (every leaf from the leaves before it)" if task == "clm" else ""

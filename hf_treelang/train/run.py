@@ -39,6 +39,7 @@ from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
     CURRICULUM_FIELDS,
+    HIERARCHY_FIELDS,
     MASK_OPTION_FIELDS,
     OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
@@ -400,7 +401,8 @@ def run_memory(config, sizes: dict, num_test_sets: int) -> int:
     from .callbacks import REFERENCE_SIZE, reference_count  # lazy: callbacks imports torch and the BP oracle
 
     num_test = sizes["--num_test"]
-    references = num_test_sets * reference_count(num_test, int(config.depth), REFERENCE_SIZE)
+    references = num_test_sets * reference_count(num_test, int(config.depth), REFERENCE_SIZE,
+                                                 int(getattr(config, "arity", 2)))
     return training_bytes(num_sequences=sizes["--num_train"] + sizes["--num_eval"] + num_test_sets * num_test,
                           bp_sequences=sizes["--num_eval"] + references,
                           train_batch_size=sizes["--per_device_train_batch_size"],
@@ -469,6 +471,10 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
     if model_args.model_name_or_path is not None:
         raise ValueError(f"model_name_or_path is only used by run_finetune.py, got {model_args.model_name_or_path!r}")
     check_mask_options(task, data_args, training_args)
+    if data_args.sequence_arity != 2:
+        raise ValueError(f"--model_type {model_args.model_type!r} is fitted to sequences of 2**depth leaves; this "
+                         f"Random Hierarchy Model has arity {data_args.arity} ({data_args.num_leaves} leaves): train "
+                         f"the TreeLang encoder (--model_type treelang) on it")
     if training_args.optim_name == "muon" or training_args.qk_learning_rate_multiplier != 1:
         raise ValueError(f"--optim muon and --qk_learning_rate_multiplier find the hidden matrices and the fused "
                          f"query/key/value weights of the TreeLang encoder by name; a {model_args.model_type!r} "
@@ -511,12 +517,16 @@ def _check_saved_model(name: str, path, saved: dict, data_args) -> None:
         TreeLangConfig.from_dict(dict(saved))
     except (ValueError, TypeError) as error:
         raise ValueError(f"`{name}` {str(path)!r}: config.json is not a valid TreeLang config: {error}") from None
-    q, depth = saved["vocab_size"] - 1, saved["depth"]
-    if q != data_args.num_symbols or depth != data_args.depth:
+    q, depth, arity = saved["vocab_size"] - 1, saved["depth"], saved.get("arity", 2)
+    if q != data_args.num_symbols or depth != data_args.depth or arity != data_args.sequence_arity:
         raise ValueError(
-            f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}; the data has "
-            f"num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}"
+            f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}, arity s={arity}; the data "
+            f"has num_symbols q={data_args.num_symbols}, depth ℓ={data_args.depth}, arity "
+            f"s={data_args.sequence_arity}"
         )
+    if saved.get("num_classes") != data_args.num_classes:  # the root head's classes (an RHM's n; None: the q symbols)
+        raise ValueError(f"`{name}` {str(path)!r} was trained with num_classes={saved.get('num_classes')!r}; the data "
+                         f"has num_classes={data_args.num_classes!r}")
 
 
 # ---------------------------------------------------------------- ensembles: lists of runs
@@ -685,7 +695,7 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
     """
     data = _normalised(DataArguments, dataclasses.asdict(data_args))
     data["k_test"] = data_args.test_levels()
-    for name in MASK_OPTION_FIELDS + CURRICULUM_FIELDS:  # a run without them has the identity it always had
+    for name in (*MASK_OPTION_FIELDS, *HIERARCHY_FIELDS, *CURRICULUM_FIELDS):  # a run without them: as it always was
         if data[name] is None:
             del data[name]
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))

@@ -563,6 +563,7 @@ def single_run_stream(task: str, data, data_args, training_args, total_steps: in
         curricula=[sigma_curriculum(data_args)],
         drop_last=training_args.dataloader_drop_last, device=training_args.device,
         world_size=training_args.world_size, process_index=training_args.process_index,
+        arity=data_args.sequence_arity,
     ).single()
 
 
