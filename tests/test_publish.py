@@ -415,9 +415,11 @@ def test_the_card_of_rhm_configs_only_says_nothing_of_binary_log_normal_grammars
     body = card.split("\n---\n", 1)[1]
     assert body.startswith("\n# Random Hierarchy Model data (treelang)\n")
     assert "This repository holds 2 config(s) of 1 grammar(s)." in body
-    assert "(here s = 3) have L levels of rules (here L = 2)" in body and "(here n = 4)" in body
-    for binary in ("binary tree", "2**ℓ", "2**m", "Grammar.random(", "M[a, b, c]", "σ", ">>", "hf-treelang-grammar/1"):
-        assert binary not in body, binary
+    assert "(here s = 3) have L levels of rules (here L = 2)" in body
+    assert "(here v = 8)" in body and "(here m = 4)" in body and "(here n = 4)" in body
+    for binary_only in ("binary tree", "2**ℓ", "2**m", "Grammar.random(", "M[a, b, c]", "σ", ">>",
+                        "hf-treelang-grammar/1"):
+        assert binary_only not in body, binary_only
     assert "Cagnetta" in body and "garnierbrun2025hierarchical" in body  # the RHM's paper, and filtering's
 
 
