@@ -304,7 +304,7 @@ def test_a_killed_publishs_staging_folder_is_cleaned_by_the_next_publish_and_a_l
 
 RHM_NAMES = ["rhm-v8-m4-s2-L3", "rhm-v8-m2-s2-L3-k1", "rhm-v6-n3-m4-s3-L2-seed5-k1", "seed15-sigma1.0-k2"]
 RHM_SIZES = {"num_train": 30, "num_validation": 6, "num_test": 40}
-PAPER_CARD_BODY_SHA256 = "ac5d52bbf3340c7f85b7e5639ec4f4fe18b5c697d40000d9f091cb38eae96088"  # the card before RHMs
+PAPER_CARD_BODY_SHA256 = "ac5d52bbf3340c7f85b7e5639ec4f4fe18b5c697d40000d9f091cb38eae96088"  # paper configs' card, pinned
 
 
 @pytest.fixture(scope="module")
@@ -423,7 +423,7 @@ def test_the_card_of_rhm_configs_only_says_nothing_of_binary_log_normal_grammars
     assert "Cagnetta" in body and "garnierbrun2025hierarchical" in body  # the RHM's paper, and filtering's
 
 
-def test_a_card_of_the_papers_configs_only_is_the_one_written_before_rhm_configs():
+def test_a_card_of_the_papers_configs_only_keeps_its_bytes():
     import hashlib
 
     from hf_treelang.data.publish import BPAccuracy, _card

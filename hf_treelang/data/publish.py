@@ -4,8 +4,8 @@ One config per (grammar seed, σ, k) of the grid (or per name of ``--configs``),
 parameters (``seed15-sigma1.0-k2``, see :func:`hf_treelang.dataset_builder.treelang.config_name`) and each with its
 grammar, so several grammars travel as one dataset. ``--configs`` also takes Random Hierarchy Model configs
 (``rhm-v8-m4-s2-L3``, see :func:`hf_treelang.dataset_builder.treelang.hierarchy_config_name`), alone or beside the
-paper's: their v and L come from their names, and the card describes both kinds. Layout of OUT (what ``push_to_hub`` /
-``huggingface-cli upload`` take as is)::
+paper's: their v and L come from their names, and the card describes both kinds. Layout of OUT (what
+``push_to_hub`` / ``huggingface-cli upload`` take as is)::
 
     README.md                       dataset card: YAML (configs + dataset_info) and the sections below
     generation.json                 per config: parameters, split seeds, BP accuracies
