@@ -55,9 +55,11 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", nargs="+", default=None,
                         help="config names instead of a grid, e.g. --configs seed15-sigma1.0-k2 k0; 'k<k>' takes "
                              "a single --seed / --sigma, else 0 and 1.0 (default: none, the grid)")
-    parser.add_argument("--num-symbols", "--vocab-size", dest="num_symbols", type=int, default=4,
-                        help="q, the number of symbols; --vocab-size is its former name")
-    parser.add_argument("--depth", type=int, default=4, help="ℓ, the tree depth")
+    parser.add_argument("--num-symbols", "--vocab-size", dest="num_symbols", type=int, default=None,
+                        help="q (an RHM's v), the number of symbols; --vocab-size is its former name (default: the "
+                             "config name's, else 4)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="ℓ (an RHM's L), the tree depth (default: the config name's, else 4)")
     parser.add_argument("--num-train", type=int, default=2**18, help="training examples (default: 2**18)")
     parser.add_argument("--num-validation", type=int, default=10**4, help="validation examples (default: 10**4)")
     parser.add_argument("--num-test", type=int, default=10**4, help="test examples (default: 10**4)")
@@ -266,7 +268,8 @@ COMMANDS = {
         "hf_treelang.data.publish",
         "write a Hub-ready dataset repository (Parquet + card)",
         "Write a Hub-ready dataset repository: one config per (grammar seed, σ, k), named like seed15-sigma1.0-k2, "
-        "with Parquet per split and its grammar.json; README.md card with BP accuracies.",
+        "with Parquet per split and its grammar.json; README.md card with BP accuracies. --configs also takes Random "
+        "Hierarchy Model configs (rhm-v8-m4-s2-L3), alone or beside the paper's.",
         _publish_arguments,
     ),
     "calibration": (

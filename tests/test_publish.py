@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hf_treelang import Grammar, dataset_params, grammar_from_dataset
+from hf_treelang.data import dataset_metadata
 from hf_treelang.cli import main as cli_main
 from hf_treelang.data.publish import bp_accuracy, plan_configs, publish_dataset
 
@@ -194,6 +195,12 @@ def test_every_config_name_the_command_prints_loads_with_load_dataset(tmp_path, 
         (["--configs", "bogus"], "unknown treelang config name 'bogus'"),
         (["--configs", "k2", "--num-test", "-3"], r"`num_test` must be an integer in \[0, 2147483647\], got -3"),
         (["--num-symbols", "1"], r"`num_symbols` must be an integer in \[2, 256\], got 1"),
+        (["--configs", "rhm-v8-m4-s2-L3", "--depth", "4"], r"depth=4 contradicts the config name 'rhm-v8-m4-s2-L3' "
+                                                           r"\(depth 3\)"),
+        (["--configs", "k2", "rhm-v8-m4-s2-L3", "--num-symbols", "6"], r"num_symbols=6 contradicts the config name "
+                                                                       r"'rhm-v8-m4-s2-L3' \(num_symbols 8\)"),
+        (["--configs", "rhm-v8-m4-s2-L3", "--sigma", "0.5"], "sigma is not a parameter of the Random Hierarchy Model"),
+        (["--configs", "rhm-v8-m9-s2-L3"], r"`num_rules` must be an integer in \[1, 8\]"),
     ],
 )
 def test_bad_arguments_are_refused_before_writing(tmp_path, capsys, args, message):
@@ -291,3 +298,155 @@ def test_a_killed_publishs_staging_folder_is_cleaned_by_the_next_publish_and_a_l
     publish_dataset(tmp_path / "out", ["k0"], num_train=8, num_validation=8, num_test=8, progress=False)
     assert not dead.exists() and alive.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")) == [alive.name]
+
+
+# ---------------------------------------------------------------- Random Hierarchy Model configs (issue 35)
+
+RHM_NAMES = ["rhm-v8-m4-s2-L3", "rhm-v8-m2-s2-L3-k1", "rhm-v6-n3-m4-s3-L2-seed5-k1", "seed15-sigma1.0-k2"]
+RHM_SIZES = {"num_train": 30, "num_validation": 6, "num_test": 40}
+PAPER_CARD_BODY_SHA256 = "ac5d52bbf3340c7f85b7e5639ec4f4fe18b5c697d40000d9f091cb38eae96088"  # paper configs' card, pinned
+
+
+@pytest.fixture(scope="module")
+def rhm_repo(tmp_path_factory):
+    """A repository of three RHM configs (two grammars differing only in m) and one of the paper's, published by the
+    command line without --num-symbols / --depth; returns (folder, the command's stdout)."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("pub-rhm") / "rhm-repo"
+    stdout = io.StringIO()
+    sizes = [f"--{key.replace('_', '-')}={value}" for key, value in RHM_SIZES.items()]
+    with contextlib.redirect_stdout(stdout):
+        assert cli_main(["publish-dataset", str(out), "--configs", *RHM_NAMES, *sizes]) == 0
+    return out, stdout.getvalue()
+
+
+def _rhm_grammar(params):
+    return Grammar.random_hierarchy(num_symbols=params["num_symbols"], num_classes=params["num_classes"],
+                                    num_rules=params["num_rules"], arity=params["arity"], depth=params["depth"],
+                                    grammar_seed=params["seed"])
+
+
+def test_rhm_configs_take_v_and_L_from_their_names_and_the_command_prints_each_with_its_bp_accuracies(rhm_repo):
+    out, printed = rhm_repo
+    generation = json.loads((out / "generation.json").read_text())["configs"]
+    assert list(generation) == RHM_NAMES
+    assert [(generation[name]["params"]["num_symbols"], generation[name]["params"]["depth"])
+            for name in RHM_NAMES] == [(8, 3), (8, 3), (6, 2), (4, 4)]
+    lines = printed.splitlines()
+    assert lines[0] == f"wrote 4 configs (18 files) to {out}"
+    assert lines[1:] == [f"  {name}: BP root accuracy {generation[name]['bp_accuracy']['root']:.4f}, single-mask "
+                         f"{generation[name]['bp_accuracy']['single_mask']:.4f}" for name in RHM_NAMES]
+
+
+def test_each_rhm_config_has_the_grammar_of_its_own_parameters(rhm_repo, tmp_path):
+    out, _ = rhm_repo
+    generation = json.loads((out / "generation.json").read_text())["configs"]
+    grammars = {name: Grammar.load(out / "data" / name / "grammar.json") for name in RHM_NAMES[:3]}
+    for name, grammar in grammars.items():
+        expected = _rhm_grammar(generation[name]["params"])
+        assert grammar == expected and grammar.params == expected.params
+        assert len(grammar.level_rules) == expected.depth and np.array_equal(grammar.root_prior, expected.root_prior)
+    assert grammars["rhm-v8-m4-s2-L3"] != grammars["rhm-v8-m2-s2-L3-k1"]  # same (v, s, L, seed), another m
+    loaded = grammar_from_dataset(_load(out, "rhm-v6-n3-m4-s3-L2-seed5-k1", tmp_path), repository=out)
+    assert loaded == grammars["rhm-v6-n3-m4-s3-L2-seed5-k1"] and loaded.arity == 3
+
+
+@pytest.mark.parametrize("name", ["rhm-v8-m4-s2-L3", "rhm-v6-n3-m4-s3-L2-seed5-k1"])
+def test_a_published_rhm_config_loads_offline_as_the_builder_makes_it_and_bp_on_its_grammar_gives_the_card(
+        rhm_repo, tmp_path, name):
+    import datasets
+    import torch
+
+    from hf_treelang import BeliefPropagation
+    from hf_treelang.core.oracle import bp_accuracy as bp_accuracy_of
+    from hf_treelang.core.oracle import task_inputs
+
+    out, _ = rhm_repo
+    published = _load(out, name, tmp_path / "a")
+    built = datasets.load_dataset("treelang", name, cache_dir=str(tmp_path / "b"), **RHM_SIZES)
+    for split in ("train", "validation", "test"):
+        assert published[split].features == built[split].features
+        assert published[split].data.table.equals(built[split].data.table)
+    params = dataset_params(published, repository=out)
+    grammar = grammar_from_dataset(published, repository=out)
+    test = published["test"].with_format("numpy")
+    leaves, roots = np.asarray(test["input_ids"]).astype(np.int64), np.asarray(test["root"])  # (40, s**L), (40,)
+    bp = BeliefPropagation(grammar, params["depth"], params["filter_level"])
+    root_accuracy = float((bp.root_marginals(torch.from_numpy(leaves)).argmax(1).numpy() == roots).mean())
+    single_mask = bp_accuracy_of(bp, task_inputs("mlm", leaves, roots, mask_token_id=params["num_symbols"],
+                                                 sampling_seed=dataset_metadata(published, out)["split_seeds"]["test"]))
+    recorded = json.loads((out / "generation.json").read_text())["configs"][name]["bp_accuracy"]
+    assert (root_accuracy, single_mask) == (recorded["root"], recorded["single_mask"])
+    assert f"| `{name}` |" in (row := next(line for line in (out / "README.md").read_text().splitlines()
+                                          if line.startswith(f"| `{name}` |")))
+    assert row.endswith(f"| {root_accuracy:.4f} | {single_mask:.4f} |")
+
+
+def test_the_card_of_rhm_and_paper_configs_describes_both_kinds(rhm_repo):
+    from huggingface_hub import DatasetCard
+
+    from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
+
+    out, _ = rhm_repo
+    card = DatasetCard.load(out / "README.md")
+    assert "random-hierarchy-model" in card.data.tags
+    assert {c["config_name"] for c in card.data.configs} == set(RHM_NAMES)
+    text = card.text
+    assert "| `rhm-v6-n3-m4-s3-L2-seed5-k1` | 6 | 3 | 4 | 3 | 2 | 5 | 1 | 30 | 6 | 40 |" in text  # v n m s L seed k
+    assert "| `seed15-sigma1.0-k2` | 15 | 1.0 | 4 | 4 | 2 | 30 | 6 | 40 |" in text
+    assert ("`Grammar.random_hierarchy(num_symbols=8, num_classes=8, num_rules=2, arity=2, depth=3, grammar_seed=0)`: "
+            "`rhm-v8-m2-s2-L3-k1`") in text
+    assert ("`Grammar.random_hierarchy(num_symbols=6, num_classes=3, num_rules=4, arity=3, depth=2, grammar_seed=5)`: "
+            "`rhm-v6-n3-m4-s3-L2-seed5-k1`") in text
+    assert "`Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=15)`: `seed15-sigma1.0-k2`" in text
+    assert "This repository holds 4 config(s) of 4 grammar(s)." in text
+    assert "`ancestors_level_m[i // s**(L - m)]`" in text and "i >> (ℓ - m)" not in text
+    assert "`hf-treelang-grammar/2`" in text and "`level_rules[l][a][b_1]...[b_s]`" in text
+    assert BIBTEX.strip() in text and RANDOM_HIERARCHY_BIBTEX.strip() in text
+
+
+def test_the_card_of_rhm_configs_only_says_nothing_of_binary_log_normal_grammars():
+    from hf_treelang.data.publish import BPAccuracy, _card
+
+    configs = plan_configs(["rhm-v8-n4-m4-s3-L2", "rhm-v8-n4-m4-s3-L2-k2"], num_train=5, num_validation=0, num_test=8)
+    card = _card(configs, {}, {c.name: BPAccuracy(1.0, 0.5, 8) for c in configs}, 26)
+    body = card.split("\n---\n", 1)[1]
+    assert body.startswith("\n# Random Hierarchy Model data (treelang)\n")
+    assert "This repository holds 2 config(s) of 1 grammar(s)." in body
+    assert "(here s = 3) have L levels of rules (here L = 2)" in body
+    assert "(here v = 8)" in body and "(here m = 4)" in body and "(here n = 4)" in body
+    for binary_only in ("binary tree", "2**ℓ", "2**m", "Grammar.random(", "M[a, b, c]", "σ", ">>",
+                        "hf-treelang-grammar/1"):
+        assert binary_only not in body, binary_only
+    assert "Cagnetta" in body and "garnierbrun2025hierarchical" in body  # the RHM's paper, and filtering's
+
+
+def test_a_card_of_the_papers_configs_only_keeps_its_bytes():
+    import hashlib
+
+    from hf_treelang.data.publish import BPAccuracy, _card
+
+    configs = plan_configs(["seed1-sigma0.5-q3-depth3-k1", "k2", "seed0-sigma1.0-depth3-k0"], num_train=20,
+                           num_validation=0, num_test=10)
+    accuracies = {"seed1-sigma0.5-q3-depth3-k1": BPAccuracy(0.9, 0.7, 10), "k2": None,
+                  "seed0-sigma1.0-depth3-k0": BPAccuracy(1.0, 0.625, 10)}
+    body = _card(configs, {}, accuracies, 90).split("\n---\n", 1)[1]
+    assert hashlib.sha256(body.encode()).hexdigest() == PAPER_CARD_BODY_SHA256
+
+
+def test_rhm_parquet_shards_hold_a_fixed_number_of_leaves(tmp_path, monkeypatch):
+    from hf_treelang.data import publish
+
+    monkeypatch.setattr(publish, "_LEAVES_PER_FILE", 81)  # 9 sequences of 3**2 leaves per file
+    out = tmp_path / "repo"
+    publish_dataset(out, ["rhm-v6-n3-m4-s3-L2"], num_train=20, num_validation=0, num_test=0)
+    shards = sorted(p.name for p in (out / "data" / "rhm-v6-n3-m4-s3-L2").glob("train-*.parquet"))
+    assert shards == [f"train-0000{i}-of-00003.parquet" for i in range(3)]
+    import datasets
+
+    published = _load(out, "rhm-v6-n3-m4-s3-L2", tmp_path / "a")["train"]
+    built = datasets.load_dataset("treelang", "rhm-v6-n3-m4-s3-L2", split="train", cache_dir=str(tmp_path / "b"),
+                                  num_train=20, num_validation=0, num_test=0)
+    assert published.data.table.equals(built.data.table)

@@ -2,8 +2,10 @@
 
 One config per (grammar seed, σ, k) of the grid (or per name of ``--configs``), each named by its generating
 parameters (``seed15-sigma1.0-k2``, see :func:`hf_treelang.dataset_builder.treelang.config_name`) and each with its
-grammar, so several grammars travel as one dataset. Layout of OUT (what ``push_to_hub`` /
-``huggingface-cli upload`` take as is)::
+grammar, so several grammars travel as one dataset. ``--configs`` also takes Random Hierarchy Model configs
+(``rhm-v8-m4-s2-L3``, see :func:`hf_treelang.dataset_builder.treelang.hierarchy_config_name`), alone or beside the
+paper's: their v and L come from their names, and the card describes both kinds. Layout of OUT (what
+``push_to_hub`` / ``huggingface-cli upload`` take as is)::
 
     README.md                       dataset card: YAML (configs + dataset_info) and the sections below
     generation.json                 per config: parameters, split seeds, BP accuracies
@@ -31,7 +33,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from hf_treelang.citation import BIBTEX
+from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.oracle import bp_accuracy as bp_accuracy_of
 from hf_treelang.core.oracle import task_inputs
@@ -108,7 +110,7 @@ def bp_accuracy(config, grammar) -> BPAccuracy | None:
 def _write_split(config, grammar, split: str, data_dir: Path) -> tuple[list, int]:
     """Write one split as Parquet shards; return (relative paths, uncompressed Arrow bytes)."""
     n = config.num_examples(split)
-    rows_per_file = max(1, _LEAVES_PER_FILE >> config.depth)
+    rows_per_file = max(1, _LEAVES_PER_FILE // config.sequence_arity**config.depth)
     num_files = max(1, -(-n // rows_per_file))
     schema = config.features().arrow_schema
     paths, num_bytes = [], 0
@@ -116,7 +118,7 @@ def _write_split(config, grammar, split: str, data_dir: Path) -> tuple[list, int
         path = data_dir / f"{split}-{f:05d}-of-{num_files:05d}.parquet"
         lo, hi = f * rows_per_file, min(n, (f + 1) * rows_per_file)
         with pq.ParquetWriter(path, schema) as writer:
-            for start, count in chunk_ranges(hi - lo, config.depth):
+            for start, count in chunk_ranges(hi - lo, config.depth, config.sequence_arity):
                 table = generate_table(config, grammar, split, lo + start, count)
                 num_bytes += table.nbytes
                 writer.write_table(table)
@@ -150,8 +152,9 @@ def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, *
     """The builder configs a repository holds, checked, in the card's order; nothing is generated.
 
     Either a grid — every (grammar seed, σ, k) of ``seeds`` x ``sigmas`` x ``filter_levels``, seed-major — or the
-    config names ``configs`` (``"seed15-sigma1.0-k2"``, or ``"k2"`` whose seed and σ come from a single-valued
-    ``seeds`` / ``sigmas``, else 0 and 1.0), which stay the configs' names in the repository. ``overrides`` are builder keywords shared by every config (q, ℓ, split
+    config names ``configs`` (``"seed15-sigma1.0-k2"``, ``"k2"`` whose seed and σ come from a single-valued
+    ``seeds`` / ``sigmas``, else 0 and 1.0, or a Random Hierarchy Model's ``"rhm-v8-m4-s2-L3"``), which stay the
+    configs' names in the repository. ``overrides`` are builder keywords shared by every config (q, ℓ, split
     sizes; ``seed`` / ``sigma`` as single values).
 
     Args:
@@ -218,17 +221,42 @@ def plan_configs(configs=None, *, seeds=None, sigmas=None, filter_levels=None, *
     ]
 
 
+_PRETTY_NAMES = {  # (holds paper configs, holds Random Hierarchy Model configs) -> the card's title
+    (True, False): "Filtered hierarchical tree languages (treelang)",
+    (False, True): "Random Hierarchy Model data (treelang)",
+    (True, True): "Filtered hierarchical tree languages and Random Hierarchy Model data (treelang)",
+}
+_PAPER_NAMES = "`seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<k>`"
+_HIERARCHY_NAMES = "`rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<grammar seed>][-k<k>]`"
+
+
+def _grammar_key(config) -> tuple:
+    """The parameters a config's grammar is a function of (see ``TreeLangBuilderConfig.grammar``): (seed, q, σ) for
+    the paper's, (seed, v, n, m, s, L) for a Random Hierarchy Model. Configs with one key share one grammar."""
+    if config.is_random_hierarchy:
+        return (config.seed, config.num_symbols, config.num_classes, config.num_rules, config.arity, config.depth)
+    return (config.seed, config.num_symbols, config.sigma)
+
+
 def _card(configs, infos, accuracies, total_examples: int) -> str:
-    """README.md: YAML metadata (configs, dataset_info) and the card body."""
+    """README.md: YAML metadata (configs, dataset_info) and the card body.
+
+    A repository may hold configs of the paper's grammars (``seed<seed>-sigma<σ>...``: s = 2, one rule tensor M shared
+    by every level) and of Random Hierarchy Models (``rhm-...``: arity s, rules per level); the card describes the
+    kinds it holds, and a repository of the paper's configs only gets the paper's card.
+    """
     from datasets.info import DatasetInfosDict
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard, DatasetCardData
 
+    paper = [c for c in configs if not c.is_random_hierarchy]
+    hierarchy = [c for c in configs if c.is_random_hierarchy]
     card_data = DatasetCardData(
         license="mit",
-        pretty_name="Filtered hierarchical tree languages (treelang)",
+        pretty_name=_PRETTY_NAMES[(bool(paper), bool(hierarchy))],
         task_categories=["text-classification", "fill-mask"],
-        tags=["synthetic", "hierarchical", "context-free-grammar", "belief-propagation", "hf-treelang"],
+        tags=["synthetic", "hierarchical", "context-free-grammar", "belief-propagation", "hf-treelang",
+              *(["random-hierarchy-model"] if hierarchy else [])],
         size_categories=[_size_category(total_examples)],
     )
     metadata_configs = MetadataConfigs(
@@ -247,56 +275,129 @@ def _card(configs, infos, accuracies, total_examples: int) -> str:
     metadata_configs.to_dataset_card_data(card_data)
     DatasetInfosDict(infos).to_dataset_card_data(card_data)
 
-    def accuracy_cells(accuracy):
+    def accuracy_cells(c):
+        accuracy = accuracies[c.name]
         return f"{accuracy.root:.4f} | {accuracy.single_mask:.4f} |" if accuracy else "- | - |"
 
-    def values(key):
-        return ", ".join(str(v) for v in dict.fromkeys(c.params[key] for c in configs))
+    def values(key, some=configs):
+        return ", ".join(str(v) for v in dict.fromkeys(c.params[key] for c in some))
 
-    rows = "\n".join(
-        f"| `{c.name}` | {c.seed} | {c.sigma} | {c.num_symbols} | {c.depth} | {c.filter_level} | {c.num_train} | "
-        f"{c.num_validation} | {c.num_test} | " + accuracy_cells(accuracies[c.name])
-        for c in configs
-    )
     grammars: dict = {}
     for c in configs:
-        grammars.setdefault((c.seed, c.num_symbols, c.sigma), []).append(c.name)
-    grammar_lines = "\n".join(
-        f"  - `Grammar.random(num_symbols={q}, sigma={sigma!r}, grammar_seed={seed})`: "
-        + ", ".join(f"`{name}`" for name in names)
-        for (seed, q, sigma), names in grammars.items()
-    )
-    levels = "\n".join(f"  - `{c.name}`: " + (", ".join(f"`ancestors_level_{m}`" for m in c.levels()) or "none")
-                       for c in configs)
-    first = configs[0].name
-    body = f"""
-# Filtered hierarchical tree languages (treelang)
+        grammars.setdefault(_grammar_key(c), []).append(c)
 
-## Summary
+    def grammar_lines(kind):
+        return "\n".join(f"  - `{_grammar_call(members[0])}`: " + ", ".join(f"`{c.name}`" for c in members)
+                         for members in grammars.values() if members[0].is_random_hierarchy == kind)
 
-Synthetic sequences generated by the *filtered hierarchical model* of Garnier-Brun, Mézard, Moscato and Saglietti,
+    summaries, tables, generation = [], [], []
+    if paper:
+        rows = "\n".join(
+            f"| `{c.name}` | {c.seed} | {c.sigma} | {c.num_symbols} | {c.depth} | {c.filter_level} | {c.num_train} | "
+            f"{c.num_validation} | {c.num_test} | " + accuracy_cells(c)
+            for c in paper
+        )
+        summaries.append(f"""Synthetic sequences generated by the *filtered hierarchical model* of Garnier-Brun, Mézard, Moscato and Saglietti,
 "How transformers learn structured data: insights from hierarchical filtering". A random grammar of q symbols
-(here q = {values('num_symbols')}) generates full binary trees of depth ℓ (here ℓ = {values('depth')}); the 2**ℓ leaves
+(here q = {values('num_symbols', paper)}) generates full binary trees of depth ℓ (here ℓ = {values('depth', paper)}); the 2**ℓ leaves
 form a sequence, the root is its class label. Filtering at level k keeps the branching process below level k and
 draws the 2**k nodes of level k independently given the root, which removes the correlations longer than 2**(ℓ-k)
 leaves. The exact Bayes-optimal predictor, belief propagation BP_k, is known, so models can be compared with the
-optimum.
-
-This repository holds {len(configs)} config(s) of {len(grammars)} grammar(s). A config is named by its generating
-parameters, `seed<grammar seed>-sigma<σ>[-q<q>][-depth<ℓ>]-k<k>` (q and ℓ are left out at the paper's 4).
-
-| config | grammar seed | σ | q | ℓ | k | train | validation | test | BP root accuracy | BP single-mask accuracy |
+optimum.""")
+        tables.append(f"""| config | grammar seed | σ | q | ℓ | k | train | validation | test | BP root accuracy | BP single-mask accuracy |
 |---|---|---|---|---|---|---|---|---|---|---|
-{rows}
+{rows}""")
+        generation.append(f"""- Grammars (paper App. A: log-normal weights of width σ on q non-overlapping sets of q child pairs; a grammar depends
+  only on (seed, q, σ), so the configs of one grammar share it):
+{grammar_lines(False)}""")
+    if hierarchy:
+        rows = "\n".join(
+            f"| `{c.name}` | {c.num_symbols} | {c.num_classes} | {c.num_rules} | {c.arity} | {c.depth} | {c.seed} | "
+            f"{c.filter_level} | {c.num_train} | {c.num_validation} | {c.num_test} | " + accuracy_cells(c)
+            for c in hierarchy
+        )
+        here = {key: values(key, hierarchy) for key in ("arity", "depth", "num_symbols", "num_rules", "num_classes")}
+        summaries.append(f"""Synthetic sequences generated by the *Random Hierarchy Model* (RHM) of Cagnetta, Petrini, Tomasini, Favero and
+Wyart, "How deep neural networks learn compositional data: the Random Hierarchy Model" (PRX 2024). Trees of arity s
+(here s = {here['arity']}) have L levels of rules (here L = {here['depth']}), each level its own, over v symbols
+(here v = {here['num_symbols']}): each symbol rewrites, with probability 1/m, into one of m distinct s-tuples of the next
+level's symbols (here m = {here['num_rules']}), and no tuple belongs to two symbols of the same level. The root is one of n
+classes, uniformly (here n = {here['num_classes']}); the s**L leaves form a sequence, the root is its class label. Filtering
+at level k draws the s**k nodes of level k independently given the root, as for the filtered hierarchical model;
+BP_k is exact on these trees too.""")
+        tables.append(f"""| config | v | n | m | s | L | grammar seed | k | train | validation | test | BP root accuracy | BP single-mask accuracy |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+{rows}""")
+        generation.append(f"""- Grammars (Random Hierarchy Model: the rules of its reference code, pcsl-epfl/hierarchy-learning
+  `sample_rules(v, n, m, s, L, seed)`; a grammar depends only on (v, n, m, s, L, seed), so the configs that differ
+  only in k share it):
+{grammar_lines(True)}""")
 
-## Columns
-
-- `input_ids`: the 2**ℓ leaves, symbols in [0, q) (use id q as the mask token).
+    levels = "\n".join(f"  - `{c.name}`: " + (", ".join(f"`ancestors_level_{m}`" for m in c.levels()) or "none")
+                       for c in configs)
+    first = configs[0].name
+    if not hierarchy:
+        naming = f"""A config is named by its generating
+parameters, {_PAPER_NAMES} (q and ℓ are left out at the paper's 4)."""
+        columns = f"""- `input_ids`: the 2**ℓ leaves, symbols in [0, q) (use id q as the mask token).
 - `root`: the root symbol (ClassLabel), the target of root classification.
 - `filter_level`: k, constant within a config (to group mixtures of configs).
 - `ancestors_level_m`: the 2**m nodes of level m, left to right, for the levels 0 < m < ℓ the filtered model draws;
   the level-m ancestor of leaf i is `ancestors_level_m[i >> (ℓ - m)]`:
-{levels}
+{levels}"""
+        grammar_file = """The grammar of a config is `data/<config>/grammar.json` (JSON: the rule tensor `M[a, b, c]` = P(a -> b c) and the
+root prior). With hf-treelang installed, `hf_treelang.grammar_from_dataset(ds, repository="path/or/repo-id")` reads it
+for the loaded config, `hf_treelang.BeliefPropagation(grammar, depth, filter_level)` gives the exact posteriors, and"""
+        trees = """- Trees: `hf_treelang.sample_trees(grammar, n, depth, filter_level, seed)` with one sampling seed per split, derived
+  from (seed, q, σ, ℓ, k, split) with a numpy `SeedSequence` (listed in `generation.json`): splits never share draws."""
+        citation = BIBTEX.strip()
+    else:
+        naming = f"""A config is named by its generating parameters,
+{_HIERARCHY_NAMES} (n is left out when n = v, the seed and k when they are 0)"""
+        if paper:
+            naming += f""",
+or {_PAPER_NAMES} for the paper's grammars (q and ℓ are left out at the paper's 4)"""
+        naming += "."
+        paper_columns = (";\n  for the paper's configs s = 2, L = ℓ and v = q" if paper else "",
+                         "; over the q symbols for the paper's configs" if paper else "")
+        columns = f"""- `input_ids`: the s**L leaves, symbols in [0, v) (use id v as the mask token){paper_columns[0]}.
+- `root`: the root (a ClassLabel over the n classes{paper_columns[1]}),
+  the target of root classification.
+- `filter_level`: k, constant within a config (to group mixtures of configs).
+- `ancestors_level_m`: the s**m nodes of level m, left to right, for the levels max(1, k) <= m < L the filtered model
+  draws; the level-m ancestor of leaf i is `ancestors_level_m[i // s**(L - m)]`:
+{levels}"""
+        paper_format = ("\n- `hf-treelang-grammar/1` (the paper's configs): the rule tensor `M[a, b, c]` = P(a -> b c), "
+                        "shared by every level;" if paper else "")
+        grammar_file = f"""The grammar of a config is `data/<config>/grammar.json`: JSON with the root prior `root_prior` (one number per
+symbol), `params` (the arguments of the call that drew it, below) and the rules, in the format named by `format`:{paper_format}
+- `hf-treelang-grammar/2` (the RHM configs): `arity` s and `level_rules`, one tensor of shape (v,)*(s+1) per level
+  l = 0 .. L-1 (the root at level 0), `level_rules[l][a][b_1]...[b_s]` = P(a -> b_1 .. b_s) for a node of level l:
+  1/m for each of the m tuples of a, 0 otherwise; `root_prior` is 1/n on the classes 0 .. n-1, 0 on the other symbols.
+
+With hf-treelang installed, `hf_treelang.grammar_from_dataset(ds, repository="path/or/repo-id")` reads it for the
+loaded config (`hf_treelang.Grammar.load` reads the file), `hf_treelang.BeliefPropagation(grammar, depth,
+filter_level)` with depth = L gives the exact posteriors, and"""
+        paper_seeds = ", from (seed, q, σ, ℓ, k, split) for the paper's" if paper else ""
+        trees = f"""- Trees: `hf_treelang.sample_trees(grammar, n, depth, filter_level, seed)` with one sampling seed per split, derived
+  with a numpy `SeedSequence` from (seed, v, n, m, s, L, k, split) for an RHM config{paper_seeds}
+  (listed in `generation.json`): splits never share draws."""
+        citation = f"{BIBTEX.strip()}\n\n{RANDOM_HIERARCHY_BIBTEX.strip()}"
+    summary, table, grammar_generation = "\n\n".join(summaries), "\n\n".join(tables), "\n".join(generation)
+    body = f"""
+# {card_data.pretty_name}
+
+## Summary
+
+{summary}
+
+This repository holds {len(configs)} config(s) of {len(grammars)} grammar(s). {naming}
+
+{table}
+
+## Columns
+
+{columns}
 
 ## Usage
 
@@ -305,19 +406,14 @@ from datasets import load_dataset
 ds = load_dataset("path/or/repo-id", "{first}")
 ```
 
-The grammar of a config is `data/<config>/grammar.json` (JSON: the rule tensor `M[a, b, c]` = P(a -> b c) and the
-root prior). With hf-treelang installed, `hf_treelang.grammar_from_dataset(ds, repository="path/or/repo-id")` reads it
-for the loaded config, `hf_treelang.BeliefPropagation(grammar, depth, filter_level)` gives the exact posteriors, and
+{grammar_file}
 `load_dataset("treelang", "{first}", ...)` regenerates the config locally (bit-identical with the sizes above:
 example i of a split does not depend on the split sizes).
 
 ## Generation
 
-- Grammars (paper App. A: log-normal weights of width σ on q non-overlapping sets of q child pairs; a grammar depends
-  only on (seed, q, σ), so the configs of one grammar share it):
-{grammar_lines}
-- Trees: `hf_treelang.sample_trees(grammar, n, depth, filter_level, seed)` with one sampling seed per split, derived
-  from (seed, q, σ, ℓ, k, split) with a numpy `SeedSequence` (listed in `generation.json`): splits never share draws.
+{grammar_generation}
+{trees}
 - BP accuracies: the matched BP_k on the test split; root = argmax of the root posterior, single-mask = one leaf per
   sequence masked at a uniformly drawn position, predicted by the argmax of its posterior. These are the
   Bayes-optimal accuracies a trained model can approach (test-set estimates).
@@ -330,10 +426,19 @@ the test splits ({values('num_test')} sequences per config).
 ## Citation
 
 ```bibtex
-{BIBTEX.strip()}
+{citation}
 ```
 """
     return str(DatasetCard(f"---\n{card_data.to_yaml()}\n---\n{body}"))
+
+
+def _grammar_call(config) -> str:
+    """The call that builds ``config``'s grammar, as the card shows it."""
+    if config.is_random_hierarchy:
+        return (f"Grammar.random_hierarchy(num_symbols={config.num_symbols}, num_classes={config.num_classes}, "
+                f"num_rules={config.num_rules}, arity={config.arity}, depth={config.depth}, "
+                f"grammar_seed={config.seed})")
+    return f"Grammar.random(num_symbols={config.num_symbols}, sigma={config.sigma!r}, grammar_seed={config.seed})"
 
 
 def publish_dataset(
@@ -369,7 +474,7 @@ def publish_dataset(
     if out_dir.exists():
         check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    grammars: dict = {}  # (seed, q, σ) -> Grammar, built once per grammar
+    grammars: dict = {}  # _grammar_key -> Grammar, built once per grammar
 
     for leftover in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # staged by a publish that was killed
         tag = leftover.name[len(f".{out_dir.name}.tmp-"):].rpartition("-")[0]
@@ -433,7 +538,7 @@ def _publish_into(tmp: Path, out_dir: Path, builder_configs: list, grammars: dic
 
     infos, accuracies, generation, files = {}, {}, {}, []
     for config in tqdm(builder_configs, desc="publish-dataset", unit="config", disable=not progress):
-        key = (config.seed, config.num_symbols, config.sigma)
+        key = _grammar_key(config)
         if key not in grammars:
             grammars[key] = config.grammar()
         grammar = grammars[key]
