@@ -237,6 +237,10 @@ def test_the_model_card_names_the_rhm_and_keeps_a_paper_runs_card():
     rhm = resolve("mlm", {"depth": 2, "num_symbols": 4, "num_rules": 2, "arity": 3, "num_classes": 2}, "/tmp/x")
     card = render_model_card("mlm", rhm.data_args, rhm.model_args, rhm.training_args, {}, 1.0, 4, template)
     assert "config `rhm-v4-n2-m2-s3-L2`" in card and "3^2 symbols" in card and "σ" not in card
+    from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
+
+    assert BIBTEX in card and RANDOM_HIERARCHY_BIBTEX in card  # the data's model is cited beside the paper
+    assert RANDOM_HIERARCHY_BIBTEX not in cards[0]
 
 
 def test_finetuning_an_rhm_mlm_needs_its_root_classes(trained, tmp_path, capsys):

@@ -16,7 +16,7 @@ import math
 import os
 import string
 
-from hf_treelang.citation import BIBTEX
+from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
 from hf_treelang.models.tokenization_treelang import TreeLangTokenizer
 from hf_treelang.plotting import level_color, pyplot, save_figure
 
@@ -275,7 +275,7 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         "spearman": format_value(final.get("eval_spearman_bp")),
         "curves": CURVES_TEXT if has_curves else NO_CURVES_TEXT,
         "match": format_value(final.get("eval_match_bp")),
-        "citation": BIBTEX,
+        "citation": BIBTEX + (f"\n{RANDOM_HIERARCHY_BIBTEX}" if data_args.is_random_hierarchy else ""),
     }
     values.update(data_texts(data_args))
     with open(template_path) as handle:
