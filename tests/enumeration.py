@@ -67,3 +67,21 @@ class EnumeratedModel:
                 key = tuple(row.tolist())
                 out[key] = out.get(key, 0.0) + p
         return out
+
+
+def leaf_distribution(grammar, depth, k):
+    """(sequences (S, s**ℓ), probabilities (S,)): the exact distribution of the leaf sequences of P_k, every tree
+    enumerated and the trees of the same leaves summed."""
+    exact = EnumeratedModel(grammar, depth, k)
+    sequences, inverse = np.unique(exact.leaves, axis=0, return_inverse=True)
+    return sequences, np.bincount(inverse.ravel(), weights=exact.prob, minlength=len(sequences))
+
+
+def enumerated_next_leaf(sequences, probabilities, sequence, q):
+    """(L, q) P(x_i = s | x_<i) of one sequence by summing the enumerated sequences that share its prefix."""
+    rows = []
+    for i in range(len(sequence)):
+        consistent = np.all(sequences[:, :i] == sequence[:i], axis=1)  # (S,)
+        weights = np.bincount(sequences[consistent, i], weights=probabilities[consistent], minlength=q)
+        rows.append(weights / weights.sum())
+    return np.array(rows)

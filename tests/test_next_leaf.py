@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from enumeration import EnumeratedModel
+from enumeration import EnumeratedModel, enumerated_next_leaf, leaf_distribution
 from hf_treelang import BeliefPropagation, Grammar, sample_trees
 from hf_treelang.core import NextLeafResult, next_leaf_distributions
 from hf_treelang.core import next_leaf as next_leaf_module
@@ -30,22 +30,8 @@ CASES = [("paper-q4-l2", PAPER, 2), ("dense-q3-l2", dense_grammar(3, 0), 2), ("d
 IDS = [case[0] for case in CASES]
 
 
-def leaf_distribution(grammar, depth, k):
-    """(sequences (S, 2**ℓ), probabilities (S,)): the exact distribution of the leaf sequences of P_k, every tree
-    enumerated and the trees of the same leaves summed."""
-    exact = EnumeratedModel(grammar, depth, k)
-    sequences, inverse = np.unique(exact.leaves, axis=0, return_inverse=True)
-    return sequences, np.bincount(inverse.ravel(), weights=exact.prob, minlength=len(sequences))
 
 
-def enumerated_next_leaf(sequences, probabilities, sequence, q):
-    """(L, q) P(x_i = s | x_<i) of one sequence by summing the enumerated sequences that share its prefix."""
-    rows = []
-    for i in range(len(sequence)):
-        consistent = np.all(sequences[:, :i] == sequence[:i], axis=1)  # (S,)
-        weights = np.bincount(sequences[consistent, i], weights=probabilities[consistent], minlength=q)
-        rows.append(weights / weights.sum())
-    return np.array(rows)
 
 
 def data(grammar, depth, data_level, n, seed):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from enumeration import EnumeratedModel
+from enumeration import EnumeratedModel, enumerated_next_leaf, leaf_distribution
 from hf_treelang import BeliefPropagation, Grammar, sample_trees
 from hf_treelang.core import next_leaf_distributions
 from hf_treelang.core import next_leaf as next_leaf_module
@@ -373,23 +373,8 @@ def test_upward_messages_are_the_likelihoods_of_the_leaves_below(name, grammar, 
                                                err_msg=f"k={k} m={m} node={i}")
 
 
-def leaf_distribution(grammar, depth, k):
-    """(sequences (S, s**ℓ), probabilities (S,)) of P_k by enumeration, the trees of the same leaves summed."""
-    exact = EnumeratedModel(grammar, depth, k)
-    shape = (grammar.num_symbols,) * exact.leaves.shape[1]
-    codes, inverse = np.unique(np.ravel_multi_index(tuple(exact.leaves.T), shape), return_inverse=True)  # rows as ints
-    sequences = np.stack(np.unravel_index(codes, shape), axis=1)  # (S, s**ℓ)
-    return sequences, np.bincount(inverse.ravel(), weights=exact.prob, minlength=len(sequences))
 
 
-def enumerated_next_leaf(sequences, probabilities, sequence, q):
-    """(L, q) P(x_i = s | x_<i) of one sequence by summing the enumerated sequences that share its prefix."""
-    rows = []
-    for i in range(len(sequence)):
-        consistent = np.all(sequences[:, :i] == sequence[:i], axis=1)  # (S,)
-        weights = np.bincount(sequences[consistent, i], weights=probabilities[consistent], minlength=q)
-        rows.append(weights / weights.sum())
-    return np.array(rows)
 
 
 @pytest.mark.parametrize("name,grammar,depth,levels", BP_CASES, ids=BP_IDS)
