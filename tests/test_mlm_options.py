@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from hf_treelang.core.masking import IGNORE_INDEX, TrainingMasking, mask_training_batch
+from hf_treelang.train.arguments import PRESETS, parse_command_line
 from hf_treelang.train.collators import MaskedLeafCollator
 from hf_treelang.train.device_data import TrainingStream
 from hf_treelang.train.optimizers import AdEMAMix, GrokfastAdamW, Muon, build_optimizer, parameter_groups
@@ -128,10 +129,40 @@ def test_a_run_with_block_masks_and_a_falling_rate_resumes_byte_identically(tmp_
 
 
 def test_the_options_enter_the_identity_only_when_given(tmp_path):
-    plain = identity_config(*_resolved(tmp_path / "a"))
+    plain = identity_config(*_resolved(tmp_path / "a", mask_rate=0.4))
     assert not {"mask_rate_final", "block_mask_fraction", "block_mask_sizes"} & set(plain["data_args"])
-    given = identity_config(*_resolved(tmp_path / "b", block_mask_fraction=0.5))
+    given = identity_config(*_resolved(tmp_path / "b", mask_rate=0.4, block_mask_fraction=0.5))
     assert given["data_args"]["block_mask_fraction"] == 0.5
+    laptop = identity_config(*_resolved(tmp_path / "c"))  # the laptop preset's falling rate is part of the run
+    assert (laptop["data_args"]["mask_rate"], laptop["data_args"]["mask_rate_final"]) == (0.4, 0.15)
+
+
+def test_the_laptop_presets_fall_from_0_4_to_0_15_unless_the_user_gives_a_rate():
+    laptop = PRESETS["mlm"]["laptop"]
+    assert (laptop["mask_rate"], laptop["mask_rate_final"]) == (0.4, 0.15)
+    for preset in ("laptop", "laptop_long"):
+        data_args = parse_command_line("mlm", ["--preset", preset])[0]
+        assert (data_args.mask_rate, data_args.mask_rate_final) == (0.4, 0.15)
+        assert data_args.training_masking(100).scheduled
+    constant = parse_command_line("mlm", ["--mask_rate", "0.3"])[0]  # a rate given alone stays constant
+    assert (constant.mask_rate, constant.mask_rate_final) == (0.3, None)
+    single = parse_command_line("mlm", ["--mask_rate", "0"])[0]  # the paper's single leaf, not refused
+    assert (single.mask_rate, single.mask_rate_final) == (None, None)
+    given = parse_command_line("mlm", ["--mask_rate", "0.5", "--mask_rate_final", "0.2"])[0]
+    assert (given.mask_rate, given.mask_rate_final) == (0.5, 0.2)
+    assert parse_command_line("mlm", ["--mask_rate_final", "0.2"])[0].mask_rate_final == 0.2
+    assert parse_command_line("mlm", ["--preset", "paper"])[0].mask_rate_final is None
+    for task in ("root", "clm", "finetune"):
+        assert "mask_rate_final" not in PRESETS[task]["laptop"]
+
+
+def test_the_presets_falling_rate_names_its_way_out_of_the_dataloader_workers(tmp_path):
+    workers = {"train_engine": "dataloader", "dataloader_num_workers": 2}
+    with pytest.raises(ValueError, match=r"`mask_rate_final` = 0.15 .*laptop presets'.*--mask_rate alone"):
+        resolve("mlm", {"num_train": 64, **workers}, tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+    run = resolve("mlm", {"num_train": 64, "mask_rate": 0.4, **workers}, tmp_path / "constant")
+    assert run.data_args.mask_rate_final is None and run.training_args.dataloader_num_workers == 2
 
 
 def _resolved(output_dir, **arguments):

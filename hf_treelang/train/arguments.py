@@ -117,6 +117,9 @@ PRESETS = {
                   "checkpoint_epochs": list(paper.ROOT_CHECKPOINT_EPOCHS)},
     },
 }
+# A preset's field that is part of another: left unset when the user gives the other (a --mask_rate given alone is a
+# constant rate, not the preset's schedule from it).
+PRESET_PARTS = {"mask_rate_final": "mask_rate"}
 PRESET_ALIASES = {"default": "laptop"}  # the laptop preset's name before 0.3
 
 
@@ -190,8 +193,9 @@ class DataArguments:
     mask_rate_final: float | None = field(
         default=None,
         metadata={"help": "MLM only: the Bernoulli mask rate at the run's last step, in [0, 1]; the rate falls (or "
-                  "rises) linearly from --mask_rate over the run's optimiser steps (default: constant). Needs a "
-                  "--mask_rate in (0, 1]."},
+                  "rises) linearly from --mask_rate over the run's optimiser steps. Needs a --mask_rate in (0, 1]. "
+                  "Default: from --preset (laptop, laptop_long: 0.15, when --mask_rate is not given; paper: none); a "
+                  "--mask_rate given alone is constant."},
     )
     block_mask_fraction: float | None = field(
         default=None,
@@ -754,7 +758,7 @@ def apply_preset(task: str, data_args: DataArguments, model_args: ModelArguments
     if training_args.preset not in PRESETS[task]:
         raise ValueError(f"`preset` must be one of {sorted(PRESETS[task])}, got {training_args.preset!r}")
     for key, value in PRESETS[task][training_args.preset].items():
-        if key in explicit:
+        if key in explicit or PRESET_PARTS.get(key) in explicit:
             continue
         if hasattr(data_args, key):
             if getattr(data_args, key) is None:

@@ -432,11 +432,12 @@ def check_mask_options(task: str, data_args, training_args) -> None:
     others = [name for name in given if name != "mask_rate"]
     if task != "mlm" and others:
         raise ValueError(f"`{others[0]}` is only used by MLM, got {getattr(data_args, others[0])!r} for a {task} run")
-    if (task == "mlm" and data_args.mask_rate_final is not None and training_args.train_engine == "dataloader"
-            and training_args.dataloader_num_workers > 0):
-        raise ValueError(f"`mask_rate_final` needs dataloader_num_workers = 0 with --train_engine dataloader (the "
-                         f"collator keys each batch's rate by the step it counts), got "
-                         f"{training_args.dataloader_num_workers}")
+    falls = data_args.mask_rate_final is not None and data_args.mask_rate_final != data_args.mask_rate
+    if task == "mlm" and falls and training_args.train_engine == "dataloader" and training_args.dataloader_num_workers:
+        raise ValueError(f"`mask_rate_final` = {data_args.mask_rate_final} (a rate falling from --mask_rate "
+                         f"{data_args.mask_rate}; the laptop presets' unless given) needs dataloader_num_workers = 0 "
+                         f"with --train_engine dataloader (the collator keys each batch's rate by the step it counts), "
+                         f"got {training_args.dataloader_num_workers}; --mask_rate alone gives a constant rate")
 
 
 def check_sigma_curriculum(data_args, training_args) -> None:
