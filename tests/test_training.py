@@ -1,5 +1,6 @@
 """Training with Trainer: collator, arguments, output folder, finetuning, resuming, bad input, 2-process accelerate."""
 
+from dataclasses import replace
 import json
 import os
 import re
@@ -114,8 +115,10 @@ def test_the_long_mlm_preset_is_the_laptop_run_trained_longer():
     laptop = parse_command_line("mlm", [])
     long = parse_command_line("mlm", ["--preset", "laptop_long"])
     assert long[2].num_train_epochs == 40.0 > laptop[2].num_train_epochs
-    for part in range(2):  # the same data (mask rate included) and model
-        assert long[part] == laptop[part]
+    assert long[1] == laptop[1]  # the same model
+    # the same data but for the mask schedule: 40 epochs at the constant rate 0.4, 12 falling from it to 0.15
+    assert (long[0].mask_rate, long[0].mask_rate_final, laptop[0].mask_rate_final) == (0.4, None, 0.15)
+    assert replace(long[0], mask_rate_final=laptop[0].mask_rate_final) == laptop[0]
     assert (long[2].learning_rate, long[2].lr_scheduler_type) == (laptop[2].learning_rate, laptop[2].lr_scheduler_type)
     with pytest.raises(ValueError, match="`preset` must be one of"):
         parse_command_line("root", ["--preset", "laptop_long"])

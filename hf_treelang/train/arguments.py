@@ -194,7 +194,7 @@ class DataArguments:
         default=None,
         metadata={"help": "MLM only: the Bernoulli mask rate at the run's last step, in [0, 1]; the rate falls (or "
                   "rises) linearly from --mask_rate over the run's optimiser steps. Needs a --mask_rate in (0, 1]. "
-                  "Default: from --preset (laptop, laptop_long: 0.15, when --mask_rate is not given; paper: none); a "
+                  "Default: from --preset (laptop: 0.15, when --mask_rate is not given; laptop_long, paper: none); a "
                   "--mask_rate given alone is constant."},
     )
     block_mask_fraction: float | None = field(

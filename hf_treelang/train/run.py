@@ -435,7 +435,7 @@ def check_mask_options(task: str, data_args, training_args) -> None:
     falls = data_args.mask_rate_final is not None and data_args.mask_rate_final != data_args.mask_rate
     if task == "mlm" and falls and training_args.train_engine == "dataloader" and training_args.dataloader_num_workers:
         raise ValueError(f"`mask_rate_final` = {data_args.mask_rate_final} (a rate falling from --mask_rate "
-                         f"{data_args.mask_rate}; the laptop presets' unless given) needs dataloader_num_workers = 0 "
+                         f"{data_args.mask_rate}; the laptop preset's unless given) needs dataloader_num_workers = 0 "
                          f"with --train_engine dataloader (the collator keys each batch's rate by the step it counts), "
                          f"got {training_args.dataloader_num_workers}; --mask_rate alone gives a constant rate")
 
