@@ -30,10 +30,6 @@ CASES = [("paper-q4-l2", PAPER, 2), ("dense-q3-l2", dense_grammar(3, 0), 2), ("d
 IDS = [case[0] for case in CASES]
 
 
-
-
-
-
 def data(grammar, depth, data_level, n, seed):
     return sample_trees(grammar, n=n, depth=depth, filter_level=data_level, sampling_seed=seed).leaves
 

@@ -15,6 +15,7 @@ from hf_treelang import Grammar, sample_trees
 from hf_treelang.analysis.checkpoint import load_checkpoint
 from hf_treelang.analysis.dynamics import learning_dynamics
 from hf_treelang.analysis.probing import probe_targets
+from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
 from hf_treelang.cli import main as cli
 from hf_treelang.train.callbacks import reference_count
 from hf_treelang.train.loop import main, train
@@ -237,8 +238,6 @@ def test_the_model_card_names_the_rhm_and_keeps_a_paper_runs_card():
     rhm = resolve("mlm", {"depth": 2, "num_symbols": 4, "num_rules": 2, "arity": 3, "num_classes": 2}, "/tmp/x")
     card = render_model_card("mlm", rhm.data_args, rhm.model_args, rhm.training_args, {}, 1.0, 4, template)
     assert "config `rhm-v4-n2-m2-s3-L2`" in card and "3^2 symbols" in card and "σ" not in card
-    from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
-
     assert BIBTEX in card and RANDOM_HIERARCHY_BIBTEX in card  # the data's model is cited beside the paper
     assert RANDOM_HIERARCHY_BIBTEX not in cards[0]
 

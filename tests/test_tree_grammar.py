@@ -373,10 +373,6 @@ def test_upward_messages_are_the_likelihoods_of_the_leaves_below(name, grammar, 
                                                err_msg=f"k={k} m={m} node={i}")
 
 
-
-
-
-
 @pytest.mark.parametrize("name,grammar,depth,levels", BP_CASES, ids=BP_IDS)
 def test_next_leaf_distributions_match_enumeration_and_the_chain_rule(name, grammar, depth, levels):
     q = grammar.num_symbols

@@ -31,6 +31,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hf_treelang.core.masking import TrainingMasking
 from hf_treelang.core.resources import check_memory, model_sizes, training_bytes
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.architectures import build_model as build_architecture
@@ -432,7 +433,7 @@ def check_mask_options(task: str, data_args, training_args) -> None:
     others = [name for name in given if name != "mask_rate"]
     if task != "mlm" and others:
         raise ValueError(f"`{others[0]}` is only used by MLM, got {getattr(data_args, others[0])!r} for a {task} run")
-    falls = data_args.mask_rate_final is not None and data_args.mask_rate_final != data_args.mask_rate
+    falls = TrainingMasking(data_args.mask_rate, data_args.mask_rate_final).scheduled
     if task == "mlm" and falls and training_args.train_engine == "dataloader" and training_args.dataloader_num_workers:
         raise ValueError(f"`mask_rate_final` = {data_args.mask_rate_final} (a rate falling from --mask_rate "
                          f"{data_args.mask_rate}; the laptop preset's unless given) needs dataloader_num_workers = 0 "
