@@ -433,8 +433,8 @@ def check_mask_options(task: str, data_args, training_args) -> None:
     others = [name for name in given if name != "mask_rate"]
     if task != "mlm" and others:
         raise ValueError(f"`{others[0]}` is only used by MLM, got {getattr(data_args, others[0])!r} for a {task} run")
-    falls = TrainingMasking(data_args.mask_rate, data_args.mask_rate_final).scheduled
-    if task == "mlm" and falls and training_args.train_engine == "dataloader" and training_args.dataloader_num_workers:
+    workers = training_args.train_engine == "dataloader" and training_args.dataloader_num_workers
+    if task == "mlm" and workers and TrainingMasking(data_args.mask_rate, data_args.mask_rate_final).scheduled:
         raise ValueError(f"`mask_rate_final` = {data_args.mask_rate_final} (a rate falling from --mask_rate "
                          f"{data_args.mask_rate}; the laptop preset's unless given) needs dataloader_num_workers = 0 "
                          f"with --train_engine dataloader (the collator keys each batch's rate by the step it counts), "
