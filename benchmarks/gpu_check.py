@@ -35,6 +35,7 @@ Without CUDA the graph cases are recorded as skipped, with the reason; nothing i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -53,6 +54,7 @@ import authors_loop  # noqa: E402  (the baseline beside this script)
 
 from hf_treelang.jsonio import write_json_atomic  # noqa: E402, I001
 from hf_treelang.jsonio import read_json_object  # noqa: E402
+from hf_treelang.train import trainer as trainer_module  # noqa: E402
 from hf_treelang.train.loop import train, train_together  # noqa: E402
 from hf_treelang.train.run import resolve  # noqa: E402
 
@@ -62,7 +64,18 @@ SIZES = {  # the models of the laptop and paper presets; the data trimmed to wha
     "paper": {"preset": "paper", "checkpoint_epochs": None},
 }
 VARIANTS = {"": {}, "fused": {"optim": "adamw_torch_fused"}, "compiled": {"torch_compile": True},
-            "compiled fused": {"torch_compile": True, "optim": "adamw_torch_fused"}}  # the step's implementations
+            "compiled fused": {"torch_compile": True, "optim": "adamw_torch_fused"},
+            "math": {"sdpa": "math"}, "compiled fused math": {"torch_compile": True, "optim": "adamw_torch_fused",
+                                                               "sdpa": "math"},
+            "autograd linear": {"stacked_backward": "autograd"},
+            "compiled fused autograd linear": {"torch_compile": True, "optim": "adamw_torch_fused",
+                                               "stacked_backward": "autograd"}}  # the step's implementations
+# the keys of VARIANTS that are not training arguments: how the benchmark runs the case
+#   sdpa="math": every attention through SDPA's math backend (its matmuls, softmax and dropout as plain operators,
+#     which inductor fuses), instead of the fused memory-efficient kernel that pads a 16-token sequence to its tiles;
+#   stacked_backward="autograd": the stacked linear layers with autograd's own backward of baddbmm (the weight
+#     gradient as a transposed view, copied into the weight's layout), the layout before StackedAffine
+RUN_KEYS = ("sdpa", "stacked_backward")
 TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
@@ -70,6 +83,39 @@ TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "intermediate_size": 32
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+class RecordedGraphStep(trainer_module.CUDAGraphStep):
+    """The Trainer's captured step, remembered (the latest one) so that its graph's replays can be timed alone."""
+
+    latest = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        RecordedGraphStep.latest = self
+
+
+
+def replay_rate(seconds: float = 1.0) -> float | None:
+    """Steps/s of the latest captured step's graph replayed back to back for about ``seconds`` with nothing between
+    the replays (no input copy, no Trainer): the device's own rate, which the Trainer's rate approaches when the host
+    keeps up."""
+    step, RecordedGraphStep.latest = RecordedGraphStep.latest, None
+    if step is None or step.graph is None:
+        return None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        step.graph.replay()
+    end.record()
+    end.synchronize()
+    replays = int(min(max(seconds / (start.elapsed_time(end) / 1e3 / 20), 50), 5000))  # about `seconds` of them
+    start.record()
+    for _ in range(replays):
+        step.graph.replay()
+    end.record()
+    end.synchronize()
+    return replays / (start.elapsed_time(end) / 1e3)
 
 
 class StepTimer(TrainerCallback):
@@ -136,6 +182,8 @@ class KernelProfile(TrainerCallback):
         """Per step: how many kernels, their summed time, the rate that time allows, and the ``top`` busiest."""
         totals, counts = {}, {}
         for event in self.profiler.events():
+            if getattr(event, "is_user_annotation", False):  # a range around kernels (Optimizer.step#...), not one
+                continue
             if self.cuda and event.device_type == torch.autograd.DeviceType.CUDA:
                 micros = event.time_range.elapsed_us()
             elif not self.cuda and event.name.startswith("aten::") and not event.cpu_children:
@@ -155,12 +203,20 @@ class KernelProfile(TrainerCallback):
 class Check:
     """The check's state: where it writes, its budget, and the JSON it grows case by case."""
 
-    def __init__(self, out: Path, tiny: bool, budget: float):
+    def __init__(self, out: Path, tiny: bool, budget: float, cases=None):
         self.out, self.tiny, self.deadline = out, tiny, time.perf_counter() + budget
+        self.cases = None if cases is None else list(cases)  # "section/name" of the cases to run (None: all)
         self.cuda = torch.cuda.is_available()
         self.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
         self.results = {"tiny": tiny, "environment": {}, "equivalence": [], "resume": [], "sync": {},
                         "throughput": [], "kernels": [], "authors_loop": {}, "paper_run": {}, "skipped": []}
+
+    def in_order(self, section: str, cases: list, name) -> list:
+        """``cases`` in the order --cases names them (``name(case)`` is its name in ``section``), else as given."""
+        if self.cases is None:
+            return cases
+        rank = {case: index for index, case in enumerate(self.cases)}
+        return sorted(cases, key=lambda case: rank.get(f"{section}/{name(case)}", len(rank)))
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -188,7 +244,44 @@ def losses_of(folder: Path) -> dict:
 def run_case(check: Check, name: str, task: str, arguments: dict, *, members: int = 1, callbacks=()) -> Path:
     """Train one case (``members`` > 1: a stacked ensemble of that many model seeds) and return the folder of its
     Trainer (``trainer_state.json``)."""
-    folder = check.folder(name)
+    arguments = dict(arguments)
+    with how_to_run(arguments):
+        return _run_case(check, check.folder(name), task, arguments, members, callbacks)
+
+
+@contextlib.contextmanager
+def how_to_run(arguments: dict):
+    """Take the :data:`RUN_KEYS` out of ``arguments`` (in place) and run the block as they say."""
+    how = {key: arguments.pop(key) for key in RUN_KEYS if key in arguments}
+    with contextlib.ExitStack() as stack:
+        if how.get("sdpa") == "math":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        if how.get("stacked_backward") == "autograd":
+            stack.enter_context(autograd_stacked_backward())
+        yield
+
+
+@contextlib.contextmanager
+def autograd_stacked_backward():
+    """The stacked linear layers as one autograd ``baddbmm`` (the side-by-side baseline of :class:`StackedAffine`)."""
+    from hf_treelang.models import stacked
+
+    def forward(self, x):
+        flat = x.reshape(x.shape[0], -1, self.in_features)
+        y = torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight.transpose(1, 2))
+        return y.view(*x.shape[:-1], self.out_features)
+
+    original = stacked.StackedLinear.forward
+    stacked.StackedLinear.forward = forward
+    try:
+        yield
+    finally:
+        stacked.StackedLinear.forward = original
+
+
+def _run_case(check: Check, folder: Path, task: str, arguments: dict, members: int, callbacks) -> Path:
     if arguments.get("torch_compile"):  # compiled as if first: not with the shapes an earlier case made dynamic
         import torch._dynamo
 
@@ -211,16 +304,24 @@ def compare(first: dict, second: dict, steps) -> dict:
 
 def guarded(check: Check, section: str, name: str, work) -> None:
     """Run ``work()`` (a case), record its error instead of stopping, and save the JSON."""
+    if check.cases is not None and f"{section}/{name}" not in check.cases:
+        return
     if check.left() <= 0:
         check.results["skipped"].append(f"{section}/{name}: out of --budget")
         return
+    started = time.perf_counter()
     try:
         work()
+        outcome = "done"
     except Exception as error:  # noqa: BLE001 - a case's failure is a finding, the others go on
         entry = {"name": name, "error": f"{type(error).__name__}: {error}",
                  "traceback": traceback.format_exc(limit=-8)}
         target = check.results[section]
         target.append(entry) if isinstance(target, list) else target.update(entry)
+        outcome = f"error ({type(error).__name__})"
+    seconds = time.perf_counter() - started
+    check.results.setdefault("case_seconds", {})[f"{section}/{name}"] = seconds
+    print(f"  {section}/{name}: {outcome} in {seconds:.1f} s", flush=True)
     check.save()
 
 
@@ -253,7 +354,10 @@ def environment(check: Check) -> None:
 
 def equivalence(check: Check) -> None:
     cases = [("root", "root", {}, 1), ("mlm_cosine", "mlm", {"lr_scheduler_type": "cosine", "warmup_steps": 5}, 1),
-             ("stacked4", "root", {}, 4), ("root_compiled_fused", "root", VARIANTS["compiled fused"], 1)]
+             ("stacked4", "root", {}, 4), ("root_compiled_fused", "root", VARIANTS["compiled fused"], 1),
+             ("stacked4_compiled_fused", "root", VARIANTS["compiled fused"], 4),
+             ("root_compiled_fused_math", "root", VARIANTS["compiled fused math"], 1),
+             ("stacked4_compiled_fused_math", "root", VARIANTS["compiled fused math"], 4)]
     for name, task, extra, members in cases:
         def work(name=name, task=task, extra=extra, members=members):
             arguments = check.arguments("laptop", max_steps=50, logging_steps=1, tf32=False, **extra)
@@ -329,10 +433,20 @@ def throughput(check: Check) -> None:
              ("paper", graph, "tf32", 4, ""), ("paper", graph, "tf32", 16, ""), ("paper", "eager", "tf32", 16, ""),
              ("paper", graph, "tf32", 1, "fused"), ("paper", graph, "tf32", 1, "compiled"),
              ("paper", graph, "tf32", 1, "compiled fused"), ("paper", graph, "tf32", 16, "compiled fused"),
-             ("paper", graph, "bf16", 16, ""), ("paper", graph, "bf16", 16, "compiled fused")]
-    seconds = 0.5 if check.tiny else 3.0
-    for size, mode, precision, members, variant in cases:
-        name = f"{size} {mode} {precision} x{members}" + (f" {variant}" if variant else "")
+             ("paper", graph, "bf16", 16, ""), ("paper", graph, "bf16", 16, "compiled fused"),
+             ("paper", graph, "tf32", 16, "autograd linear"), ("paper", graph, "tf32", 16, "compiled fused autograd linear"),
+             ("paper", graph, "tf32", 1, "math"), ("paper", graph, "tf32", 1, "compiled fused math"),
+             ("paper", graph, "tf32", 16, "compiled fused math"), ("paper", graph, "bf16", 16, "compiled fused math"),
+             ("laptop", graph, "tf32", 1, "fused"), ("laptop", graph, "tf32", 1, "compiled fused"),
+             ("laptop", graph, "tf32", 1, "compiled fused math")]
+    seconds = 0.5 if check.tiny else 2.0
+
+    def case_name(case):
+        size, mode, precision, members, variant = case
+        return f"{size} {mode} {precision} x{members}" + (f" {variant}" if variant else "")
+
+    for size, mode, precision, members, variant in check.in_order("throughput", cases, case_name):
+        name = case_name((size, mode, precision, members, variant))
         if not check.cuda and (precision != "fp32" or mode == graph):
             check.results["skipped"].append(f"throughput/{name}: needs a CUDA device")
             continue
@@ -343,6 +457,7 @@ def throughput(check: Check) -> None:
             timer = StepTimer(warm=10 if check.tiny else 50, seconds=seconds)
             run_case(check, f"tput-{name}".replace(" ", "-"), "root", arguments, members=members, callbacks=[timer])
             rate = timer.steps_per_second
+            replayed = replay_rate() if mode == graph else None
             params = parameters_of(size, check.tiny)
             tokens = 32 * (2 ** (2 if check.tiny else 4))
             tflops = None if rate is None else 6 * tokens * params * members * rate / 1e12
@@ -351,6 +466,7 @@ def throughput(check: Check) -> None:
                 "name": name, "size": size, "mode": mode, "precision": precision, "members": members,
                 "variant": variant,
                 "steps_per_s": rate, "member_steps_per_s": None if rate is None else rate * members,
+                "graph_replay_steps_per_s": replayed,
                 "parameters_per_member": params, "tflops": tflops,
                 "fraction_of_measured_peak": None if tflops is None or not ceiling else tflops / ceiling})
         guarded(check, "throughput", name, work)
@@ -364,7 +480,10 @@ def throughput(check: Check) -> None:
 
 
 def kernels(check: Check) -> None:
-    cases = [("paper x1", 1, ""), ("paper x1 compiled fused", 1, "compiled fused"), ("paper x16", 16, "")]
+    cases = [("paper x1", 1, ""), ("paper x1 compiled fused", 1, "compiled fused"), ("paper x16", 16, ""),
+             ("paper x16 compiled fused", 16, "compiled fused"),
+             ("paper x1 compiled fused math", 1, "compiled fused math"),
+             ("paper x16 compiled fused math", 16, "compiled fused math")]
     for name, members, variant in cases[:1] if check.tiny else cases:
         def work(name=name, members=members, variant=variant):
             profiled = KernelProfile(warm=5 if check.tiny else 20, steps=3 if check.tiny else 10, cuda=check.cuda)
@@ -375,26 +494,51 @@ def kernels(check: Check) -> None:
             finally:
                 profiled.close()
             check.results["kernels"].append({"name": name, "members": members, "variant": variant,
-                                             "device": "cuda" if check.cuda else "cpu", **profiled.summary()})
+                                             "device": "cuda" if check.cuda else "cpu", **profiled.summary(top=40)})
         guarded(check, "kernels", name, work)
     if check.tiny:
         check.results["skipped"].append("kernels: the compiled and stacked cases run only on a GPU")
 
 
-def paper_run(check: Check, steps: int) -> None:
+class Deadline(TrainerCallback):
+    """Stop the run at the first step end past ``seconds`` of wall time after its first step."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.start, self.stopped_at = seconds, None, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.start is None:
+            self.start = time.perf_counter()
+        elif time.perf_counter() - self.start >= self.seconds:
+            self.stopped_at = state.global_step
+            control.should_training_stop = True
+        return control
+
+
+def paper_run(check: Check, steps: int, seconds: float | None = None, variant: str = "") -> None:
+    """``run_root.py --preset paper``'s first ``steps`` steps (or as many as ``seconds`` of wall time allow), with
+    the step ``variant`` of :data:`VARIANTS` (a CUDA graph on a GPU), and its closest-BP_k path."""
     def work():
-        arguments = {"preset": "paper", "max_steps": steps, "report_to": "none", "disable_tqdm": True}
+        arguments = {"preset": "paper", "max_steps": steps, "report_to": "none", "disable_tqdm": True,
+                     **VARIANTS[variant]}
+        if check.cuda and arguments.get("torch_compile"):
+            arguments["step_mode"] = "cuda_graph"
         if check.tiny:
             arguments.update(TINY, num_train=256, num_eval=32, num_test=16, checkpoint_epochs=None, num_evaluations=4)
+        deadline = [Deadline(seconds)] if seconds else []
         start = time.perf_counter()
-        result = train(resolve("root", arguments, check.folder("paper-run")))
-        seconds = time.perf_counter() - start
+        with how_to_run(arguments):
+            result = train(resolve("root", arguments, check.folder("paper-run")), callbacks=deadline)
+        elapsed = time.perf_counter() - start
         closest = []
         for entry in result.history:
             kls = {k: v for k, v in entry.items() if k.startswith("eval_kl_bp_k")}
             if kls:
                 closest.append([entry["step"], int(min(kls, key=kls.get)[len("eval_kl_bp_k"):])])
-        check.results["paper_run"] = {"steps": result.global_step, "seconds_with_evaluations": seconds,
+        check.results["paper_run"] = {"steps": result.global_step, "of_steps": steps, "variant": variant,
+                                      "seconds_with_evaluations": elapsed,
+                                      "steps_per_s_with_evaluations": result.global_step / elapsed,
+                                      "stopped_by_deadline": bool(deadline and deadline[0].stopped_at),
                                       "closest_bp": closest, "final": {k: v for k, v in result.final_metrics.items()
                                                                        if isinstance(v, (int, float))}}
     guarded(check, "paper_run", "paper", work)
@@ -424,13 +568,17 @@ def markdown(results: dict) -> str:
     lines += ["", f"Sync check: {sync_result.get('graph_steps_under_error_mode', '–')} graph steps under "
                   f"set_sync_debug_mode('error'), passed: {sync_result.get('passed', sync_result.get('error', '–'))}",
               "", "## Throughput (root, batch 32)", "",
-              "| case | steps/s | member-steps/s | TFLOP/s | of measured peak |", "|---|---|---|---|---|"]
+              "The graph replay column: the captured step replayed back to back, without the Trainer (the device's own "
+              "rate; the steps/s column approaches it when the host keeps up).", "",
+              "| case | steps/s | graph replay steps/s | member-steps/s | TFLOP/s | of measured peak |",
+              "|---|---|---|---|---|---|"]
     for entry in results["throughput"]:
         if "error" in entry:
-            lines.append(f"| {entry['name']} | error: {entry['error'][:80]} | | | |")
+            lines.append(f"| {entry['name']} | error: {entry['error'][:80]} | | | | |")
             continue
         fraction = entry.get("fraction_of_measured_peak")
-        lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | {_number(entry['member_steps_per_s'])} "
+        lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | "
+                     f"{_number(entry.get('graph_replay_steps_per_s'))} | {_number(entry['member_steps_per_s'])} "
                      f"| {_number(entry['tflops'], 3)} | {'–' if fraction is None else f'{100 * fraction:.2f} %'} |")
     if results["kernels"]:
         devices = {entry.get("device") for entry in results["kernels"]} - {None}
@@ -453,7 +601,9 @@ def markdown(results: dict) -> str:
                       "forward)"]
     if results["paper_run"]:
         run = results["paper_run"]
-        lines += ["", f"Paper run: {run.get('steps')} steps in {_number(run.get('seconds_with_evaluations'))} s; "
+        variant = f" ({run['variant']})" if run.get("variant") else ""
+        lines += ["", f"Paper run{variant}: {run.get('steps')} steps in {_number(run.get('seconds_with_evaluations'))} s "
+                      f"with its evaluations ({_number(run.get('steps_per_s_with_evaluations'))} steps/s); "
                       f"closest BP_k path {run.get('closest_bp', run.get('error'))}"]
     if results["skipped"]:
         lines += ["", "Skipped: " + "; ".join(results["skipped"])]
@@ -470,18 +620,25 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny model and a few steps (the CPU test)")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; cases past it are skipped, named")
     parser.add_argument("--paper-steps", type=int, default=0, help="also train the paper's root run this far (0: no)")
+    parser.add_argument("--paper-seconds", type=float, default=None,
+                        help="stop the paper's root run after this many seconds of training (default: no limit)")
+    parser.add_argument("--paper-variant", choices=list(VARIANTS), default="",
+                        help="the step of the paper's root run (default: the plain step that --step_mode auto picks)")
+    parser.add_argument("--cases", nargs="+", default=None,
+                        help="run only these cases, named 'section/name' as in the JSON's case_seconds (default: all)")
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS),
-                        help="the sections to run (default: all; the environment always runs)")
+                        help="the sections to run, in this order (default: all; the environment always runs first)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    check = Check(out, args.tiny or not torch.cuda.is_available(), args.budget)
-    for section in [environment] + [SECTIONS[name] for name in SECTIONS if name in args.sections]:
+    check = Check(out, args.tiny or not torch.cuda.is_available(), args.budget, args.cases)
+    trainer_module.CUDAGraphStep = RecordedGraphStep  # the Trainer's graph steps, remembered for replay_rate
+    for section in [environment] + [SECTIONS[name] for name in dict.fromkeys(args.sections)]:  # in the order given
         section(check)
         check.save()
         print(f"{section.__name__}: done ({check.left():.0f} s of budget left)", flush=True)
     if args.paper_steps:
-        paper_run(check, args.paper_steps)
+        paper_run(check, args.paper_steps, args.paper_seconds, args.paper_variant)
     check.save()
     print(markdown(check.results))
     return 0

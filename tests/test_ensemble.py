@@ -21,7 +21,8 @@ from hf_treelang.models import TreeLangConfig, TreeLangForMaskedLM, TreeLangForS
 from hf_treelang.train import loop, outputs
 from hf_treelang.train.loop import choose_ensemble_mode
 from hf_treelang.train.run import runs_from_command_line
-from hf_treelang.models.stacked import StackedDropout, StackedTreeLang, clip_grad_norm_per_member
+from hf_treelang.models.stacked import (StackedAffine, StackedDropout, StackedLinear, StackedTreeLang,
+                                        clip_grad_norm_per_member)
 
 TINY = ["--depth", "2", "--num_symbols", "3", "--hidden_size", "32", "--num_hidden_layers", "2",
         "--intermediate_size", "32", "--num_train", "96", "--num_eval", "20", "--num_test", "16",
@@ -188,6 +189,43 @@ def test_stacked_forward_and_gradients_equal_each_members_model(task, pooling, a
         back = stacked.member_model(index)
         assert back.config.filter_level == index % 3
         assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+
+
+def test_the_stacked_affine_gradients_are_autograds_in_the_weights_own_layout():
+    torch.manual_seed(0)
+    flat = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)  # (N, M, in)
+    weight = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)  # (N, out, in)
+    bias = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)  # (N, out)
+    assert torch.autograd.gradcheck(StackedAffine.apply, (flat, weight, bias))
+    upstream = torch.randn(3, 7, 4, dtype=torch.float64)
+    ours = torch.autograd.grad(StackedAffine.apply(flat, weight, bias), (flat, weight, bias), upstream)
+    reference = torch.autograd.grad(torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2)),
+                                    (flat, weight, bias), upstream)
+    for mine, theirs in zip(ours, reference):
+        assert torch.allclose(mine, theirs, atol=1e-12)
+    assert ours[1].is_contiguous() and not reference[1].is_contiguous()  # autograd's is a transposed view
+    layer = StackedLinear(3, 5, 4)
+    torch.nn.init.normal_(layer.weight), torch.nn.init.normal_(layer.bias)
+    layer(torch.randn(3, 2, 6, 5)).sum().backward()
+    assert layer.weight.grad.stride() == layer.weight.stride()
+
+
+def test_the_stacked_affine_under_autocast_gives_autocasts_gradients_in_the_tensors_types():
+    torch.manual_seed(1)
+    flat = torch.randn(2, 6, 8, requires_grad=True)
+    weight = torch.randn(2, 3, 8, requires_grad=True)
+    bias = torch.randn(2, 3, requires_grad=True)
+    upstream = torch.randn(2, 6, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours_out = StackedAffine.apply(flat, weight, bias)
+        theirs_out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+    assert ours_out.dtype == theirs_out.dtype == torch.bfloat16
+    assert torch.equal(ours_out, theirs_out)
+    ours = torch.autograd.grad(ours_out, (flat, weight, bias), upstream.to(torch.bfloat16))
+    theirs = torch.autograd.grad(theirs_out, (flat, weight, bias), upstream.to(torch.bfloat16))
+    for mine, reference in zip(ours, theirs):
+        assert mine.dtype == reference.dtype == torch.float32
+        assert torch.allclose(mine, reference, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

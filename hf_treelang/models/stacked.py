@@ -62,8 +62,42 @@ class StackedOutput(ModelOutput):
     logits: torch.Tensor | None = None
 
 
+class StackedAffine(torch.autograd.Function):
+    """``y = b + x Wᵀ`` per member (``baddbmm``), whose gradients come out in the layouts of their tensors.
+
+    Autograd's own backward of ``baddbmm(b, x, Wᵀ)`` computes the weight's gradient as ``xᵀ g`` (N, in, out) and hands
+    back its transpose, a strided view; the gradient accumulator then copies it into the weight's (N, out, in) layout,
+    one transposing copy per weight and step (for the paper's feed-forward weights of 16 members, 16 MB each). Here
+    the weight's gradient is ``gᵀ x`` (N, out, in), written directly in the weight's layout by the batched product.
+
+    Under autocast the forward multiplies in the autocast type (as ``baddbmm`` does); the backward multiplies in the
+    type of the forward's product and returns each gradient in the type of its input, as autograd's casts would.
+    """
+
+    @staticmethod
+    def forward(ctx, flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        output = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))  # (N, M, out)
+        ctx.save_for_backward(flat, weight)
+        ctx.bias_dtype = bias.dtype
+        ctx.product_dtype = output.dtype
+        return output
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        flat, weight = ctx.saved_tensors  # (N, M, in), (N, out, in)
+        grad = grad.to(ctx.product_dtype)  # (N, M, out)
+        grad_flat = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_flat = torch.bmm(grad, weight.to(grad.dtype)).to(flat.dtype)  # (N, M, in)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.bmm(grad.transpose(1, 2), flat.to(grad.dtype)).to(weight.dtype)  # (N, out, in)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(dim=1).to(ctx.bias_dtype)  # (N, out)
+        return grad_flat, grad_weight, grad_bias
+
+
 class StackedLinear(nn.Module):
-    """N independent linear layers, ``y_n = x_n W_nᵀ + b_n``, as one ``baddbmm``.
+    """N independent linear layers, ``y_n = x_n W_nᵀ + b_n``, as one ``baddbmm`` (:class:`StackedAffine`).
 
     ``weight`` is (N, out, in) and ``bias`` (N, out); the input is (N, ..., in).
     """
@@ -78,7 +112,7 @@ class StackedLinear(nn.Module):
         N = x.shape[0]
         flat = x.reshape(N, -1, self.in_features)  # (N, M, in)
         # y[n] = b[n] + x[n] W[n]ᵀ
-        y = torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight.transpose(1, 2))  # (N, M, out)
+        y = StackedAffine.apply(flat, self.weight, self.bias)  # (N, M, out)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -333,6 +367,7 @@ def clip_grad_norm_per_member(parameters, max_norm: float, members: int) -> torc
 __all__ = [
     "HEADS",
     "MEMBER_CONFIG_FIELDS",
+    "StackedAffine",
     "StackedLinear",
     "StackedOutput",
     "StackedTreeLang",
