@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
+from hf_treelang.train.levers import auto_seconds, measured_gpu
 from hf_treelang.train.loop import build_model
 
 
@@ -114,34 +115,6 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
 # below this share of its threads' wall time in CPU time, a measurement shared its cores with other work (an idle
 # machine gives close to 1; one busy process beside two threads on two cores, close to 0.5)
 BUSY_SHARE = 0.8
-MEASURED_GPU_FILE = Path(__file__).with_name("gpu_measured.json")  # benchmarks/gpu_check.py's figures on one GPU
-
-
-def measured_gpu() -> dict:
-    """The steps/s ``benchmarks/gpu_check.py`` measured on one GPU (:data:`MEASURED_GPU_FILE`: the device, the
-    date, single runs by parameter count, stacked members)."""
-    return json.loads(MEASURED_GPU_FILE.read_text())
-
-
-def measured_gpu_rate(parameters: int, table: dict, members: int = 1) -> float:
-    """Steps/s of one run of ``parameters`` on the measured GPU (``members`` > 1: member-steps/s of that many stacked
-    runs), interpolated in log(parameters) between the measured sizes and held at the nearest one outside them."""
-    if members > 1:
-        stacked = {row["members"]: row["member_steps_per_s"] for row in table["stacked"]}
-        single = {row["parameters"]: row["steps_per_s"] for row in table["single"]}
-        largest = max(single)
-        ratio = stacked[max(m for m in stacked if m <= members)] / single[largest]  # measured at the largest size
-        return measured_gpu_rate(parameters, table) * ratio
-    points = sorted((row["parameters"], row["steps_per_s"]) for row in table["single"])
-    if parameters <= points[0][0]:
-        return points[0][1]
-    for (low, low_rate), (high, high_rate) in zip(points, points[1:]):
-        if parameters <= high:
-            t = (math.log(parameters) - math.log(low)) / (math.log(high) - math.log(low))
-            return math.exp(math.log(low_rate) + t * (math.log(high_rate) - math.log(low_rate)))
-    return points[-1][1]
-
-
 @dataclass
 class Estimate:
     """Optimizer steps and time of a list of runs.
@@ -218,11 +191,14 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
     for device in devices:
         if device == "cuda" and not torch.cuda.is_available():
             table = measured_gpu()
-            source = f"{table['device']}, {table['mode']}, measured by benchmarks/gpu_check.py on {table['date']}"
+            source = (f"{table['device']}, {table['mode']}, the levers of --step_mode auto, measured by "
+                      f"benchmarks/gpu_check.py on {table['date']}")
             sizes = [sum(p.numel() for p in _model(run).parameters()) for run in runs]
-            seconds[device] = sum(count / measured_gpu_rate(n, table) for count, n in zip(steps, sizes))
-            seconds["cuda_stacked"] = sum(count / measured_gpu_rate(n, table, members=16)
-                                          for count, n in zip(steps, sizes))
+            kinds = [{"optim": run.training_args.optim_name, "treelang": run.model_args.is_treelang,
+                      "task": run.model_task} for run in runs]
+            seconds[device] = sum(auto_seconds(count, n, table, **kind) for count, n, kind in zip(steps, sizes, kinds))
+            seconds["cuda_stacked"] = sum(auto_seconds(count, n, table, members=16, **kind) / 16
+                                          for count, n, kind in zip(steps, sizes, kinds))
             continue
         measured, total = {}, 0.0
         for run, count in zip(runs, steps):

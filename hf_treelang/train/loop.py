@@ -545,7 +545,8 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
     trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set,
                               callbacks=[*schedule_callbacks(args), *extra_callbacks],
                               train_stream=stream, step_mode=args.step_mode, members=states,
-                              ensemble_manifest=manifest)
+                              ensemble_manifest=manifest, total_steps=optimizer_steps(args, first.data_args.num_train),
+                              task=task)
     ConsoleCallback().attach(trainer)  # one line per evaluation (the mean loss), not the members' raw dicts
     with disk_full_named(ensemble_dir, stacked):  # a full disk: one message saying what a checkpoint needs
         start = time.perf_counter()

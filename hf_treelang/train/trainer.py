@@ -60,6 +60,7 @@ from .data import load_run_data, sigma_curriculum
 from .device_data import EpochBatches, TrainingStream, run_steps
 from .optimizers import optimizer_factory
 from .folders import ENSEMBLE_FILE
+from .levers import FUSED_OPTIMIZER, Levers, attention_context, choose_levers
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -80,6 +81,23 @@ def resolve_step_mode(step_mode: str, args) -> str:
     if obstacles and args.device.type == "cuda":
         logger.info("step_mode auto: eager steps, not CUDA graphs, because of " + "; ".join(obstacles))
     return "eager" if obstacles else "cuda_graph"
+
+
+def with_levers(args, levers: Levers):
+    """A copy of the training arguments ``args`` that asks for ``levers`` (fused AdamW, a compiled model captured in
+    the graph), so that the Trainer builds that step and saves what ran; ``args`` itself when there are none."""
+    if not (levers.fused_adam or levers.compiled):
+        return args
+    import copy
+
+    from transformers.training_args import OptimizerNames
+
+    args = copy.copy(args)
+    if levers.fused_adam:
+        args.optim = OptimizerNames(FUSED_OPTIMIZER)
+    if levers.compiled:  # a compiled step is captured only when the graph mode is asked for by name
+        args.torch_compile, args.torch_compile_backend, args.step_mode = True, "inductor", "cuda_graph"
+    return args
 
 
 def use_tf32_by_default(args) -> bool:
@@ -337,20 +355,49 @@ class TreeLangTrainer(ResumesWhole, Trainer):
             run, the stacked stream for an ensemble).
         step_mode: ``"auto"`` (CUDA graphs where :func:`cuda_graph_obstacles` finds none, else eager), ``"eager"``
             or ``"cuda_graph"``.
+        total_steps: the run's optimizer steps; task: the model task (``"root"``, ``"mlm"``, ``"clm"``);
+            stacked_members: N for a stacked ensemble. With ``step_mode="auto"`` and a CUDA-graph step they choose the
+            levers (:mod:`hf_treelang.train.levers`): the arguments are copied to ask for the fused Adam and the
+            compiled model before the Trainer is built, and the step runs in the levers' attention context.
 
     See the module docstring for what the step does and does not do.
     """
 
-    def __init__(self, *args, train_stream, step_mode: str = "auto", **kwargs):
+    def __init__(self, *args, train_stream, step_mode: str = "auto", total_steps: int | None = None,
+                 task: str | None = None, stacked_members: int = 1, **kwargs):
         check_epoch_loop_contract()
+        training_args = kwargs.get("args")
+        self.levers = Levers()
+        resolved = None
+        if training_args is not None:  # before the Trainer builds its accelerator: a compiled step is asked there
+            resolved = resolve_step_mode(step_mode, training_args)
+            if step_mode == "auto" and resolved == "cuda_graph" and total_steps is not None:
+                self.levers = self.auto_levers(training_args.optim_name, kwargs.get("model"), total_steps, task,
+                                               stacked_members)
+                kwargs["args"] = with_levers(training_args, self.levers)
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != 1:
             raise ValueError(f"`gradient_accumulation_steps` must be 1 with the device engine, got "
                              f"{self.args.gradient_accumulation_steps}")
         self.train_stream = train_stream
-        self.step_mode = resolve_step_mode(step_mode, self.args)
+        self.step_mode = resolved if resolved is not None else resolve_step_mode(step_mode, self.args)
         self._graph_step = None
         self._flops_per_token = None
+
+    @staticmethod
+    def auto_levers(optim: str, model, steps: int, task: str | None, members: int) -> Levers:
+        """What ``--step_mode auto`` adds to this CUDA-graph step (:func:`~hf_treelang.train.levers.choose_levers`),
+        logged in one line."""
+        from hf_treelang.models.modeling_treelang import TreeLangPreTrainedModel
+        from hf_treelang.models.stacked import StackedTreeLang
+
+        parameters = sum(p.numel() for p in model.parameters()) // max(members, 1) if model is not None else 1
+        levers = choose_levers(step_mode="auto", obstacles=[], optim=optim, steps=steps, parameters=parameters,
+                               members=members, task=task or "", treelang=isinstance(
+                                   model, (TreeLangPreTrainedModel, StackedTreeLang)))
+        if levers.reason:
+            logger.info(levers.reason)
+        return levers
 
     def train(self, *args, **kwargs):
         """``Trainer.train`` with TF32 on by default on CUDA (:func:`use_tf32_by_default`), restored afterwards so
@@ -447,6 +494,10 @@ class TreeLangTrainer(ResumesWhole, Trainer):
 
     def lean_step(self, model, inputs: dict) -> tuple:
         """One optimisation step: (the loss to log, the gradient norm or None); no host sync in either mode."""
+        with attention_context(self.levers):
+            return self._lean_step(model, inputs)
+
+    def _lean_step(self, model, inputs: dict) -> tuple:
         if self.step_mode == "cuda_graph":
             if self._graph_step is None:
                 self._graph_step = CUDAGraphStep(lambda batch: self._graph_body(model, batch), self.torch_optimizer())
@@ -587,7 +638,8 @@ def trainer_for(task: str, data, data_args, training_args, **trainer_kwargs):
         return tensorboard_in_output_dir(StockTrainer(**trainer_kwargs))
     return tensorboard_in_output_dir(TreeLangTrainer(
         train_stream=single_run_stream(task, data, data_args, training_args, total_steps),
-        step_mode=getattr(training_args, "step_mode", "auto"), **trainer_kwargs))
+        step_mode=getattr(training_args, "step_mode", "auto"), total_steps=None if factory else total_steps,
+        task=task, **trainer_kwargs))
 
 
 def tensorboard_in_output_dir(trainer):
@@ -681,7 +733,7 @@ class EnsembleTrainer(TreeLangTrainer):
     """
 
     def __init__(self, *args, members: list, ensemble_manifest: dict, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, stacked_members=len(members), **kwargs)
         self.members = members
         self.ensemble_manifest = ensemble_manifest
         self.member_loss_sum = torch.zeros(len(members), device=self.args.device)  # (N,) over the whole run
