@@ -1,0 +1,252 @@
+"""The architecture comparison: which learners reach the exact optimum BP_0, level by level, and how fast.
+
+One protocol (``training/compare_architectures.py`` runs it), on the sweep engine (:func:`~hf_treelang.sweep.runner.
+execute_runs`), resumable, every run a complete run folder:
+
+* **Cells.** A cell is a grammar, a task and an architecture (:data:`CELLS`): the root task for six architectures
+  (two encoders besides TreeLang's, two causal decoders, a recurrent model) on the paper's grammar and on the Random
+  Hierarchy Model ``rhm-v8-m4-s2-L3``; next-leaf prediction for four causal models; the masked leaf for four
+  encoders. Every architecture has the laptop TreeLang model's parameter count for its task within
+  :data:`SIZE_TOLERANCE` (:func:`check_sizes`), with one layer per level of the tree (n_L = ℓ) and no dropout, as the
+  laptop TreeLang model.
+* **Budgets.** Each task's laptop preset, unchanged but for the architecture and the rate: root 49,152 steps
+  (P = 2^17, 12 epochs), next leaf 8,192 (P = 2^16, 4 epochs), masked leaf 49,152 with the preset's falling mask
+  rate, RHM root 12,288 (P = 2^15, 12 epochs); batch 32, 16 log-spaced evaluations, the same data and test sets for
+  every architecture.
+* **The rate of each cell** is chosen from :data:`LEARNING_RATES` by the final *validation* KL to BP_{k_train} (the
+  in-sample evaluation set, never the test sets) of model seed 0 trained for a quarter of the budget
+  (:func:`choose_rate`); the choice and every candidate's KL are recorded in ``OUT/rates.json``.
+* **Then the seeds** of :data:`SEEDS` at that rate, at the full budget (``OUT/runs/main/...``).
+
+``hf-treelang compare OUT/runs/main/*`` tabulates them (groups pool only the seeds of one setting), and every record
+carries the command that trains its run alone (:func:`script_command`).
+
+Glossary: ℓ depth, q symbols, P training sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+LEARNING_RATES = (3e-4, 1e-3, 3e-3)
+SEEDS = (0, 1, 2)
+SIZE_TOLERANCE = 0.03  # every architecture's parameter count within 3 % of the laptop TreeLang model's, per task
+RATE_METRIC = "eval_kl_bp_k{k}"  # the validation (in-sample) KL to BP_{k_train} at the last evaluation
+TUNING_FRACTION = 4  # the rate is chosen at a quarter of the budget
+
+
+def _overrides(**fields) -> str:
+    return ",".join(f"{name}={value}" for name, value in fields.items())
+
+
+def architecture(name: str, layers: int) -> dict:
+    """The run arguments of architecture ``name`` at the laptop TreeLang size (d = 64, d' = 256) with ``layers``
+    layers, dropout off: ``{}`` for TreeLang, else ``model_type`` and ``config_overrides``."""
+    bert = _overrides(hidden_size=64, num_hidden_layers=layers, num_attention_heads=1, intermediate_size=256,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    table = {
+        "treelang": {},
+        "bert": {"model_type": "bert", "config_overrides": bert},
+        "roberta": {"model_type": "roberta", "config_overrides": bert},
+        "distilbert": {"model_type": "distilbert", "config_overrides": _overrides(
+            dim=64, n_layers=layers, n_heads=1, hidden_dim=256, dropout=0.0, attention_dropout=0.0)},
+        "gpt2": {"model_type": "gpt2", "config_overrides": _overrides(
+            n_embd=64, n_layer=layers, n_head=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)},
+        # the gated MLP has three matrices: d' = 179 gives about the parameters of two at 256
+        "llama": {"model_type": "llama", "config_overrides": _overrides(
+            hidden_size=64, num_hidden_layers=layers, num_attention_heads=1, num_key_value_heads=1,
+            intermediate_size=179)},
+        # RWKV's channel mixing has a third (receptance) matrix: d' = 232 brings it to the TreeLang count
+        "rwkv": {"model_type": "rwkv", "config_overrides": _overrides(
+            hidden_size=64, num_hidden_layers=layers, intermediate_size=232)},
+    }
+    if name not in table:
+        raise ValueError(f"architecture must be one of {sorted(table)}, got {name!r}")
+    return table[name]
+
+
+# the grammars: each task's laptop preset on the paper's grammar, and the RHM config rhm-v8-m4-s2-L3 (P = 2^15)
+GRAMMARS = {"paper": {"arguments": {}, "depth": 4},
+            "rhm": {"arguments": {"num_symbols": 8, "num_rules": 4, "arity": 2, "depth": 3, "num_train": 2**15},
+                    "depth": 3}}
+ROOT = ("treelang", "bert", "roberta", "gpt2", "llama", "rwkv")
+CELLS = (  # (grammar, task, architecture, seeds)
+    *[("paper", "root", name, SEEDS) for name in ROOT],
+    *[("paper", "clm", name, SEEDS) for name in ("treelang", "gpt2", "llama", "rwkv")],
+    ("paper", "mlm", "treelang", SEEDS), *[("paper", "mlm", name, (0,)) for name in ("bert", "roberta", "distilbert")],
+    *[("rhm", "root", name, (0,)) for name in ROOT],
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grammar × task × architecture of the comparison, with the seeds of its main runs."""
+
+    grammar: str
+    task: str
+    architecture: str
+    seeds: tuple
+
+    @property
+    def name(self) -> str:
+        return f"{self.grammar}-{self.task}-{self.architecture}"
+
+    def arguments(self, **extra) -> dict:
+        """The run arguments (the training scripts' names): the task's laptop preset, the grammar, the architecture
+        and one CPU thread, with ``extra`` on top."""
+        grammar = GRAMMARS[self.grammar]
+        return {**grammar["arguments"], **architecture(self.architecture, grammar["depth"]), "cpu_threads": 1,
+                **extra}
+
+
+def cells() -> list:
+    return [Cell(*entry) for entry in CELLS]
+
+
+def budget(cell: Cell) -> int:
+    """The optimizer steps of the cell's preset run (what the main runs train)."""
+    from hf_treelang.train.device_data import optimizer_steps
+    from hf_treelang.train.run import resolve
+
+    run = resolve(cell.task, cell.arguments())
+    return optimizer_steps(run.training_args, run.data_args.num_train)
+
+
+def rate_name(rate: float) -> str:
+    return f"lr{rate:g}"
+
+
+def tuning_runs(cell: Cell, out) -> list:
+    """The cell's rate search: model seed 0 at each of :data:`LEARNING_RATES` for a quarter of the budget."""
+    from .runner import sweep_run
+
+    steps = budget(cell) // TUNING_FRACTION
+    return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=0, max_steps=steps), out,
+                      f"tune/{cell.name}-{rate_name(rate)}") for rate in LEARNING_RATES]
+
+
+def main_runs(cell: Cell, rate: float, out) -> list:
+    """The cell's runs at its chosen ``rate``: every seed at the full budget."""
+    from .runner import sweep_run
+
+    return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=seed), out, f"main/{cell.name}-s{seed}")
+            for seed in cell.seeds]
+
+
+def final_metric(run_dir, name: str) -> float | None:
+    """``name`` at the last evaluation of a finished run folder (its ``eval_history.json``), None when absent."""
+    path = Path(run_dir) / "eval_history.json"
+    if not path.is_file():
+        return None
+    history = json.loads(path.read_text())
+    entries = [entry for entry in history if name in entry]
+    if not entries:
+        return None
+    value = max(entries, key=lambda entry: entry["step"])[name]
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def choose_rate(cell: Cell, runs: list) -> dict:
+    """The rate of the tuning run with the lowest final validation KL to BP_{k_train}; the record says every
+    candidate's KL (None: the run diverged or has no evaluation, never chosen)."""
+    candidates = {}
+    for rate, run in zip(LEARNING_RATES, runs):
+        metric = RATE_METRIC.format(k=run.data_args.k_train)
+        candidates[rate_name(rate)] = {"learning_rate": rate, metric: final_metric(run.output_dir, metric),
+                                       "steps": run.training_args.max_steps}
+    scored = [(entry[metric], entry["learning_rate"]) for entry in candidates.values() if entry[metric] is not None]
+    if not scored:
+        raise RuntimeError(f"cell {cell.name}: no tuning run has a final {metric}; see {runs[0].output_dir.parent}")
+    best = min(scored)[1]
+    return {"cell": cell.name, "metric": metric, "chosen": best, "candidates": candidates}
+
+
+def script_command(run) -> str:
+    """The command that trains ``run`` alone: its training script and every argument it was given (the preset fills
+    the rest, as for the sweep), into its folder."""
+    script = {"root": "run_root.py", "mlm": "run_mlm.py", "clm": "run_clm.py", "finetune": "run_finetune.py"}[run.task]
+    parts = ["python", f"training/{script}"]
+    for key, value in sorted(run.arguments.items()):
+        values = value if isinstance(value, list) else [value]
+        parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
+    parts += ["--output_dir", str(run.output_dir)]
+    return shlex.join(parts)
+
+
+def check_sizes(tolerance: float = SIZE_TOLERANCE) -> dict:
+    """Every cell's parameter count against the TreeLang model of its grammar and task; raises a ValueError naming
+    the cells outside ``tolerance``. Returns ``{cell name: (parameters, reference)}``."""
+    import dataclasses
+
+    from hf_treelang.train.loop import build_model
+    from hf_treelang.train.run import resolve
+
+    counts = {}
+    for cell in cells():
+        run = resolve(cell.task, cell.arguments())
+        model = build_model(dataclasses.replace(run, task=run.model_task))
+        counts[cell.name] = sum(p.numel() for p in model.parameters())
+    sizes, outside = {}, []
+    for cell in cells():
+        reference = counts[f"{cell.grammar}-{cell.task}-treelang"]
+        sizes[cell.name] = (counts[cell.name], reference)
+        if abs(counts[cell.name] / reference - 1) > tolerance:
+            outside.append(f"{cell.name} {counts[cell.name]:,} against {reference:,}")
+    if outside:
+        raise ValueError(f"parameter counts outside ±{tolerance:.0%} of TreeLang's: " + "; ".join(outside))
+    return sizes
+
+
+def selected(cells_: list, only) -> list:
+    """The cells named in ``only`` (cell names or patterns' prefixes; None: all), refusing a name that matches none."""
+    if not only:
+        return list(cells_)
+    chosen = [cell for cell in cells_ if any(cell.name == name or cell.name.startswith(name) for name in only)]
+    unknown = [name for name in only if not any(c.name == name or c.name.startswith(name) for c in cells_)]
+    if unknown:
+        raise ValueError(f"--only {unknown}: no cell is named so; the cells: {', '.join(c.name for c in cells_)}")
+    return chosen
+
+
+def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=print) -> dict:
+    """Train the comparison into ``out`` (resumable: finished runs are skipped, interrupted ones resume).
+
+    ``stage``: ``"tune"`` (the rate searches), ``"main"`` (the seeds at the chosen rates; the cells whose search has
+    finished) or ``"all"`` (both in turn). Writes ``out/rates.json`` (each cell's candidates and chosen rate) and
+    returns it."""
+    from hf_treelang.jsonio import read_json_object, write_json_atomic
+
+    from .runner import execute_runs
+
+    if stage not in ("tune", "main", "all"):
+        raise ValueError(f"stage must be one of ('tune', 'main', 'all'), got {stage!r}")
+    out = Path(out)
+    chosen_cells = selected(cells(), only)
+    searches = {cell.name: tuning_runs(cell, out) for cell in chosen_cells}
+    if stage in ("tune", "all"):
+        runs = [run for cell in chosen_cells for run in searches[cell.name]]
+        log(f"rate searches: {len(runs)} runs of {len(chosen_cells)} cells, {workers} at a time")
+        execute_runs(runs, out, workers=workers, threads=1, estimate=False, log=log)
+    rates_file = out / "rates.json"
+    rates = read_json_object(rates_file) or {}
+    for cell in chosen_cells:
+        if all((Path(run.output_dir) / "run_complete.json").is_file() for run in searches[cell.name]):
+            rates[cell.name] = choose_rate(cell, searches[cell.name])
+    write_json_atomic(rates_file, rates)
+    if stage in ("main", "all"):
+        ready = [cell for cell in chosen_cells if cell.name in rates]
+        runs = [run for cell in ready for run in main_runs(cell, rates[cell.name]["chosen"], out)]
+        waiting = [cell.name for cell in chosen_cells if cell.name not in rates]
+        if waiting:
+            log(f"not yet tuned (their main runs wait): {', '.join(waiting)}")
+        log(f"main runs: {len(runs)} runs of {len(ready)} cells, {workers} at a time")
+        execute_runs(runs, out, workers=workers, threads=1, estimate=False, log=log)
+    return rates
+
+
+__all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
+           "choose_rate", "final_metric", "main_runs", "run_protocol", "script_command", "selected", "tuning_runs"]
