@@ -5,8 +5,14 @@ number of parameters (read from the weights' headers, nothing is loaded), its tr
 BP_k along training and the climb times t_k (:meth:`hf_treelang.analysis.dynamics.DynamicsResult.climb_times`: the
 first evaluation step from which the closest BP stays at level k or below), the final KL to the matched BP_{k_train},
 the final accuracy next to BP's on every k_test, the final probability on non-symbol ids, and a causal run's excess
-loss. Runs that differ only in their seed (the same task, architecture, config and data) form one group, reported
-as mean ± sample standard deviation over the seeds, with every seed's path.
+loss. Runs that differ only in their model seed form one group: everything else that produced them — the data,
+the model and every training argument of a run's identity (:data:`hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`:
+optimiser, learning rate, schedule, batch, weight decay, label smoothing, ...), a ``--config_name`` file by its
+content — is equal (:func:`setting_of`). A group is reported as mean ± sample standard deviation over its seeds, with
+every seed's path, and a cell that averages fewer runs than the group has says so ("2 of 3": the climb times average
+the seeds that reached the level). Groups of one task and architecture that differ in their settings are separate
+rows, labelled by what differs (``bert (learning_rate=0.003)``), and the console says in one line that they were kept
+apart. Every run's record carries its learning rate and the command that trains it alone.
 
 Outputs in DIR: ``compare.md`` (the table), ``compare.json`` (every row and group), ``compare.csv`` (one line per
 run) and ``compare.png`` (the KL to the matched BP along training, one panel per task, one colour per architecture).
@@ -40,6 +46,9 @@ class RunRow:
     architecture: str
     seed: int
     group: str
+    setting: dict
+    learning_rate: float | None
+    command: str | None
     parameters: int
     steps: int
     steps_per_second: float | None
@@ -76,6 +85,48 @@ def _read_json(path: Path) -> dict:
     return value
 
 
+def setting_of(run_config: dict, folder: Path | None = None) -> dict:
+    """Everything of a run's recorded arguments that decides its result except the model seed: the data and model
+    arguments, the training arguments of the run identity (:data:`~hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`),
+    and a ``--config_name`` file's content hash in place of its path."""
+    import hashlib
+
+    from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS
+
+    data = dict(run_config.get("data_args") or {})
+    model = dict(run_config.get("model_args") or {})
+    training = run_config.get("training_args") or {}
+    config_name = model.get("config_name")
+    if config_name:
+        candidates = [Path(config_name), Path(config_name) / "config.json"]
+        files = [path for path in candidates if path.is_file()]
+        model["config_name"] = (f"sha256:{hashlib.sha256(files[0].read_bytes()).hexdigest()[:16]}" if files
+                                else f"missing:{config_name}")
+    kept = {name: training.get(name) for name in IDENTITY_TRAINING_FIELDS if name != "seed"}
+    return {"task": run_config.get("task"), "data_args": data, "model_args": model, "training_args": kept}
+
+
+def command_of(folder: Path, run_config: dict) -> str | None:
+    """The command that trains the run alone: recorded in ``run_config.json``, or rebuilt from the arguments of the
+    sweep's ``run_identity.json`` (runs started before the command was recorded); None when neither has it."""
+    if run_config.get("command"):
+        return str(run_config["command"])
+    identity = folder / "run_identity.json"
+    if not identity.is_file():
+        return None
+    record = _read_json(identity)
+    from hf_treelang.train.run import RESERVED_ARGUMENTS
+    import shlex
+
+    parts = ["python", f"training/run_{record.get('task')}.py"]
+    for key, value in sorted((record.get("arguments") or {}).items()):
+        if key in RESERVED_ARGUMENTS:
+            continue
+        values = value if isinstance(value, list) else [value]
+        parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
+    return shlex.join([*parts, "--output_dir", str(folder)])
+
+
 def read_run(run) -> RunRow:
     """The comparison row of one finished run folder."""
     folder = Path(run)
@@ -94,8 +145,8 @@ def read_run(run) -> RunRow:
     else:
         shape = model.get("config_overrides") or ""
     seed = int(training.get("seed", 0))
-    data_key = json.dumps({k: v for k, v in sorted(data.items())}, sort_keys=True)
-    group = f"{task}|{architecture}|{shape}|{data_key}|steps={metrics.get('global_step')}"
+    setting = setting_of(run_config, folder)
+    group = json.dumps({**setting, "shape": shape, "steps": metrics.get("global_step")}, sort_keys=True, default=str)
     dynamics = learning_dynamics(folder)
     final = metrics.get("final") or {}
     k_train = int(data.get("k_train", 0))
@@ -103,7 +154,8 @@ def read_run(run) -> RunRow:
     steps = int(metrics.get("global_step", 0))
     levels = sorted(dynamics.accuracy)
     return RunRow(
-        path=str(folder), task=str(task), architecture=architecture, seed=seed, group=group,
+        path=str(folder), task=str(task), architecture=architecture, seed=seed, group=group, setting=setting,
+        learning_rate=training.get("learning_rate"), command=command_of(folder, run_config),
         parameters=count_parameters(folder), steps=steps,
         steps_per_second=steps / runtime if runtime else None, k_train=k_train,
         path_of_closest=dynamics.alignment_sequence, climb_times=dynamics.climb_times(),
@@ -122,24 +174,61 @@ def _spread(values: list) -> dict:
             "std": float(present.std(ddof=1)) if present.size > 1 else None, "runs": int(present.size)}
 
 
-def _shown(spread: dict, digits: int = 3) -> str:
+def _shown(spread: dict, digits: int = 3, of: int | None = None) -> str:
+    """``mean ± std``; with ``of`` (the group's runs), `` (2 of 3)`` when fewer runs have a value."""
     if spread["mean"] is None:
         return "–"
     text = f"{spread['mean']:.{digits}f}"
-    return text if spread["std"] is None else f"{text} ± {spread['std']:.{digits}f}"
+    text = text if spread["std"] is None else f"{text} ± {spread['std']:.{digits}f}"
+    return text if of is None or spread["runs"] >= of else f"{text} ({spread['runs']} of {of})"
+
+
+def _flat(setting: dict) -> dict:
+    """``{"training_args.learning_rate": 0.001, ...}``: a setting's leaves by their dotted names."""
+    flat = {}
+    for part, values in setting.items():
+        if isinstance(values, dict):
+            flat.update({f"{part}.{name}": json.dumps(value, sort_keys=True, default=str)
+                         for name, value in values.items()})
+        else:
+            flat[part] = json.dumps(values, sort_keys=True, default=str)
+    return flat
+
+
+def differences(settings: list) -> list:
+    """The dotted names of the fields in which ``settings`` differ (in sorted order)."""
+    flats = [_flat(setting) for setting in settings]
+    names = sorted(set().union(*flats))
+    return [name for name in names if len({flat.get(name) for flat in flats}) > 1]
 
 
 def group_rows(rows: list) -> list:
-    """The rows grouped by everything but the seed: one dict per group, in the order of first appearance."""
+    """The rows grouped by everything but the seed: one dict per group, in the order of first appearance. Groups of
+    one task and architecture with different settings get a ``label`` naming what differs (else the architecture)
+    and ``differs_in`` (the fields)."""
     groups: dict = {}
     for row in rows:
         groups.setdefault(row.group, []).append(row)
+    by_kind: dict = {}
+    for key, members in groups.items():
+        by_kind.setdefault((members[0].task, members[0].architecture), []).append(key)
+    labels, differing = {}, {}
+    for (_, architecture), keys in by_kind.items():
+        fields = differences([groups[key][0].setting for key in keys]) if len(keys) > 1 else []
+        for key in keys:
+            flat = _flat(groups[key][0].setting)
+            shown = ", ".join(f"{name.split('.')[-1]}={json.loads(flat[name]) if name in flat else '–'}"
+                              for name in fields)
+            labels[key] = f"{architecture} ({shown})" if fields else architecture
+            differing[key] = fields
     out = []
-    for members in groups.values():
+    for key, members in groups.items():
         first = members[0]
         levels = sorted(first.accuracy)
         out.append({
-            "task": first.task, "architecture": first.architecture, "seeds": [row.seed for row in members],
+            "task": first.task, "architecture": first.architecture, "label": labels[key],
+            "differs_in": differing[key], "learning_rate": first.learning_rate,
+            "seeds": [row.seed for row in members],
             "runs": [row.path for row in members], "parameters": first.parameters, "steps": first.steps,
             "steps_per_second": _spread([row.steps_per_second for row in members]),
             "paths_of_closest": [row.path_of_closest for row in members],
@@ -162,29 +251,33 @@ def markdown_table(groups: list) -> str:
               "off-symbol mass | excess loss |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for group in groups:
+        n = len(group["seeds"])
         paths = "; ".join(" → ".join(map(str, path)) for path in group["paths_of_closest"])
-        times = ", ".join("–" if t["mean"] is None else f"{t['mean']:.0f}"
+        times = ", ".join("–" if t["mean"] is None else f"{t['mean']:.0f}" + ("" if t["runs"] >= n else
+                                                                             f" ({t['runs']} of {n})")
                           for _, t in sorted(group["climb_times"].items(), reverse=True))
         levels = sorted(group["accuracy"])
         first = levels[0] if levels else None
         accuracy0 = "–" if first is None else \
-            f"{_shown(group['accuracy'][first])} / {_shown(group['bp_accuracy'][first])}"
+            f"{_shown(group['accuracy'][first], of=n)} / {_shown(group['bp_accuracy'][first], of=n)}"
         per_level = " ".join(_shown(group["accuracy"][k], 2).split(" ± ")[0] for k in levels)
         lines.append(
-            f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['architecture']} | {len(group['seeds'])} | "
-            f"{group['parameters']:,} | {group['steps']:,} | {_shown(group['steps_per_second'], 1)} | {paths} | "
+            f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['label']} | {n} | "
+            f"{group['parameters']:,} | {group['steps']:,} | {_shown(group['steps_per_second'], 1, n)} | {paths} | "
             f"{times} | "
-            f"{_shown(group['final_kl_matched'])} | {accuracy0} | {per_level} | "
-            f"{_shown(group['mass_on_special_tokens'])} | {_shown(group['excess_loss'])} |")
+            f"{_shown(group['final_kl_matched'], of=n)} | {accuracy0} | {per_level} | "
+            f"{_shown(group['mass_on_special_tokens'], of=n)} | {_shown(group['excess_loss'], of=n)} |")
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(rows: list, title: str = ""):
+def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
     """Per task (columns): the KL to the matched BP along training (top) and the closest BP_k along training
-    (bottom: the climb down the hierarchy), one colour per architecture, a line per seed; log step axis from step 1."""
+    (bottom: the climb down the hierarchy), one colour per group (``labels``: group key → its label, default the
+    architecture), a line per seed; log step axis from step 1."""
     tasks = [task for task in TASK_TITLES if any(row.task == task for row in rows)]
-    architectures = sorted({row.architecture for row in rows})
-    colours = {name: f"C{i % 10}" for i, name in enumerate(architectures)}
+    labels = labels or {}
+    name_of = {row.path: labels.get(row.group, row.architecture) for row in rows}
+    colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(set(name_of.values())))}
     plt = pyplot()
     figure, axes = plt.subplots(2, len(tasks), figsize=(5.2 * len(tasks), 7.0), squeeze=False, sharex="col")
     for column, task in enumerate(tasks):
@@ -197,13 +290,14 @@ def plot_comparison(rows: list, title: str = ""):
                 continue
             shown = row.dynamics.steps > 0  # a log axis: the evaluation before training is the curves' start
             steps = row.dynamics.steps[shown]
-            label = None if row.architecture in labelled else row.architecture
-            labelled.add(row.architecture)
-            top.plot(steps, np.asarray(curve)[shown], color=colours[row.architecture], label=label, lw=1.4,
+            name = name_of[row.path]
+            label = None if name in labelled else name
+            labelled.add(name)
+            top.plot(steps, np.asarray(curve)[shown], color=colours[name], label=label, lw=1.4,
                      alpha=0.85)
             closest = np.asarray(row.dynamics.closest_bp, dtype=float)[shown]
             jitter = 0.08 * (offset - (len(members) - 1) / 2) / max(len(members), 1)  # lines side by side
-            bottom.step(steps, closest + jitter, where="post", color=colours[row.architecture], lw=1.4, alpha=0.85)
+            bottom.step(steps, closest + jitter, where="post", color=colours[name], lw=1.4, alpha=0.85)
         top.set_xscale("log")
         top.set_yscale("log")
         top.set_ylabel("KL(BP_k_train ‖ model), nats")
@@ -227,7 +321,8 @@ def compare(runs: list, out_dir, *, title: str = "") -> dict:
     check_output_dir(out_dir)
     rows = [read_run(run) for run in runs]
     groups = group_rows(rows)
-    figure = plot_comparison(rows, title)
+    figure = plot_comparison(rows, title, {row.group: group["label"] for group in groups for row in rows
+                                           if row.path in group["runs"]})
     out = prepare_output(out_dir)
     (out / "compare.md").write_text(markdown_table(groups))
     payload = {"groups": groups, "runs": [{key: value for key, value in vars(row).items() if key != "dynamics"}
@@ -236,17 +331,35 @@ def compare(runs: list, out_dir, *, title: str = "") -> dict:
     with open(out / "compare.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         levels = sorted({k for row in rows for k in row.accuracy})
-        writer.writerow(["run", "task", "architecture", "seed", "parameters", "steps", "steps_per_second",
+        writer.writerow(["run", "task", "architecture", "seed", "learning_rate", "parameters", "steps",
+                         "steps_per_second",
                          "path_of_closest", "final_kl_matched", "mass_on_special_tokens", "excess_loss",
-                         *[f"accuracy_ktest{k}" for k in levels], *[f"bp_accuracy_ktest{k}" for k in levels]])
+                         *[f"accuracy_ktest{k}" for k in levels], *[f"bp_accuracy_ktest{k}" for k in levels],
+                         "command"])
         for row in rows:
-            writer.writerow([row.path, row.task, row.architecture, row.seed, row.parameters, row.steps,
+            writer.writerow([row.path, row.task, row.architecture, row.seed, row.learning_rate, row.parameters,
+                             row.steps,
                              row.steps_per_second, "-".join(map(str, row.path_of_closest)), row.final_kl_matched,
                              row.mass_on_special_tokens, row.excess_loss,
-                             *[row.accuracy.get(k) for k in levels], *[row.bp_accuracy.get(k) for k in levels]])
+                             *[row.accuracy.get(k) for k in levels], *[row.bp_accuracy.get(k) for k in levels],
+                             row.command])
     save_figure(figure, out / "compare.png")
-    return {"groups": groups, "files": [out / name for name in ("compare.md", "compare.json", "compare.csv",
-                                                                "compare.png")]}
+    return {"groups": groups, "kept_apart": kept_apart_lines(groups),
+            "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "compare.png")]}
+
+
+def kept_apart_lines(groups: list) -> list:
+    """One line per task and architecture whose runs differ in more than the seed: the groups were kept apart."""
+    lines, seen = [], set()
+    for group in groups:
+        kind = (group["task"], group["architecture"])
+        if group["differs_in"] and kind not in seen:
+            seen.add(kind)
+            count = sum(1 for g in groups if (g["task"], g["architecture"]) == kind)
+            fields = ", ".join(name.split(".")[-1] for name in group["differs_in"])
+            lines.append(f"not pooled: the {group['architecture']} {group['task']} runs differ in {fields}, so they "
+                         f"are {count} groups, not seeds of one")
+    return lines
 
 
 def run(args) -> int:
@@ -255,13 +368,16 @@ def run(args) -> int:
         result = compare(list(args.runs), args.out, title=args.title)
     except (ValueError, TypeError) as error:
         return cli_error("compare", error)
+    for line in result["kept_apart"]:
+        print(line)
     for group in result["groups"]:
         paths = "; ".join(" → ".join(map(str, path)) for path in group["paths_of_closest"])
-        print(f"{group['task']:>4} {group['architecture']:<12} {len(group['seeds'])} seed(s) · "
+        print(f"{group['task']:>4} {group['label']:<12} {len(group['seeds'])} seed(s) · "
               f"{group['parameters']:,} parameters · closest BP_k {paths} · final KL to BP_{group['k_train']} "
               f"{_shown(group['final_kl_matched'])}")
     print(f"wrote {', '.join(str(path) for path in result['files'])}")
     return 0
 
 
-__all__ = ["RunRow", "compare", "count_parameters", "group_rows", "markdown_table", "read_run"]
+__all__ = ["RunRow", "command_of", "compare", "count_parameters", "differences", "group_rows", "kept_apart_lines",
+           "markdown_table", "read_run", "setting_of"]

@@ -19,7 +19,7 @@ execute_runs`), resumable, every run a complete run folder:
 * **Then the seeds** of :data:`SEEDS` at that rate, at the full budget (``OUT/runs/main/...``).
 
 ``hf-treelang compare OUT/runs/main/*`` tabulates them (groups pool only the seeds of one setting), and every record
-carries the command that trains its run alone (:func:`script_command`).
+carries the command that trains its run alone (:meth:`~hf_treelang.train.run.Run.command`).
 
 Glossary: ℓ depth, q symbols, P training sequences.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,18 +164,6 @@ def choose_rate(cell: Cell, runs: list) -> dict:
     return {"cell": cell.name, "metric": metric, "chosen": best, "candidates": candidates}
 
 
-def script_command(run) -> str:
-    """The command that trains ``run`` alone: its training script and every argument it was given (the preset fills
-    the rest, as for the sweep), into its folder."""
-    script = {"root": "run_root.py", "mlm": "run_mlm.py", "clm": "run_clm.py", "finetune": "run_finetune.py"}[run.task]
-    parts = ["python", f"training/{script}"]
-    for key, value in sorted(run.arguments.items()):
-        values = value if isinstance(value, list) else [value]
-        parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
-    parts += ["--output_dir", str(run.output_dir)]
-    return shlex.join(parts)
-
-
 def check_sizes(tolerance: float = SIZE_TOLERANCE) -> dict:
     """Every cell's parameter count against the TreeLang model of its grammar and task; raises a ValueError naming
     the cells outside ``tolerance``. Returns ``{cell name: (parameters, reference)}``."""
@@ -249,4 +236,4 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
 
 
 __all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
-           "choose_rate", "final_metric", "main_runs", "run_protocol", "script_command", "selected", "tuning_runs"]
+           "choose_rate", "final_metric", "main_runs", "run_protocol", "selected", "tuning_runs"]

@@ -424,10 +424,11 @@ def write_run_complete(output_dir, **summary) -> Path:
     return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder), "digests": digests})
 
 
-def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
+def start_run_folder(task: str, data_args, model_args, training_args, command: str | None = None) -> Path:
     """Make ``training_args.output_dir`` the folder of a starting run: the previous run's files removed with
     ``--overwrite_output_dir`` (:func:`clear_previous_run`), its completion marker gone, then ``run_config.json`` (the
-    task and every argument) written first: the folder is now a run folder, complete once ``run_complete.json`` is."""
+    task, every argument and ``command``, the command that trains the run alone) written first: the folder is now a
+    run folder, complete once ``run_complete.json`` is."""
     folder = Path(training_args.output_dir)
     if training_args.overwrite_output_dir:
         clear_previous_run(folder)
@@ -437,6 +438,8 @@ def start_run_folder(task: str, data_args, model_args, training_args) -> Path:
         return folder  # a resumed run keeps its run_config.json, which dates its start (clear_previous_run)
     run_config = {"task": task, "data_args": dataclasses.asdict(data_args), "model_args": dataclasses.asdict(model_args),
                   "training_args": json.loads(training_args.to_json_string())}
+    if command is not None:
+        run_config["command"] = command
     write_json_atomic(folder / RUN_CONFIG, run_config)
     return folder
 

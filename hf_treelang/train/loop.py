@@ -348,7 +348,7 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                                                                        args.per_device_eval_batch_size))
     with disk_full_named(output_dir, model):  # a full disk: one message saying what a checkpoint needs
         if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
-            start_run_folder(run.task, data_args, run.model_args, args)
+            start_run_folder(run.task, data_args, run.model_args, args, command=run.command())
             if record_identity is not None:  # after start_run_folder, which clears the previous run's files
                 write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
                                resumed_from=record_identity["resumed_from"])
@@ -524,7 +524,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
                                   torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
                                   torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)))
     for run in runs:  # each member folder becomes a run folder now, complete when run_complete.json is written
-        start_run_folder(run.task, run.data_args, run.model_args, run.training_args)
+        start_run_folder(run.task, run.data_args, run.model_args, run.training_args, command=run.command())
     models = []
     for run in runs:
         set_seed(run.training_args.seed)  # exactly the single run's initialisation

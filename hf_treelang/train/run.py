@@ -147,6 +147,20 @@ class Run:
         return (self.training_args.seed, self.data_args.k_train, self.data_args.grammar_seed,
                 float(self.data_args.sigma))
 
+    def command(self) -> str:
+        """The command that trains this run alone: its training script with every argument it was given (the preset
+        fills the rest, as it did for this run) and its folder."""
+        import shlex
+
+        parts = ["python", f"training/run_{self.task}.py"]
+        for key, value in sorted(self.arguments.items()):
+            if key in RESERVED_ARGUMENTS:
+                continue
+            values = value if isinstance(value, list) else [value]
+            parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
+        parts += ["--output_dir", str(self.output_dir)]
+        return shlex.join(parts)
+
     def replace_training(self, **values) -> "Run":
         """This run with training arguments changed that are not part of its identity (folder, resuming, threads)."""
         unknown = set(values) - set(MEMBER_FIELDS["training_args"])

@@ -1,0 +1,69 @@
+"""``hf-treelang compare`` pools only the seeds of one setting, says what it kept apart, counts what each cell
+averages, and gives every run its learning rate and the command that trains it alone."""
+
+import json
+
+import pytest
+
+from hf_treelang import cli
+from hf_treelang.analysis.compare import RunRow, group_rows, markdown_table
+from tiny_run import run_tiny
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Tiny root runs: seeds 0 and 1 of one setting, and seed 0 of two other settings (a tenfold rate and Muon, a
+    label smoothing of 0.1)."""
+    root = tmp_path_factory.mktemp("compare")
+    folders = {}
+    for name, extra in {"adam-s0": ["--seed", "0"], "adam-s1": ["--seed", "1"],
+                        "muon-s0": ["--seed", "0", "--optim", "muon", "--learning_rate", "0.01"],
+                        "smooth-s0": ["--seed", "0", "--label_smoothing_factor", "0.1"]}.items():
+        run_tiny("root", root / name, "--num_checkpoints", "0", *extra)
+        folders[name] = root / name
+    return folders
+
+
+def test_runs_of_different_settings_are_not_pooled_and_the_console_says_so(runs, tmp_path, capsys):
+    folders = [runs[name] for name in ("adam-s0", "muon-s0", "smooth-s0", "adam-s1")]
+    assert cli.main(["compare", *map(str, folders), "--out", str(tmp_path / "cmp")]) == 0
+    printed = capsys.readouterr().out
+    groups = json.loads((tmp_path / "cmp" / "compare.json").read_text())["groups"]
+    assert [group["seeds"] for group in groups] == [[0, 1], [0], [0]]  # only the two seeds of one setting pool
+    fields = {name.split(".")[-1] for name in groups[0]["differs_in"]}
+    assert fields == {"optim", "learning_rate", "label_smoothing_factor"}
+    labels = [group["label"] for group in groups]
+    assert len(set(labels)) == 3 and all(label.startswith("treelang (") for label in labels)
+    assert "optim=muon" in labels[1] and "learning_rate=0.01" in labels[1]
+    assert "label_smoothing_factor=0.1" in labels[2]
+    assert "not pooled: the treelang root runs differ in" in printed and "so they are 3 groups" in printed
+    table = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| root | treelang (" in table and "| 2 |" in table
+
+
+def test_every_run_carries_its_rate_and_the_command_that_trains_it_alone(runs, tmp_path):
+    assert cli.main(["compare", str(runs["muon-s0"]), "--out", str(tmp_path / "cmp")]) == 0
+    (record,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]
+    assert record["learning_rate"] == 0.01
+    command = record["command"]
+    assert command.startswith("python training/run_root.py ") and "--optim muon" in command
+    assert "--learning_rate 0.01" in command and f"--output_dir {runs['muon-s0']}" in command
+    header, line = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()
+    assert header.endswith(",command") and "--optim muon" in line
+
+
+def _row(seed: int, climb: dict, final: float | None) -> RunRow:
+    return RunRow(path=f"run{seed}", task="mlm", architecture="bert", seed=seed, group="g", setting={},
+                  learning_rate=1e-3, command=None, parameters=10, steps=100, steps_per_second=None, k_train=0,
+                  path_of_closest=[4, 3], climb_times=climb, final_kl_matched=final, accuracy={0: 0.5},
+                  bp_accuracy={0: 0.7}, mass_on_special_tokens=None, excess_loss=None, dynamics=None)
+
+
+def test_a_cell_averaging_fewer_runs_than_its_group_says_how_many():
+    rows = [_row(0, {4: 0, 3: 10, 2: 2000}, 0.2), _row(1, {4: 0, 3: 20, 2: 1800}, 0.3),
+            _row(2, {4: 0, 3: 30, 2: None}, None)]
+    (group,) = group_rows(rows)
+    assert group["climb_times"][2]["runs"] == 2 and group["climb_times"][3]["runs"] == 3
+    line = markdown_table([group]).splitlines()[-1]
+    assert "1900 (2 of 3)" in line and "0, 20, 1900 (2 of 3)" in line
+    assert "0.250 ± 0.071 (2 of 3)" in line  # the final KL of the two runs that have one
