@@ -57,6 +57,21 @@ def test_matched_bp_oracle_has_zero_kl_and_bp_accuracy(task):
         assert values[f"eval_acc_ktest{k}"] == pytest.approx(values[f"eval_bp_acc_ktest{k}"])
 
 
+def test_the_kl_standard_error_is_the_spread_of_the_per_sequence_kl_over_root_n():
+    grammar = Grammar.random(Q, 1.0, 0)
+    callback = _callback("root", 1, grammar)
+    model = OracleModel(grammar, DEPTH, 3, "root")  # BP_3 as the model: a KL to BP_0 that varies by sequence
+    values = callback.compute(model)
+    targets = callback.prepare()
+    log_model = callback.model_log_probabilities(model, targets.in_sample.inputs, targets.in_sample.positions)
+    p = targets.marginals[0]  # (n, q)
+    per_sequence = (p * (torch.log(p.clamp_min(1e-300)) - log_model)).sum(-1)  # (n,)
+    expected = float(per_sequence.std() / per_sequence.numel() ** 0.5)
+    assert values["eval_kl_se_bp_k0"] == pytest.approx(expected, rel=1e-9) and expected > 0
+    assert values["eval_kl_bp_k0"] == pytest.approx(float(per_sequence.mean()), rel=1e-9)
+    assert values["eval_kl_se_bp_k3"] == pytest.approx(0.0, abs=1e-12)  # the model is BP_3: zero on every sequence
+
+
 def test_bp_targets_are_computed_once_and_reused():
     grammar = Grammar.random(Q, 1.0, 0)
     callback = _callback("mlm", 0, grammar)

@@ -37,6 +37,7 @@ _KL = re.compile(r"^(?:eval_)?kl_bp_k(\d+)$")
 _ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
 _BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
 _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
+_KL_SE = re.compile(r"^(?:eval_)?kl_se_bp_k(\d+)$")
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
 _POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
 _IMPOSSIBLE = re.compile(r"^(?:eval_)?impossible_bp_k(\d+)$")  # hf_treelang.train.callbacks.IMPOSSIBLE_KEY
@@ -53,6 +54,8 @@ class DynamicsResult:
         steps: (E,) optimisation step of each evaluation.
         epochs: (E,) epoch of each evaluation (NaN where not logged).
         kl: k_bp -> (E,) mean D_KL(BP_k ‖ model) on in-sample inputs.
+        kl_se: k_bp -> (E,) the standard error of that mean over the in-sample sequences (``kl_se_bp_k{k}``; empty
+            for a history that does not log it): how far two KL curves can be apart by sampling alone.
         accuracy: k_test -> (E,) the model's accuracy on test data of filter level k_test.
         bp_accuracy: k_test -> the matched BP accuracy on the same data (the dashed reference lines).
         match: k_bp -> (E,) argmax agreement with BP_k (App. E.4), when logged.
@@ -86,6 +89,7 @@ class DynamicsResult:
     bp_accuracy: dict
     match: dict = field(default_factory=dict)
     spearman: dict = field(default_factory=dict)
+    kl_se: dict = field(default_factory=dict)
     source: str = ""
     num_test: int | None = None
     reference_sizes: dict = field(default_factory=dict)
@@ -163,6 +167,7 @@ class DynamicsResult:
             "steps": self.steps,
             "epochs": self.epochs,
             "kl_bp": {f"k{k}": v for k, v in sorted(self.kl.items())},
+            **({"kl_bp_se": {f"k{k}": v for k, v in sorted(self.kl_se.items())}} if self.kl_se else {}),
             "accuracy_ktest": {f"k{k}": v for k, v in sorted(self.accuracy.items())},
             "bp_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.bp_accuracy.items())},
             "match_bp": {f"k{k}": v for k, v in sorted(self.match.items())},
@@ -289,6 +294,7 @@ def learning_dynamics(run) -> DynamicsResult:
         bp_accuracy=bp_accuracy,
         match=series(_MATCH),
         spearman=series(_SPEARMAN),
+        kl_se=series(_KL_SE),
         source=str(source),
         num_test=num_test,
         reference_sizes=reference_sizes,

@@ -134,13 +134,22 @@ class DistributionComparison:
     spearman: np.ndarray
 
     def summary(self) -> dict:
+        """The means, the KL's median, and the standard errors of the mean KL and the mean Spearman correlation
+        (sample standard deviation / √n: the sampling noise of the means; NaN with fewer than 2 rows)."""
         spearman = self.spearman[np.isfinite(self.spearman)]
         return {
             "kl_mean": float(self.kl.mean()) if self.kl.size else math.nan,
             "kl_median": float(np.median(self.kl)) if self.kl.size else math.nan,
+            "kl_standard_error": _standard_error(self.kl),
             "argmax_match": float(self.argmax_match.mean()) if self.argmax_match.size else math.nan,
             "spearman_mean": float(spearman.mean()) if spearman.size else math.nan,
+            "spearman_standard_error": _standard_error(spearman),
         }
+
+
+def _standard_error(values: np.ndarray) -> float:
+    """Sample standard deviation / √n of ``values`` (n,); NaN for n < 2."""
+    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
 
 
 def compare_distributions(reference, model) -> DistributionComparison:

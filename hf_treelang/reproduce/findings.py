@@ -2,10 +2,21 @@
 
 Each check reads the JSON that a step writes under the reproduction folder OUT and returns a :class:`Finding`: the
 paper's claim in one line, the rule that tests it on this run, the measured numbers and a verdict, one of
-:data:`VERDICTS`: ``reproduced``, ``not reproduced``, or ``not run at this preset`` (the step's file is absent: the
-preset has no such step, or the step has not finished; the note says which). The rules are the paper's qualitative
-claims made precise, with the thresholds named below; a check never trains or computes anything heavier than a few
-sums over the JSON. :func:`write_findings` writes every finding to ``OUT/findings.json``; ``OUT/report.md`` shows
+:data:`VERDICTS`: ``reproduced``, ``not reproduced``, ``inconclusive``, or ``not run at this preset`` (the step's
+file is absent: the preset has no such step, or the step has not finished; the note says which). The rules are the
+paper's qualitative claims made precise, with the thresholds named below; a check never trains or computes anything
+heavier than a few sums over the JSON.
+
+**Noise.** Every comparison a rule makes against a threshold is recorded with its margin (how far the measured
+number is on the passing side; negative: on the failing side) and the noise of what it measured — the standard
+error of a fraction on the inputs behind it, the sampling error of a mean KL, the spread over seeds where there are
+seeds — in ``measured["margins"]`` (:class:`Margins`). A comparison is decided only when its margin exceeds
+:data:`Z` times its noise; inside that it is a tie, treated the same way whichever side of the threshold the number
+fell, and a verdict that hangs on a tie is ``inconclusive``: rounding, the machine or one seed cannot flip a verdict
+between reproduced and not reproduced. Where the file records no noise (written before it, or one seed of a
+quantity whose noise only seeds show), the comparison is decided by its sign and the margin says ``noise: None``.
+A run's bytes depend on the machine and the thread count, so the same command reproduces a run to its noise, not
+to the bit, across machines: the verdicts are built to be stable under that. :func:`write_findings` writes every finding to ``OUT/findings.json``; ``OUT/report.md`` shows
 them as a table (:mod:`hf_treelang.reproduce.report`).
 
 Figures, in the paper's numbering (appendix figures: 6 = App. E.1, 7 = E.2, 8 and 9 = E.3, 10 = E.4, 11 = E.5, 12 = E.7;
@@ -49,14 +60,17 @@ from hf_treelang.jsonio import read_json_object
 from .presets import Preset, check_figures, step_names
 
 FINDINGS_FILE = "findings.json"
-REPRODUCED, NOT_REPRODUCED, NOT_RUN = VERDICTS = ("reproduced", "not reproduced", "not run at this preset")
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = VERDICTS = ("reproduced", "not reproduced", "inconclusive",
+                                                                 "not run at this preset")
+Z = 2.0  # a comparison is decided when its margin exceeds Z × its noise (two standard errors); else it is a tie
+ALPHA = 0.05  # Fig. 1c/d: the chance that a model no more BP_j-like than BP_k_train-like passes a level's evidence
 
 # Thresholds of the rules (accuracies are fractions in [0, 1], KL in nats).
 CALIBRATION_KL = 0.05  # Fig. 1b: in-sample mean D_KL(BP ‖ model) at most this ...
 CALIBRATION_MATCH = 0.9  # ... and argmax agreement at least this;
 UNIFORM_SPEARMAN = 0.5  # out of sample (uniform inputs): mean Spearman correlation at least this
-KL_NOISE = 0.1  # Fig. 1c/d: a return to a larger k for one evaluation is noise when the KL to the level it left is
-# at most (1 + this) × the KL to the level it returned to
+KL_NOISE = 0.1  # Fig. 1c/d: without the KL's logged standard errors, two KLs within this fraction of the smaller
+# are tied (the closest BP_k does not change on a tie)
 LOCALITY = 1.0  # Fig. 1e: layer 1 attends at least one tree level closer than uniform attention, and the span climbs
 # at least one level over the layers (attention off the diagonal: a query's attention to itself is not counted)
 BP_TOLERANCE = 0.03  # Fig. 2a, 2b, 7, 8: "matches BP": |accuracy − BP| at most this at the end
@@ -125,8 +139,13 @@ class FigureCheck:
             measured, passed, note = self.function(data, out)
         except (KeyError, TypeError, ValueError, IndexError) as error:
             return Finding(self.figure, self.claim, self.check, note=f"{self.path} could not be read: {error!r}")
-        if passed is None:
+        if passed is None:  # the rule could not be applied to this file (the note says why)
             return Finding(self.figure, self.claim, self.check, measured=measured, note=note)
+        if passed == INCONCLUSIVE:
+            ties = [entry["test"] for entry in measured.get("margins", []) if entry.get("decided") == "tie"]
+            why = f"within noise: {', '.join(ties)}" if ties else "a comparison within noise decides it"
+            return Finding(self.figure, self.claim, self.check, measured=measured, verdict=INCONCLUSIVE,
+                           note="; ".join(part for part in (note, why) if part))
         return Finding(self.figure, self.claim, self.check, measured=measured,
                        verdict=REPRODUCED if passed else NOT_REPRODUCED, note=note)
 
@@ -195,6 +214,64 @@ def _standard_error(fraction: float, n: int) -> float:
     """Standard error of a fraction (an accuracy, an agreement) measured on ``n`` inputs: √(p(1 − p)/n); at its
     largest, p = 1/2, 0.5/√n."""
     return math.sqrt(fraction * (1 - fraction) / n)
+
+
+def all_of(outcomes) -> bool | None:
+    """Three-valued AND of decided (True / False) and tied (None) outcomes: False if any is False, else None if any
+    is None, else True."""
+    outcomes = list(outcomes)
+    if any(outcome is False for outcome in outcomes):
+        return False
+    return None if any(outcome is None for outcome in outcomes) else True
+
+
+def any_of(outcomes) -> bool | None:
+    """Three-valued OR: True if any is True, else None if any is None, else False."""
+    outcomes = list(outcomes)
+    if any(outcome is True for outcome in outcomes):
+        return True
+    return None if any(outcome is None for outcome in outcomes) else False
+
+
+class Margins:
+    """The threshold comparisons of one rule, each with its margin and noise (see the module docstring).
+
+    ``at_least(name, value, threshold, noise)`` records ``value ≥ threshold`` and returns True (decided: the margin
+    exceeds :data:`Z` × ``noise``), False (decided against) or None (a tie); with ``noise`` None (not measured) the
+    comparison is decided by its sign. :meth:`outcome` is the three-valued AND of the recorded comparisons.
+    """
+
+    def __init__(self):
+        self.entries: list = []
+
+    def at_least(self, name: str, value: float, threshold: float, noise: float | None) -> bool | None:
+        return self._add(name, value, threshold, float(value) - float(threshold), noise)
+
+    def at_most(self, name: str, value: float, threshold: float, noise: float | None) -> bool | None:
+        return self._add(name, value, threshold, float(threshold) - float(value), noise)
+
+    def _add(self, name: str, value, threshold, margin: float, noise: float | None) -> bool | None:
+        margin = float(margin)
+        if noise is None or not math.isfinite(noise):
+            decided, noise = margin >= 0, None
+        elif margin > Z * noise:
+            decided = True
+        elif margin < -Z * noise:
+            decided = False
+        else:
+            decided = None
+        self.entries.append({"test": name, "value": _round(value), "threshold": _round(threshold),
+                             "margin": _round(margin), "noise": None if noise is None else _round(noise),
+                             "decided": {True: "pass", False: "fail", None: "tie"}[decided]})
+        return decided
+
+    def outcome(self) -> bool | None:
+        return all_of({"pass": True, "fail": False, "tie": None}[entry["decided"]] for entry in self.entries)
+
+
+def _tri(outcome: bool | None):
+    """A three-valued outcome as a check's ``passed``: True, False, or :data:`INCONCLUSIVE` for a tie."""
+    return INCONCLUSIVE if outcome is None else outcome
 
 
 def _tree_distance(depth: int) -> np.ndarray:
@@ -269,121 +346,164 @@ def _check_calibration(data: dict, out: Path) -> tuple:
     in_sample, uniform = data["sets"]["in_sample"], data["sets"]["uniform"]
     measured = {"in_sample_kl": in_sample["kl_mean"], "in_sample_argmax_match": in_sample["argmax_match"],
                 "uniform_spearman": uniform["spearman_mean"]}
-    passed = (in_sample["kl_mean"] <= CALIBRATION_KL and in_sample["argmax_match"] >= CALIBRATION_MATCH
-              and uniform["spearman_mean"] >= UNIFORM_SPEARMAN)
-    return _round(measured), passed, ""
+    n = (in_sample.get("num_sequences") or 0) - (in_sample.get("num_impossible") or 0)
+    margins = Margins()
+    margins.at_most("in-sample KL", in_sample["kl_mean"], CALIBRATION_KL, in_sample.get("kl_standard_error"))
+    margins.at_least("in-sample argmax agreement", in_sample["argmax_match"], CALIBRATION_MATCH,
+                     _standard_error(in_sample["argmax_match"], n) if n > 0 else None)
+    margins.at_least("uniform-input Spearman", uniform["spearman_mean"], UNIFORM_SPEARMAN,
+                     uniform.get("spearman_standard_error"))
+    return {**_round(measured), "margins": margins.entries}, _tri(margins.outcome()), ""
+
+
+def _kl_tie(data: dict, kl: dict, a: int, b: int, i: int) -> float:
+    """The noise band of the KL difference between BP_a and BP_b at evaluation ``i``: :data:`Z` × the sum of their
+    standard errors (``kl_bp_se``: the sampling error of each mean over the in-sample sequences; their sum bounds the
+    error of the paired difference), else :data:`KL_NOISE` × the smaller KL (a file written before them)."""
+    se = _levels(data.get("kl_bp_se") or {})
+    if a in se and b in se and math.isfinite(se[a][i]) and math.isfinite(se[b][i]):
+        return Z * (se[a][i] + se[b][i])
+    return KL_NOISE * min(kl[a][i], kl[b][i])
 
 
 def _closest_path(data: dict) -> tuple:
-    """(path, levels, noise): the closest BP_k along training, repeats collapsed, after dropping the returns to a
-    larger k that are noise; the closest BP_k of every evaluation, noise dropped; and the steps of the dropped returns.
+    """(path, levels, held): the closest BP_k along training with ties held, repeats collapsed; the level held at
+    every evaluation; and the steps at which a KL tie held the level.
 
-    The closest BP_k of an evaluation is the argmin over k of the in-sample D_KL(BP_k ‖ model) (``closest_bp``). A
-    return to a larger k is noise when it lasts one evaluation — not the last; the next evaluation is back at or below
-    the level left — and the KL to the level left is at most (1 + :data:`KL_NOISE`) × the KL to the level returned
-    to: the two were nearly tied. That evaluation then counts at the level left."""
+    The closest BP_k of an evaluation is the argmin over k of the in-sample D_KL(BP_k ‖ model) (``closest_bp``), but
+    it changes only when the new level is closer than the held one beyond noise (:func:`_kl_tie`): a tie keeps the
+    level of the evaluation before, whichever of the two KLs rounding made smaller, so a difference within noise
+    never moves the path (e.g. a return to a larger k nearly tied with the level left). The first evaluation takes
+    its argmin."""
     closest, steps = [int(k) for k in data["closest_bp"]], [int(s) for s in data["steps"]]
     kl = _levels(data["kl_bp"])
-    levels, noise = [], []
+    levels, held = [], []
     for i, k in enumerate(closest):
-        left = levels[-1] if levels else None
-        if (left is not None and k > left and i + 1 < len(closest) and closest[i + 1] <= left
-                and kl[left][i] <= (1 + KL_NOISE) * kl[k][i]):
-            levels.append(left)
-            noise.append(steps[i])
+        current = levels[-1] if levels else k
+        if k != current and kl[current][i] - kl[k][i] <= _kl_tie(data, kl, current, k, i):
+            held.append(steps[i])
+            levels.append(current)
         else:
             levels.append(k)
     path = [k for i, k in enumerate(levels) if i == 0 or levels[i - 1] != k]
-    return path, levels, noise
+    return path, levels, held
+
+
+def agreement_z(evaluations: int) -> float:
+    """The one-sided normal quantile that keeps the chance of any of ``evaluations`` tests passing by chance at
+    :data:`ALPHA` (Bonferroni)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - ALPHA / max(evaluations, 1))
 
 
 def _intermediate_evidence(data: dict, levels: list, k_train: int) -> tuple:
-    """(measured, missing, note) of the rule that the model is BP_j-like on the way, for every level k_train < j < ℓ
-    that the closest BP_k passes (``levels``: the closest BP_k per evaluation, noise dropped, :func:`_closest_path`).
+    """(measured, outcome, note) of the rule that the model is BP_j-like on the way, for every level k_train < j < ℓ
+    that the closest BP_k passes (``levels``: the level held per evaluation, :func:`_closest_path`); ``outcome`` is
+    True, False, None (a tie decides it) or ``"absent"`` (the run logged no argmax agreements).
 
-    Evidence for j: an evaluation, from the first at which BP_j is the closest on, at which the model's argmax agrees
-    with BP_j's on more in-sample inputs than with BP_k_train's (``match_bp``, App. E.4's argmax agreement). Exempt:
-    a level whose argmax differs from BP_k_train's on less than 1/√n of the n in-sample inputs (``bp_argmax_
-    disagreement``, ``num_in_sample``), since the two agreements can differ by at most that fraction, which is below
-    two standard errors of a fraction measured on n inputs (1/√n at its largest): the inputs cannot tell the two
-    apart. Without those numbers (a file written before them) no level is exempt and the note says so."""
+    The evidence lies on the inputs where BP_j's and BP_k_train's argmax differ: m = d·n of the n in-sample inputs
+    (``bp_argmax_disagreement`` d, ``num_in_sample`` n). On the others the model agrees with both or with neither,
+    so the two agreements differ by (a − b)/n, a and b the disagreeing inputs on which the model sides with BP_j and
+    with BP_k_train: a paired comparison (a sign test) whose standard error is at most √m / n = √(d/n), however the
+    m split. At an evaluation from the first at which BP_j is the closest on, the model is decidedly BP_j-like when
+    match_j − match_k_train > z·√(d/n) and decidedly BP_k_train-like when it is < −z·√(d/n), with z the one-sided
+    quantile of :data:`ALPHA` over the evaluations tested (:func:`agreement_z`, Bonferroni): a model no more BP_j-like
+    than BP_k_train-like passes with probability at most :data:`ALPHA`. Level j has evidence when one evaluation is
+    decidedly BP_j-like, none when every one is decidedly BP_k_train-like, and a tie otherwise.
+
+    Exempt: a level whose argmaxes differ on m ≤ z² inputs, where even a model siding with BP_j on all m would not
+    be decided (m / n ≤ z·√m / n): the inputs cannot tell the two apart. A level with more disagreeing inputs is
+    tested however small d is: 90 of 10,000 inputs on all of which the model sides with BP_0 are decisive evidence
+    against BP_3. Without n and d (a file written before them) each evaluation compares the two agreements by sign
+    and the note says so."""
     depth = max(_levels(data["kl_bp"]))
     match = _levels(data.get("match_bp") or {})
     visited = sorted({k for k in levels if k_train < k < depth}, reverse=True)
     if visited and (k_train not in match or any(j not in match for j in visited)):
-        return {}, None, "the run logged no argmax agreement with every BP_k it passes (match_bp)"
+        return {}, "absent", "the run logged no argmax agreement with every BP_k it passes (match_bp)"
     n, disagreement = data.get("num_in_sample"), _by_level(data.get("bp_argmax_disagreement"))
-    resolved = 2 * _standard_error(0.5, n) if n else None  # 1/√n
-    if n and disagreement:
-        evidence, note = {"exempt_when": f"BP_j's argmax differs from BP_{k_train}'s on < 1/√{n} = {resolved:.3f} "
-                                         f"of the {n} in-sample inputs"}, ""
-    else:
-        evidence, note = {}, ("the file records no argmax disagreement between BP_k and BP_k_train (written before "
-                              "it): no level exempted")
     steps = [int(s) for s in data["steps"]]
-    missing = []
+    paired = bool(n) and bool(disagreement)
+    evidence = {}
+    note = "" if paired else ("the file records no argmax disagreement between BP_k and BP_k_train (written before "
+                              "it): no level exempted, agreements compared by sign")
+    outcomes = []
     for j in visited:
-        if n and j in disagreement and disagreement[j] < resolved:
-            evidence[f"k{j}"] = (f"exempt: argmax differs from BP_{k_train}'s on {disagreement[j]:.3f} of {n} inputs "
-                                 f"< 1/√{n} = {resolved:.3f}")
-            continue
         start = levels.index(j)
-        found = next((i for i in range(start, len(steps)) if match[j][i] > match[k_train][i]), None)
-        if found is None:
-            evidence[f"k{j}"] = f"never agrees more with BP_{j} than with BP_{k_train}"
-            missing.append(j)
+        tested = list(range(start, len(steps)))
+        z = agreement_z(len(tested))
+        if paired and j in disagreement:
+            m = disagreement[j] * n
+            if m <= z * z:
+                evidence[f"k{j}"] = (f"exempt: BP_{j}'s argmax differs from BP_{k_train}'s on {m:.0f} of {n} inputs "
+                                     f"≤ z² = {z * z:.1f} (z = {z:.2f}): no outcome could decide")
+                continue
+            noise = math.sqrt(disagreement[j] / n)
         else:
-            evidence[f"k{j}"] = (f"step {steps[found]}: argmax agreement {match[j][found]:.3f} with BP_{j} > "
-                                 f"{match[k_train][found]:.3f} with BP_{k_train}")
-    return evidence, missing, note
+            noise = None
+        decided = []
+        for i in tested:
+            gap = float(match[j][i] - match[k_train][i])
+            decided.append(gap > 0 if noise is None else (True if gap > z * noise else
+                                                           False if gap < -z * noise else None))
+        outcome = any_of(decided)
+        outcomes.append(outcome)
+        best = max(tested, key=lambda i: match[j][i] - match[k_train][i])
+        gap = match[j][best] - match[k_train][best]
+        bound = "" if noise is None else f" (decided beyond z·√(d/n) = {z:.2f} × {noise:.4f} = {z * noise:.4f})"
+        verdict = {True: "BP_j-like", False: f"BP_{k_train}-like at every evaluation", None: "within noise"}[outcome]
+        evidence[f"k{j}"] = (f"{verdict}: largest agreement gap {gap:+.4f} with BP_{j} over BP_{k_train} at step "
+                             f"{steps[best]}{bound}")
+    return evidence, all_of(outcomes), note
 
 
 def _alignment(data: dict, out: Path, *, decreasing: bool) -> tuple:
     """The rules of Fig. 1c (``decreasing=False``) and 1d: (measured, passed, note)."""
     k_train = _k_train(out)
-    path, levels, noise = _closest_path(data)
+    path, levels, held = _closest_path(data)
     if not path:
         return {}, None, "the file has no KL curves"
-    evidence, missing, note = _intermediate_evidence(data, levels, k_train)
-    measured = {"closest_bp_sequence": path, "k_train": k_train, "returns_within_noise_at_step": noise,
+    evidence, outcome, note = _intermediate_evidence(data, levels, k_train)
+    measured = {"closest_bp_sequence": path, "k_train": k_train, "ties_held_at_step": held,
                 "bp_k_like_on_the_way": evidence}
-    if missing is None:
+    if outcome == "absent":
         return measured, None, note
     between = [k for k in path if k_train < k < max(_levels(data["kl_bp"]))]
-    passed = path[0] > k_train and path[-1] == k_train and bool(between) and not missing
+    structure = bool(path[0] > k_train and path[-1] == k_train and between)
     if decreasing:
-        passed = passed and len(path) >= 3 and all(a > b for a, b in zip(path, path[1:]))
-    return measured, passed, note
+        structure = structure and len(path) >= 3 and all(a > b for a, b in zip(path, path[1:]))
+    passed = all_of([structure, outcome])
+    return measured, INCONCLUSIVE if passed is None else passed, note
 
 
 @_figure("1c", "dynamics/root.json", "dynamics",
          "Trained on the full hierarchy, the root classifier first aligns with BP_ℓ and ends aligned with the "
          "matched BP_k_train, passing the levels between.",
-         "the closest BP_k along training (smallest KL, repeats and one-evaluation returns within noise dropped) "
-         "starts above k_train, passes a level between k_train and ℓ and ends at BP_k_train; at each level j between "
-         "that it passes, the argmax agrees with BP_j more than with BP_k_train at some evaluation from its arrival "
-         "there (unless the two argmax differ on < 1/√n of the n in-sample inputs)")
+         "the closest BP_k along training (smallest KL; a KL tie within noise keeps the level) starts above k_train, "
+         "passes a level between k_train and ℓ and ends at BP_k_train; at each level j between that it passes, the "
+         "model sides with BP_j over BP_k_train on their disagreeing inputs beyond noise at some evaluation from its "
+         "arrival there (a paired test; exempt only when they disagree on ≤ z² inputs)")
 def _check_root_alignment(data: dict, out: Path) -> tuple:
     """Fig. 1c. Rule: the sequence of closest BP_k (:func:`_closest_path`: argmin over k of the in-sample
-    D_KL(BP_k ‖ model) at each evaluation, one-evaluation returns to a larger k within :data:`KL_NOISE` dropped,
-    repeats collapsed) starts at some k > k_train, passes at least one level k_train < j < ℓ, and ends at k_train
-    (BP_0 for the paper's k_train = 0); and the model is BP_j-like at every such level it passes
-    (:func:`_intermediate_evidence`: its argmax agrees with BP_j's more than with BP_k_train's at an evaluation, unless
-    BP_j's argmax differs from BP_k_train's on less than 1/√n of the n in-sample inputs). A model that knows BP_0
-    from the start and only grows confident passes through smaller KL to BP_j on the way, but never BP_j's argmax."""
+    D_KL(BP_k ‖ model) at each evaluation, held on a tie within noise, repeats collapsed) starts at some k > k_train,
+    passes at least one level k_train < j < ℓ, and ends at k_train (BP_0 for the paper's k_train = 0); and the model
+    is BP_j-like at every such level it passes (:func:`_intermediate_evidence`: a paired test of its argmax agreement
+    with BP_j against BP_k_train on the inputs where the two differ). A model that knows BP_0 from the start and only
+    grows confident passes through smaller KL to BP_j on the way, but never BP_j's argmax. Inconclusive when the
+    evidence of a level is within noise."""
     return _alignment(data, out, decreasing=False)
 
 
 @_figure("1d", "dynamics/mlm.json", "dynamics",
          "The MLM aligns sequentially with BP_k of decreasing k as training goes on, down to the matched BP_k_train.",
-         "the closest BP_k along training (one-evaluation returns within noise dropped) are strictly decreasing, "
-         "number at least 3 and end at BP_k_train; at each level j between k_train and ℓ that they pass, the argmax "
-         "agrees with BP_j more than with BP_k_train at some evaluation from its arrival there (unless the two argmax "
-         "differ on < 1/√n of the n in-sample inputs)")
+         "the closest BP_k along training (a KL tie within noise keeps the level) are strictly decreasing, number at "
+         "least 3 and end at BP_k_train; at each level j between k_train and ℓ that they pass, the model sides with "
+         "BP_j over BP_k_train on their disagreeing inputs beyond noise at some evaluation from its arrival there")
 def _check_mlm_alignment(data: dict, out: Path) -> tuple:
     """Fig. 1d. Rule: the sequence of closest BP_k of the MLM run (as Fig. 1c, :func:`_closest_path`) is strictly
-    decreasing — every change of the closest oracle goes to a smaller k; a return to a larger k for one evaluation,
-    nearly tied in KL, is noise — passes at least 3 levels (e.g. 4 → 3 → 2 → 0) and ends at BP_k_train; and the
+    decreasing — every change of the closest oracle goes to a smaller k; a return to a larger k within noise of the
+    level held is a tie and keeps it — passes at least 3 levels (e.g. 4 → 3 → 2 → 0) and ends at BP_k_train; and the
     model is BP_j-like at every level k_train < j < ℓ it passes (:func:`_intermediate_evidence`, as Fig. 1c)."""
     return _alignment(data, out, decreasing=True)
 
@@ -402,17 +522,30 @@ def _check_mlm_attention(data: dict, out: Path) -> tuple:
     tree; App. F's layer t attends at distance exactly t). A layer that attends only to itself has no distance and
     cannot be layer 1's local one."""
     k_train = _k_train(out)
-    model = next((m for m in data["models"] if m["filter_level"] == k_train), None)
-    if model is None:
+    models = [m for m in data["models"] if m["filter_level"] == k_train]
+    if not models:
         return {}, None, f"no MLM of k_train = {k_train} in attention/mlm/attention.json"
+    model = models[0]
     maps = _layer_maps(model)
     distance = _mean_distance(maps, model["depth"])
     uniform = _uniform_distance(model["depth"])
     measured = {"tree_distance_per_layer": distance.tolist(), "uniform_attention": uniform,
                 "attention_to_itself_per_layer": _self_attention(maps).tolist()}
-    passed = (np.isfinite(distance[0]) and distance[0] <= uniform - LOCALITY
-              and np.nanmax(distance) >= distance[0] + LOCALITY)
-    return _round(measured), bool(passed), ""
+    if not np.isfinite(distance[0]):
+        return _round(measured), False, "layer 1 attends only to itself: no local attention to other leaves"
+    # several models of k_train (seeds): the means over them, with their standard errors; one model: no noise known
+    firsts, climbs = [], []
+    for other in models:
+        d = _mean_distance(_layer_maps(other), other["depth"])
+        firsts.append(d[0])
+        climbs.append(np.nanmax(d) - d[0])
+    spread = (lambda v: float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
+    margins = Margins()
+    margins.at_most("layer-1 tree distance", float(np.mean(firsts)), uniform - LOCALITY, spread(firsts))
+    margins.at_least("climb over the layers", float(np.mean(climbs)), LOCALITY, spread(climbs))
+    measured["models"] = len(models)
+    note = "" if len(models) > 1 else "one model of k_train: the spread of its tree distances over seeds is not known"
+    return {**_round(measured), "margins": margins.entries}, _tri(margins.outcome()), note
 
 
 PRETRAINED_ARMS = ("frozen", "finetuned")  # Fig. 1f: the arms that start from the MLM, each against scratch
@@ -464,8 +597,10 @@ def _check_sample_complexity(data: dict, out: Path) -> tuple:
 # ---------------------------------------------------------------- Fig. 2, 6, 7, 8: root accuracy
 
 
-def _matches_bp(panel: dict) -> tuple:
-    """Per curve of an accuracy-vs-P panel: the accuracy at its largest P and BP's; and the curves off BP."""
+def _matches_bp(panel: dict, margins: "Margins | None" = None) -> tuple:
+    """Per curve of an accuracy-vs-P panel: the accuracy at its largest P and BP's; and the curves off BP. With
+    ``margins``, each |accuracy − BP| ≤ :data:`BP_TOLERANCE` is recorded there (the panels record no test-set size:
+    decided by its sign)."""
     rows, off = {}, []
     for curve in panel["curves"]:
         largest = int(np.argmax(curve["sizes"]))
@@ -473,6 +608,8 @@ def _matches_bp(panel: dict) -> tuple:
         rows[curve["label"]] = {"P": curve["sizes"][largest], "accuracy": accuracy, "bp": bp}
         if bp is None or abs(accuracy - bp) > BP_TOLERANCE:
             off.append(curve["label"])
+        if margins is not None and bp is not None:
+            margins.at_most(f"|accuracy − BP| of {curve['label']}", abs(accuracy - bp), BP_TOLERANCE, None)
     return rows, off
 
 
@@ -490,8 +627,9 @@ def _panel(data: dict, k_test: str) -> dict:
 def _check_fig2a(data: dict, out: Path) -> tuple:
     """Fig. 2a. Rule: on the panel tested on the full hierarchy (k_test = 0), every k_train curve's final test
     accuracy at its largest P is within :data:`BP_TOLERANCE` of BP_{k_train}'s accuracy on the same inputs."""
-    rows, off = _matches_bp(_panel(data, "full"))
-    return _round({"largest_P": rows, "off_bp": off}), not off, ""
+    margins = Margins()
+    rows, off = _matches_bp(_panel(data, "full"), margins)
+    return {**_round({"largest_P": rows, "off_bp": off}), "margins": margins.entries}, not off, ""
 
 
 @_figure("2b", "dynamics/root.json", "dynamics",
@@ -507,24 +645,33 @@ def _check_fig2b(data: dict, out: Path) -> tuple:
     matched BP_k_train's accuracy on the same k_test data (``bp_accuracy_ktest``; BP_0 for the paper's k_train = 0)."""
     curves = _levels(data["accuracy_ktest"])
     bp = _by_level(data.get("bp_accuracy_ktest"))
+    sizes = _by_level(data.get("bp_reference_size_ktest"))
+    n = data.get("num_test")
     depth = max(curves)
-    summary, passed = {}, True
+    summary, margins = {}, Margins()
+
+    def error(value, count):  # the standard error of an accuracy on `count` sequences; None when not recorded
+        return _standard_error(min(max(value, 0.0), 1.0), count) if count else None
+
     for k, values in sorted(curves.items()):
         finite = values[np.isfinite(values)]
         if finite.size < 2:
             return {}, None, f"k_test = {k} has fewer than 2 evaluations"
         first, peak, final = float(finite[0]), float(finite.max()), float(finite[-1])
         summary[f"k{k}"] = {"first": first, "peak": peak, "final": final}
+        pair = None if not n else math.sqrt(2) * error(peak, n)  # two accuracies of one test set
         if k < depth / 2:
-            passed = passed and final >= peak - CHANGE
+            margins.at_least(f"k_test {k}: final ≥ peak − {CHANGE}", final, peak - CHANGE, pair)
         if k == depth:
-            passed = passed and peak >= first + CHANGE and peak >= final + CHANGE
+            margins.at_least(f"k_test {k}: peak ≥ first + {CHANGE}", peak, first + CHANGE, pair)
+            margins.at_least(f"k_test {k}: peak ≥ final + {CHANGE}", peak, final + CHANGE, pair)
         if k > depth / 2:
             if bp.get(k) is None:
                 return _round(summary), None, f"no BP accuracy for k_test = {k} (bp_accuracy_ktest)"
             summary[f"k{k}"]["bp"] = bp[k]
-            passed = passed and abs(final - bp[k]) <= BP_TOLERANCE
-    return _round(summary), passed, ""
+            noise = None if not n else math.hypot(error(final, n), error(bp[k], sizes.get(k) or n))
+            margins.at_most(f"k_test {k}: |final − BP|", abs(final - bp[k]), BP_TOLERANCE, noise)
+    return {**_round(summary), "margins": margins.entries}, _tri(margins.outcome()), ""
 
 
 @_figure("6", "accuracy_vs_samples/e1_layers.json", "layers_sweep",
@@ -554,12 +701,12 @@ def _check_layers(data: dict, out: Path) -> tuple:
          "BP_k_train's")
 def _check_grammars(data: dict, out: Path) -> tuple:
     """Fig. 7 (App. E.2). Rule: the rule of Fig. 2a on the panel of every other grammar seed."""
-    measured, passed = {}, True
+    measured, passed, margins = {}, True, Margins()
     for panel in data["panels"]:
-        rows, off = _matches_bp(panel)
+        rows, off = _matches_bp(panel, margins)
         measured[f"grammar seed {panel['grammar_seed']}"] = {"largest_P": rows, "off_bp": off}
         passed = passed and not off
-    return _round(measured), passed, ""
+    return {**_round(measured), "margins": margins.entries}, passed, ""
 
 
 @_figure("8", "accuracy_vs_samples/fig2a_e3.json", "root_sweep",
@@ -568,8 +715,9 @@ def _check_grammars(data: dict, out: Path) -> tuple:
          f"for every k_train, the in-sample accuracy at the largest P is within {BP_TOLERANCE} of BP_k_train's")
 def _check_in_sample(data: dict, out: Path) -> tuple:
     """Fig. 8 (App. E.3). Rule: the rule of Fig. 2a on the panel tested in sample (k_test = k_train, BP optimal)."""
-    rows, off = _matches_bp(_panel(data, "train"))
-    return _round({"largest_P": rows, "off_bp": off}), not off, ""
+    margins = Margins()
+    rows, off = _matches_bp(_panel(data, "train"), margins)
+    return {**_round({"largest_P": rows, "off_bp": off}), "margins": margins.entries}, not off, ""
 
 
 @_figure("9", "accuracy_vs_samples/fig9_kl.json", "root_sweep",
@@ -677,22 +825,33 @@ def _check_staircase(data: dict, out: Path) -> tuple:
     return measured, not out_of_order and reach[levels[0]] < reach[levels[-1]], "; ".join(notes)
 
 
-def _probe_violations(data: dict, *, margin: bool = True) -> list:
-    """Where the probes of one probe JSON break the rule of Fig. 3b (empty: none); ``margin=False``: its sequential
-    half only (the layers below an ancestor's height read it worse than a deeper layer)."""
+def _probe_error(data: dict, value: float) -> float | None:
+    """The standard error of a probe accuracy on the probe's ``num_test`` held-out sequences (None: not recorded)."""
+    n = data.get("num_test")
+    return _standard_error(min(max(float(value), 0.0), 1.0), int(n)) if n else None
+
+
+def _probe_violations(data: dict, *, margin: bool = True, margins: "Margins | None" = None) -> list:
+    """Where the probes of one probe JSON break the rule of Fig. 3b beyond noise (empty: none); ``margin=False``:
+    its sequential half only (the layers below an ancestor's height read it worse than a deeper layer). Each
+    comparison goes into ``margins`` when given (noise: the accuracies' standard errors on ``num_test``)."""
     depth, layers, levels = data["depth"], data["layers"], data["levels"]
     accuracy, chance = np.asarray(data["accuracy"], dtype=float), np.asarray(data["chance"], dtype=float)  # (P, V)
+    margins = margins if margins is not None else Margins()
     violations = []
     for row, layer in enumerate(layers):
         for column, level in enumerate(levels):
             value = accuracy[row, column]
             if depth - level <= layer:  # within the layer's reach
-                if margin and value < chance[column] + PROBE_MARGIN:
+                if margin and margins.at_least(f"layer {layer}, level {level} ≥ chance + {PROBE_MARGIN}", value,
+                                               chance[column] + PROBE_MARGIN, _probe_error(data, value)) is False:
                     violations.append(f"layer {layer}, level {level}: {value:.3f} < chance {chance[column]:.3f} + "
                                       f"{PROBE_MARGIN}")
             elif layer < max(layers):  # above its reach: a deeper layer must know that ancestor better
                 deeper = max(accuracy[r, column] for r, other in enumerate(layers) if other > layer)
-                if value > deeper - CHANGE:
+                error = _probe_error(data, value)
+                if margins.at_most(f"layer {layer}, level {level} ≤ deeper − {CHANGE}", value, deeper - CHANGE,
+                                   None if error is None else math.sqrt(2) * error) is False:
                     violations.append(f"layer {layer}, level {level}: {value:.3f} not below the deeper layers' "
                                       f"{deeper:.3f} − {CHANGE}")
     return violations
@@ -713,8 +872,10 @@ def _check_probes(data: dict, out: Path) -> tuple:
     within the layer's reach — height ℓ − m ≤ j — the accuracy is at least the most-frequent-symbol chance +
     :data:`PROBE_MARGIN`; above it, the accuracy is at least :data:`CHANGE` below that of some deeper layer (the
     ancestor becomes readable only later; the last probed layer has no deeper one and is not tested there)."""
-    violations = _probe_violations(data)
-    return {**_probe_measured(data), "violations": violations}, not violations, ""
+    margins = Margins()
+    violations = _probe_violations(data, margins=margins)
+    return ({**_probe_measured(data), "violations": violations, "margins": margins.entries},
+            _tri(margins.outcome()), "")
 
 
 @_figure("10", "dynamics/mlm.json", "dynamics",
@@ -730,7 +891,13 @@ def _check_match(data: dict, out: Path) -> tuple:
         return {}, None, "the run logged no argmax agreement or Spearman correlation"
     match, spearman = _last(_series(data["match_bp"][k])), _last(_series(data["spearman_bp"][k]))
     measured = _round({"argmax_match": match, "spearman": spearman})
-    return measured, match is not None and spearman is not None and match >= MATCH and spearman >= SPEARMAN, ""
+    if match is None or spearman is None:
+        return measured, False, "no finite argmax agreement or Spearman correlation at the last evaluation"
+    n = data.get("num_in_sample")
+    margins = Margins()
+    margins.at_least("argmax agreement", match, MATCH, _standard_error(min(match, 1.0), n) if n else None)
+    margins.at_least("Spearman correlation", spearman, SPEARMAN, None)
+    return {**measured, "margins": margins.entries}, _tri(margins.outcome()), ""
 
 
 # ---------------------------------------------------------------- Fig. 4, 11: attention of filtered models
@@ -809,9 +976,10 @@ def _check_probes_ends(data: dict, out: Path) -> tuple:
         return measured, None, "the embedding (layer 0) was not probed: the climb from it cannot be read"
     accuracy = np.asarray(data["accuracy"], dtype=float)  # (P, V)
     gain = accuracy.max(0) - accuracy[layers.index(0)]  # (V,) best layer − embedding, per level
-    violations = _probe_violations(data, margin=False)
+    margins = Margins()
+    violations = _probe_violations(data, margin=False, margins=margins)
     measured["gain_over_embedding"] = _round({f"level {m}": g for m, g in zip(data["levels"], gain)}, 3)
-    return {**measured, "violations": violations}, not violations, ""
+    return {**measured, "violations": violations, "margins": margins.entries}, _tri(margins.outcome()), ""
 
 
 @_figure("12 (right)", "probe/probe_filtered.json", "probe_filtered",

@@ -58,14 +58,28 @@ def _findings(lines: list, out: Path, preset: Preset) -> None:
     counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
     lines += ["## What reproduced", "",
               f"One row per paper figure that this pipeline draws ({counts}): the paper's claim, the rule that tests "
-              f"it on this run, the numbers it read and the verdict (rules and thresholds: "
+              f"it on this run, the numbers it read, each threshold's margin ± noise (a margin within 2 noise is a "
+              f"tie: the verdict it decides is inconclusive) and the verdict (rules and thresholds: "
               f"`hf_treelang/reproduce/findings.py`; machine-readable: [{path.name}]({path.name})).", "",
-              "| figure | paper's claim | check | measured | verdict |", "|---|---|---|---|---|"]
+              "| figure | paper's claim | check | measured | margins | verdict |", "|---|---|---|---|---|---|"]
     for f in findings:
-        measured = describe(f.measured) + (f" ({f.note})" if f.note else "")
+        shown = {key: value for key, value in f.measured.items() if key != "margins"}
+        measured = describe(shown) + (f" ({f.note})" if f.note else "")
         verdict = f.verdict if f.verdict == NOT_RUN else f"**{f.verdict}**"
-        lines.append(f"| {f.figure} | {f.claim} | {f.check} | {measured.replace('|', '/')} | {verdict} |")
+        lines.append(f"| {f.figure} | {f.claim} | {f.check} | {measured.replace('|', '/')} | "
+                     f"{margins_cell(f.measured.get('margins') or []).replace('|', '/')} | {verdict} |")
     lines.append("")
+
+
+def margins_cell(entries: list) -> str:
+    """A rule's threshold comparisons in one cell: ``test: margin ± noise (pass | fail | tie)``; "–" for none."""
+    if not entries:
+        return "–"
+    parts = []
+    for entry in entries:
+        noise = "noise not recorded" if entry.get("noise") is None else f"± {entry['noise']:.3g}"
+        parts.append(f"{entry['test']}: {entry['margin']:+.3g} {noise} ({entry['decided']})")
+    return "; ".join(parts)
 
 
 def write_report(out: Path, preset: Preset, records: list) -> Path:

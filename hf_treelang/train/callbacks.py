@@ -1,7 +1,8 @@
 """Trainer callbacks: the network against the exact BP oracle during training (paper Fig. 1c/1d, 2b, 3a, App. E.4).
 
 * :class:`BPKLCallback` — at every evaluation, on fixed held-out inputs whose BP targets are computed once in
-  ``on_train_begin``: mean D_KL(BP_k || model) for every k in 0..ℓ on in-sample inputs (``eval_kl_bp_k{k}``), argmax
+  ``on_train_begin``: mean D_KL(BP_k || model) for every k in 0..ℓ on in-sample inputs (``eval_kl_bp_k{k}``) with
+  its standard error over the sequences (``eval_kl_se_bp_k{k}``: what tells two KL curves apart from sampling), argmax
   agreement and Spearman correlation with every BP_k (``eval_match_bp_k{k}``, ``eval_spearman_bp_k{k}``, and the
   matched BP_{k_train} as ``eval_match_bp`` / ``eval_spearman_bp``), and for every k_test set the network's accuracy
   and the matched BP_{k_train} accuracy on the same inputs (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``).
@@ -329,6 +330,11 @@ class BPKLCallback(TrainerCallback):
                 mine = log_model
             result = compare_with_bp(mine.reshape(-1, q), marginals.reshape(-1, q))  # one row per prediction
             out[f"{prefix}kl_bp_k{k}"] = result["kl"]
+            # the sampling error of that mean over the sequences (a causal run's positions are averaged per sequence)
+            per_sequence = kl_divergence(marginals.reshape(-1, q), mine.reshape(-1, q)).reshape(
+                mine.shape[0], -1).mean(-1)  # (n,)
+            out[f"{prefix}kl_se_bp_k{k}"] = (float(per_sequence.std() / math.sqrt(per_sequence.numel()))
+                                              if per_sequence.numel() > 1 else float("nan"))
             out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
             out[f"{prefix}spearman_bp_k{k}"] = result["spearman"]
             if k == self.k_train:
