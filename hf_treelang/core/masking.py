@@ -169,9 +169,11 @@ class TrainingMasking:
     Attributes:
         mask_rate: None (one random leaf per row) or the rate of the Bernoulli draw of every leaf (a row with none
             drawn masks its random leaf), in (0, 1] (:func:`check_mask_rate`).
-        mask_rate_final: None (the rate is constant) or the rate the draws reach at the run's last step, in [0, 1]:
-            the rate at optimiser step s of S is ``mask_rate + (mask_rate_final - mask_rate) * s / S`` (a
-            falling rate: many masked leaves early, few late, after Ankner et al. 2023). Needs ``mask_rate``.
+        mask_rate_final: None (the rate is constant) or the rate the linear schedule reaches at step S, in [0, 1]:
+            the rate at optimiser step s (0-based) of S is ``mask_rate + (mask_rate_final - mask_rate) * s / S``,
+            so the run's last step, s = S − 1, draws at ``mask_rate + (mask_rate_final - mask_rate) * (S − 1) / S``
+            (0.14 for S = 10 falling from 0.5 to 0.1): one step short of ``mask_rate_final`` (a falling rate: many
+            masked leaves early, few late, after Ankner et al. 2023). Needs ``mask_rate``.
         block_fraction: the probability that a row is masked by one whole aligned block of leaves instead (the
             leaves under one node of the tree, whose siblings would otherwise give most of their information).
         block_sizes: the block sizes, one drawn uniformly per row; powers of 2 up to 2**ℓ.

@@ -192,8 +192,9 @@ class DataArguments:
     )
     mask_rate_final: float | None = field(
         default=None,
-        metadata={"help": "MLM only: the Bernoulli mask rate at the run's last step, in [0, 1]; the rate falls (or "
-                  "rises) linearly from --mask_rate over the run's optimiser steps. Needs a --mask_rate in (0, 1]. "
+        metadata={"help": "MLM only: the Bernoulli mask rate the schedule reaches after the run's S optimiser steps, "
+                  "in [0, 1]: the rate at step s (0-based) is mask_rate + (mask_rate_final - mask_rate) * s / S, so the "
+                  "last step draws one step short of it. Needs a --mask_rate in (0, 1]. "
                   "Default: from --preset (laptop: 0.15, when --mask_rate is not given; laptop_long, paper: none); a "
                   "--mask_rate given alone is constant."},
     )

@@ -455,8 +455,10 @@ class TreeLangTrainer(ResumesWhole, Trainer):
         to that function instead of the model, as in ``Trainer.compute_loss``. Otherwise, with
         ``label_smoothing_factor`` ε > 0 the loss is transformers' ``LabelSmoother`` on the logits, as the stock
         ``Trainer.compute_loss`` computes it for these models (labels not shifted: a causal model's labels are
-        already aligned with its positions): (1 - ε) NLL + ε × the mean over the q classes of -log p, averaged over
-        the labelled positions. ε = 0 is the model's own cross-entropy, unchanged."""
+        already aligned with its positions): (1 - ε) NLL + ε × the mean of -log p over every id the logits cover,
+        averaged over the labelled positions — the q symbols for a TreeLang model, the q + 2 ids of the vocabulary
+        (the symbols, the mask or BOS id and padding) for an architecture of transformers. ε = 0 is the model's own
+        cross-entropy, unchanged."""
         if self.compute_loss_func is not None:
             inputs = dict(inputs)
             labels = inputs.pop("labels")
