@@ -481,3 +481,64 @@ def test_resuming_from_a_checkpoint_with_a_damaged_file_names_it_and_the_checkpo
     assert f"is damaged: {name} is " in line and f"--resume_from_checkpoint {str(earlier)!r}" in line, line
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
     assert last_checkpoint(folder) == earlier  # a sweep resumes from the intact one
+
+
+def _zero_fill(path: Path) -> None:
+    path.write_bytes(bytes(path.stat().st_size))  # what a power loss can leave: the size, none of the bytes
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt"])
+def test_a_checkpoint_file_zero_filled_at_its_size_is_named_and_the_finished_run_stays_finished(
+        tmp_path, checkpointed_run, capsys, name):
+    import shutil
+
+    folder = shutil.copytree(checkpointed_run, tmp_path / "run")
+    *_, (_, earlier), (_, latest) = sorted((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))
+    _zero_fill(latest / name)
+    before = {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*")}
+    arguments = [*CHECKPOINTED, "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)]
+    assert loop.main("root", arguments, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"is damaged: {name} is " in line and "not a torch archive (all zero bytes)" in line, line
+    assert {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
+    assert (folder / RUN_COMPLETE).is_file() and last_checkpoint(folder) == earlier  # a sweep takes the intact one
+
+
+def test_a_resume_that_fails_once_the_trainer_loads_leaves_the_finished_run_finished(
+        tmp_path, checkpointed_run, monkeypatch):
+    import shutil
+
+    from hf_treelang.train.trainer import TreeLangTrainer
+
+    folder = shutil.copytree(checkpointed_run, tmp_path / "run")
+    (_, latest), = [max((int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*"))]
+    identity = (folder / "run_identity.json").read_bytes() if (folder / "run_identity.json").is_file() else None
+
+    def fails(self, checkpoint):
+        raise RuntimeError("the optimizer's state would not load")
+
+    monkeypatch.setattr(TreeLangTrainer, "_load_optimizer_and_scheduler", fails)
+    with pytest.raises(RuntimeError, match="would not load"):
+        loop.main("root", [*CHECKPOINTED, "--output_dir", str(folder), "--resume_from_checkpoint", str(latest)])
+    assert (folder / RUN_COMPLETE).is_file()  # nothing of the finished run is removed before the new work began
+    if identity is not None:
+        assert (folder / "run_identity.json").read_bytes() == identity
+
+
+def test_resuming_a_finished_run_of_another_architecture_with_other_sizes_is_one_line(tmp_path, capsys):
+    folder = tmp_path / "gpt2"
+    sizes = "n_embd=16,n_layer=1,n_head=1"
+    script = [flag for i, flag in enumerate(SCRIPT) if flag not in ("--hidden_size", "--num_hidden_layers",
+                                                                      "--intermediate_size")
+              and (i == 0 or SCRIPT[i - 1] not in ("--hidden_size", "--num_hidden_layers", "--intermediate_size"))]
+    base = [*script, "--model_type", "gpt2", "--max_steps", "4", "--num_checkpoints", "1"]
+    assert loop.main("root", [*base, "--config_overrides", sizes, "--output_dir", str(folder)]) == 0
+    checkpoint = max(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    other = [*base, "--config_overrides", "n_embd=32,n_layer=1,n_head=1", "--output_dir", str(folder),
+             "--resume_from_checkpoint", str(checkpoint)]
+    assert loop.main("root", other, as_script=True) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "does not fit this run's model" in line and "16] there and " in line and "32] here" in line, line
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
+    assert (folder / RUN_COMPLETE).is_file()

@@ -231,6 +231,12 @@ def clear_previous_run(output_dir) -> list:
 # figures are for people, who may edit or redraw them)
 READ_BACK_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth")
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format (since torch 1.6)
+PICKLE_PROTOCOL = b"\x80"  # the first byte of a pickle of protocol 2+: torch.save's legacy format
+
+
+def _all_zero(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return all(not any(chunk) for chunk in iter(lambda: handle.read(1 << 20), b""))
 
 
 class DamagedFile(ValueError):
@@ -242,8 +248,9 @@ def file_damage(path, recorded_size: int | None = None) -> str | None:
 
     Checked without loading: the size ``recorded_size`` (``run_complete.json``'s), then the format — a ``.json``
     file parses; a ``.safetensors`` file is exactly as long as its header says (8 bytes of header length, the
-    header, then the tensors' bytes up to the largest end offset); a ``.pt`` / ``.pth`` / ``.bin`` torch archive (a
-    zip) still has its central directory, which is written last, so a truncated one lacks it.
+    header, then the tensors' bytes up to the largest end offset); a ``.pt`` / ``.pth`` / ``.bin`` file is a torch
+    archive (a zip) that still has its central directory, which is written last, so a truncated one lacks it, or a
+    legacy pickle; anything else (a file zero-filled at its size, as a power loss leaves one) is damaged.
     """
     path = Path(path)
     try:
@@ -259,9 +266,13 @@ def file_damage(path, recorded_size: int | None = None) -> str | None:
             return _safetensors_damage(path, size)
         elif path.suffix in (".pt", ".pth", ".bin"):
             with open(path, "rb") as handle:
-                if handle.read(4) == ZIP_MAGIC:
+                head = handle.read(4)
+                if head == ZIP_MAGIC:
                     with zipfile.ZipFile(handle):
                         pass
+                elif head[:1] != PICKLE_PROTOCOL:  # neither torch's archive nor a legacy pickle (zero-filled...)
+                    what = "all zero bytes" if size and _all_zero(path) else f"starts with {head!r}"
+                    return f"{size} bytes, not a torch archive ({what}): overwritten or never written out"
     except (ValueError, UnicodeDecodeError) as error:
         return f"not valid JSON: {error}"
     except zipfile.BadZipFile:
@@ -383,6 +394,41 @@ def read_model_config(name: str, path, model_type: str = "treelang") -> tuple[Pa
         if damage is not None:
             raise DamagedFile(f"`{name}` {str(folder)!r}: {weights} is damaged ({damage}); {repair_advice(folder)}")
     return folder, config
+
+
+def checkpoint_shapes(folder) -> dict | None:
+    """``{name: shape}`` of the tensors in a checkpoint's ``model.safetensors``, from its header (nothing is loaded);
+    None for a checkpoint without one."""
+    path = Path(folder) / "model.safetensors"
+    if not path.is_file():
+        return None
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    return {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+
+
+def check_checkpoint_fits(model, folder) -> None:
+    """Refuse, in one line before any work, a checkpoint whose weights do not fit ``model`` (another architecture or
+    size than the run resuming it: other ``--config_overrides``, say): the first tensor missing, unexpected or of
+    another shape is named."""
+    saved = checkpoint_shapes(folder)
+    if saved is None:
+        return
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    tied = {name for name in expected if name not in saved and any(
+        expected[name] == shape and name.split(".")[-1] == other.split(".")[-1] for other, shape in saved.items())}
+    for name in sorted(expected):
+        if name in saved and saved[name] != expected[name]:
+            raise ValueError(f"`resume_from_checkpoint` {str(folder)!r} does not fit this run's model: {name} is "
+                             f"{list(saved[name])} there and {list(expected[name])} here (another architecture or "
+                             f"size: resume with the arguments the checkpoint was trained with)")
+    unexpected = sorted(set(saved) - set(expected))
+    missing = sorted(set(expected) - set(saved) - tied)
+    if unexpected and missing:
+        raise ValueError(f"`resume_from_checkpoint` {str(folder)!r} does not fit this run's model: it holds "
+                         f"{unexpected[0]} and lacks {missing[0]} (another architecture: resume with the arguments "
+                         "the checkpoint was trained with)")
 
 
 def check_resume_checkpoint(path, model_type: str = "treelang") -> tuple[Path, dict]:
@@ -655,6 +701,7 @@ __all__ = [
     "WEIGHT_FILES",
     "check_output_dir_free",
     "check_output_folder",
+    "check_checkpoint_fits",
     "check_resume_checkpoint",
     "check_run_complete",
     "clear_previous_run",

@@ -81,6 +81,7 @@ from .data import sigma_curriculum, to_datasets
 from .device_data import TrainingStream, optimizer_steps
 from .folders import (
     ENSEMBLE_FILE,
+    check_checkpoint_fits,
     check_output_dir_free,
     clear_previous_run,
     disk_full_named,
@@ -97,7 +98,7 @@ from .folders import (
 from .launch import leave_process_group, relaunch_data_parallel_cpu
 from .outputs import ARCHITECTURE_FILE, write_outputs, write_tokenizer
 from .readout import keep_frozen_in_eval_mode
-from .run import MEMBERS_DIR, Run, check_output, check_together, runs_from_command_line
+from .run import MEMBERS_DIR, Run, check_output, check_together, command_line, runs_from_command_line
 from .trainer import EnsembleTrainer, MemberState, RunDataCache, member_log_history, trainer_for
 
 # "auto" stacks members on the CPU while one member's training step costs at most this many floating-point
@@ -266,8 +267,9 @@ def _train_owned(run: Run, reuse: bool, cache: RunDataCache | None, callbacks) -
             raise FolderTaken(str(error)) from None
     if not reuse:
         record = _script_identity(run)
-        forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
-        return _train(run, cache, callbacks, record_identity=record)
+        if run.training_args.resume_from_checkpoint is None:
+            forget_identity(run.training_args.output_dir)  # whatever the folder held, it is no runner's run any more
+        return _train(run, cache, callbacks, record_identity=record, forget=True)
     state = folder_state(run.output_dir, run.identity)
     if state.status == "done":
         return _result_of(run, reused=True)
@@ -315,11 +317,29 @@ def _result_of(run: Run, reused: bool) -> TrainingResult:
                           summary["train_runtime_s"], summary["global_step"], reused, {**summary, "reused": reused})
 
 
+class RunBegins(TrainerCallback):
+    """Call ``action`` once, when the Trainer begins training (``on_train_begin``: after a checkpoint's weights,
+    optimizer and scheduler were loaded), so that a resumed run changes nothing of its folder until then."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.action is not None:
+            action, self.action = self.action, None
+            action()
+
+
 def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
-           record_identity: dict | None = None) -> TrainingResult:
+           record_identity: dict | None = None, forget: bool = False) -> TrainingResult:
     """Train and write a single run whose folder is checked: the data, the model and the Trainer, then the folder
     becomes a run folder (``run_config.json``; with ``record_identity``, ``{"resumed_from": ...}``, its
-    ``run_identity.json`` right after), the Trainer trains, and the outputs are written, the marker last."""
+    ``run_identity.json`` right after), the Trainer trains, and the outputs are written, the marker last.
+
+    A resumed run checks that the checkpoint's weights fit its model before any work, and changes nothing of its
+    folder (its completion marker, its identity record; ``forget``: the record of a run the scripts resume) until the
+    Trainer has loaded the checkpoint and begins (:class:`RunBegins`): a checkpoint that fails to load leaves a
+    finished run finished."""
     args, data_args, task = run.training_args, run.data_args, run.model_task
     if args.cpu_threads:
         torch.set_num_threads(int(args.cpu_threads))
@@ -346,12 +366,26 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                  MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json")), *extra_callbacks]
     bp_callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task,
                                                                        args.per_device_eval_batch_size))
+    resuming = args.resume_from_checkpoint is not None
+    if resuming:
+        check_checkpoint_fits(model, args.resume_from_checkpoint)
+    command = command_line(run.task, run.arguments, output_dir)
+
+    def begin():  # the folder becomes a run folder: run_config.json first, run_complete.json last
+        if not args.should_save:
+            return
+        if forget and resuming:
+            forget_identity(output_dir)
+        start_run_folder(run.task, data_args, run.model_args, args, command=command)
+        if record_identity is not None:  # after start_run_folder, which clears the previous run's files
+            write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
+                           resumed_from=record_identity["resumed_from"])
+
+    if resuming:
+        callbacks.insert(0, RunBegins(begin))
     with disk_full_named(output_dir, model):  # a full disk: one message saying what a checkpoint needs
-        if args.should_save:  # the folder becomes a run folder: run_config.json first, run_complete.json last
-            start_run_folder(run.task, data_args, run.model_args, args, command=run.command())
-            if record_identity is not None:  # after start_run_folder, which clears the previous run's files
-                write_identity(output_dir, run.identity, run.task, run.arguments, run.config,
-                               resumed_from=record_identity["resumed_from"])
+        if not resuming:
+            begin()
         other = {} if run.model_args.is_treelang or task != "clm" else {"compute_loss_func": functools.partial(
             next_leaf_cross_entropy, label_smoothing=args.label_smoothing_factor)}
         trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
@@ -523,14 +557,21 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
         states.append(MemberState(run, data, callback,
                                   torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
                                   torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)))
-    for run in runs:  # each member folder becomes a run folder now, complete when run_complete.json is written
-        start_run_folder(run.task, run.data_args, run.model_args, run.training_args, command=run.command())
+    def begin():  # each member folder becomes a run folder, complete when run_complete.json is written
+        for run in runs:
+            start_run_folder(run.task, run.data_args, run.model_args, run.training_args, command=run.command())
+
+    if resume is None:
+        begin()
     models = []
     for run in runs:
         set_seed(run.training_args.seed)  # exactly the single run's initialisation
         models.append(build_model(run))
     stacked = StackedTreeLang.from_models(models, task)
     del models
+    if resume is not None:  # nothing of the members' folders changes until the checkpoint has loaded
+        check_checkpoint_fits(stacked, resume)
+        extra_callbacks = [RunBegins(begin), *extra_callbacks]
     stream = TrainingStream(
         task, np.stack([s.data.train.leaves for s in states]), np.stack([s.data.train.roots for s in states]),
         seeds=[run.training_args.seed for run in runs], num_symbols=first.data_args.num_symbols,

@@ -58,6 +58,7 @@ from .folders import (
     DamagedFile,
     TASK_ARCHITECTURES,
     check_output_dir_free,
+    check_checkpoint_fits,
     check_resume_checkpoint,
     check_run_complete,
     read_model_config,
@@ -148,18 +149,8 @@ class Run:
                 float(self.data_args.sigma))
 
     def command(self) -> str:
-        """The command that trains this run alone: its training script with every argument it was given (the preset
-        fills the rest, as it did for this run) and its folder."""
-        import shlex
-
-        parts = ["python", f"training/run_{self.task}.py"]
-        for key, value in sorted(self.arguments.items()):
-            if key in RESERVED_ARGUMENTS:
-                continue
-            values = value if isinstance(value, list) else [value]
-            parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
-        parts += ["--output_dir", str(self.output_dir)]
-        return shlex.join(parts)
+        """The command that trains this run alone (:func:`command_line`)."""
+        return command_line(self.task, self.arguments, self.output_dir)
 
     def replace_training(self, **values) -> "Run":
         """This run with training arguments changed that are not part of its identity (folder, resuming, threads)."""
@@ -219,6 +210,21 @@ def build(task: str, data_args, model_args, training_args, arguments: dict, *, n
     arguments = json.loads(json.dumps(arguments, sort_keys=True, default=str))
     return Run(task, data_args, model_args, training_args, arguments, config, run_identity(config), name,
                dict(tags or {}))
+
+
+def command_line(task: str, arguments: dict, output_dir) -> str:
+    """The command that trains a run of ``task`` alone: its training script with every argument it was given (the
+    preset fills the rest, as it did for the run) and its folder ``output_dir``."""
+    import shlex
+
+    parts = ["python", f"training/run_{task}.py"]
+    for key, value in sorted(arguments.items()):
+        if key in RESERVED_ARGUMENTS:
+            continue
+        values = value if isinstance(value, list) else [value]
+        parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
+    parts += ["--output_dir", str(output_dir)]
+    return shlex.join(parts)
 
 
 def runs_from_command_line(task: str, argv: list | None = None) -> tuple:
@@ -501,13 +507,15 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
     model_task = model_task_of(task)
     patched = model_args.patched_config(data_args, model_task)
     check_run_memory(data_args, model_sizes(patched.config, data_args.depth, data_args.num_symbols), training_args)
-    check_runs(build_architecture(patched, model_task), data_args.num_symbols, data_args.depth)
+    model = build_architecture(patched, model_task)
+    check_runs(model, data_args.num_symbols, data_args.depth)
     resume = training_args.resume_from_checkpoint
     if resume is not None:
         if training_args.overwrite_output_dir:
             raise ValueError("`overwrite_output_dir` and `resume_from_checkpoint` exclude each other: resuming "
                              f"continues the run in output_dir, overwriting removes it; got both ({resume!r})")
         check_resume_checkpoint(resume, patched.model_type)
+        check_checkpoint_fits(model, resume)
     check_checkpoint_epochs(training_args.checkpoint_epochs, training_args.num_train_epochs)
 
 
