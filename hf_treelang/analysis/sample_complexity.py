@@ -179,6 +179,16 @@ def run_name(arm: str, size: int, seed: int | None = None) -> str:
     return f"{arm}-P{size}" if seed is None else f"{arm}-P{size}-seed{seed}"
 
 
+def hierarchy_arguments(grammar) -> dict:
+    """The data arguments of a Random Hierarchy Model grammar (``num_rules``, ``num_classes``, ``arity``), so that
+    every arm trains on the checkpoint's own grammar; ``{}`` for the paper's grammar."""
+    params = grammar.params
+    if params.get("ensemble") != "random_hierarchy":
+        return {}
+    return {"num_rules": int(params["num_rules"]), "num_classes": int(params["num_classes"]),
+            "arity": int(params["arity"])}
+
+
 def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int, sigma: float, grammar_seed: int,
                                 filter_level: int, model_kwargs: dict, sizes, arms=ARMS, epochs: float = 20.0,
                                 max_steps: int | None = 600, num_test: int = 2048, num_eval: int = 512,
@@ -198,7 +208,8 @@ def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int
         # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
         capped = max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
         arguments = {
-            "preset": "paper", "grammar_seed": int(grammar_seed), "sigma": float(sigma),
+            "preset": "paper", "grammar_seed": int(grammar_seed),
+            **({} if "num_rules" in model_kwargs else {"sigma": float(sigma)}),  # an RHM's rules are uniform
             "num_symbols": int(num_symbols), "depth": int(depth), "k_train": int(filter_level),
             "num_train": int(size), "num_eval": int(num_eval), "num_test": int(num_test),
             "k_test": [int(filter_level)], "use_dataset_builder": bool(use_dataset_builder), **model_kwargs,
@@ -279,7 +290,8 @@ def sample_complexity_sweep(
     entries = sample_complexity_arguments(
         ckpt.path, depth=ckpt.depth, num_symbols=ckpt.num_symbols, sigma=float(config.sigma),
         grammar_seed=int(config.grammar_seed), filter_level=ckpt.filter_level,
-        model_kwargs={name: getattr(config, name) for name in ARCHITECTURE}, sizes=sizes, arms=arms,
+        model_kwargs={**{name: getattr(config, name) for name in ARCHITECTURE}, **hierarchy_arguments(ckpt.grammar)},
+        sizes=sizes, arms=arms,
         epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval, batch_size=batch_size,
         learning_rate=learning_rate, seeds=seeds, num_evaluations=num_evaluations,
         use_dataset_builder=use_dataset_builder, classifier_hidden_size=classifier_hidden_size,

@@ -239,6 +239,11 @@ def patch_config(model_type: str | None, task: str, num_symbols: int, depth: int
         given = set(typed)
     if model_type == TREELANG:
         raise ArchitectureError("--model_type treelang is built from the TreeLang flags, not patched")
+    if getattr(config, "is_encoder_decoder", False):
+        raise ArchitectureError(f"{model_type} is an encoder-decoder model: its decoder would read the labels it "
+                                "predicts (transformers shifts them into the decoder's input), so the trained function "
+                                "is not the one the BP-KL callback evaluates; use an encoder (bert, roberta, ...) or a "
+                                "decoder (gpt2, llama, ...)")
     patched = PatchedConfig(config, model_type, overrides=typed)
     changes = patched.changes
 

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
@@ -410,6 +411,13 @@ class ModelArguments:
                   "the type's defaults; its values are kept, --config_overrides applied on top."},
     )
 
+    def __post_init__(self):
+        # a --config_name file names its architecture: the run records it (run_config.json, the card, compare)
+        if self.config_name is not None and self.model_type == TREELANG:
+            named = config_file_model_type(self.config_name)
+            if named is not None and named != TREELANG:
+                self.model_type = named
+
     @property
     def is_treelang(self) -> bool:
         """Whether the model is the TreeLang encoder (else an architecture of transformers, patched)."""
@@ -602,6 +610,10 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
         if self.max_steps <= 0 and self.num_train_epochs == 0:
             raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
+        if self.fp16 and self.device.type != "cuda":  # transformers accepts it there and trains in fp32
+            raise ValueError(f"`fp16` needs a CUDA GPU (its autocast and gradient scaler); this run trains on "
+                             f"{self.device.type!r}, where it would train in fp32 unannounced: leave it off (--bf16 "
+                             "true autocasts on a CPU)")
         self.check_engine()
 
     def check_schedule(self, steps: int) -> None:
@@ -609,6 +621,7 @@ class TreeLangTrainingArguments(TrainingArguments):
         ``warmup_stable_decay`` (a warm-up, a constant rate, then a decay over ``num_decay_steps``), its
         ``lr_scheduler_kwargs`` must name ``num_decay_steps`` and fit warm-up and decay into the run."""
         if str(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)) != WARMUP_STABLE_DECAY:
+            self.check_scheduler_builds(steps)
             return
         kwargs = dict(self.lr_scheduler_kwargs or {})
         unknown = sorted(set(kwargs) - set(WSD_KWARGS))
@@ -626,6 +639,23 @@ class TreeLangTrainingArguments(TrainingArguments):
             check_choice(name, kwargs.get(name, "linear"), WSD_SHAPES)
         check_real("min_lr_ratio", kwargs.get("min_lr_ratio", 0.0), 0.0, 1.0)
         check_real("num_cycles", kwargs.get("num_cycles", 0.5), 0.0)
+
+    def check_scheduler_builds(self, steps: int) -> None:
+        """Build the schedule as the Trainer will (transformers' ``get_scheduler`` on a stand-in optimizer), so that
+        a type that needs ``lr_scheduler_kwargs`` it was not given (``cosine_with_min_lr`` needs ``min_lr`` or
+        ``min_lr_rate``) or one it does not take is refused in one line before any work."""
+        import torch
+        from transformers import get_scheduler
+
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=float(self.learning_rate) or 1.0)
+        try:
+            get_scheduler(self.lr_scheduler_type, optimizer, num_warmup_steps=self.get_warmup_steps(steps),
+                          num_training_steps=steps, scheduler_specific_kwargs=dict(self.lr_scheduler_kwargs or {}))
+        except (ValueError, TypeError, KeyError) as error:
+            kind = str(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type))
+            raise ValueError(f"`lr_scheduler_type` {kind!r} with `lr_scheduler_kwargs` "
+                             f"{dict(self.lr_scheduler_kwargs or {})!r} cannot be built: "
+                             f"{str(error).splitlines()[0]}") from None
 
     def check_engine(self) -> None:
         """The training engine's choices (:mod:`hf_treelang.train.trainer`), each error naming the argument."""
@@ -683,6 +713,21 @@ class TreeLangTrainingArguments(TrainingArguments):
         elif self.torch_compile and not requested:
             obstacles.append("torch_compile (a compiled step is captured only with --step_mode cuda_graph)")
         return obstacles
+
+
+def config_file_model_type(path) -> str | None:
+    """The ``model_type`` a config file (a config.json or its folder's) names, None when it cannot be read (the
+    run's checks then say why)."""
+    candidates = [Path(path), Path(path) / "config.json"]
+    found = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    named = value.get("model_type") if isinstance(value, dict) else None
+    return named if isinstance(named, str) and named else None
 
 
 def check_choice(name: str, value, choices: tuple) -> None:

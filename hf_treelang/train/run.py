@@ -681,6 +681,16 @@ def data_format_version() -> str:
     return str(TreeLangBuilderConfig.version)
 
 
+def config_file_hash(path) -> str:
+    """``sha256:<hex>`` of a ``--config_name`` file (a config.json or its folder's), what a run's identity keeps of
+    it; ``missing:<path>`` when it is not there (the run's checks refuse that before any work)."""
+    candidates = [Path(path), Path(path) / "config.json"]
+    found = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if found is None:
+        return f"missing:{path}"
+    return "sha256:" + hashlib.sha256(found.read_bytes()).hexdigest()
+
+
 def checkpoint_hash(path) -> str:
     """sha256 of what a fine-tuning run starts from: the checkpoint's ``config.json`` and weight files."""
     folder = Path(path)
@@ -728,6 +738,8 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
         if model[name] == default:
             del model[name]
     start = model.pop("model_name_or_path")
+    if model.get("config_name"):  # a config file by its content: an edited file is another run
+        model["config_name"] = config_file_hash(model["config_name"])
     everything = training_args.to_dict()
     training = _normalised(TreeLangTrainingArguments,
                            {key: everything.get(key) for key in IDENTITY_TRAINING_FIELDS})

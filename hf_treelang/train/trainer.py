@@ -282,6 +282,21 @@ def logged_loss_sum(log_history: list, global_step: int) -> RunLoss:
     return RunLoss(total, steps=previous)
 
 
+class EvaluatesEveryRow:
+    """A Trainer mixin: ``--dataloader_drop_last`` drops the last partial batch of the *training* data only; the
+    evaluation set is read whole (the stock Trainer applies the flag to its evaluation loader too, so that an
+    evaluation of 600 sequences in batches of 128 would average 512 of them)."""
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        if not self.args.dataloader_drop_last:
+            return super().get_eval_dataloader(eval_dataset)
+        self.args.dataloader_drop_last = False
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.args.dataloader_drop_last = True
+
+
 class ResumesWhole:
     """A Trainer mixin for what a resumed run must report as if it had never stopped.
 
@@ -343,11 +358,11 @@ class ResumesWhole:
         return TrainOutput(output.global_step, loss, {**output.metrics, "train_loss": loss})
 
 
-class StockTrainer(ResumesWhole, Trainer):
+class StockTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
     """The stock ``transformers.Trainer`` (``--train_engine dataloader``), ending at ``max_steps`` on resume."""
 
 
-class TreeLangTrainer(ResumesWhole, Trainer):
+class TreeLangTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
     """``transformers.Trainer`` fed from a :class:`~hf_treelang.train.device_data.TrainingStream`, with a lean step.
 
     Args (besides the Trainer's):
