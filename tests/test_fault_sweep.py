@@ -113,3 +113,68 @@ def test_a_schedule_missing_its_arguments_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
     resolve("root", {**TINY, "lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr": 1e-5}},
             tmp_path / "ok")
+
+
+# ---------------------------------------------------------------- 6, 7, 8: other architectures, before any work
+
+OTHER = ["--depth", "2", "--num_symbols", "3", "--num_train", "64", "--num_eval", "16", "--num_test", "16",
+         "--per_device_train_batch_size", "8", "--max_steps", "2", "--num_evaluations", "1", "--num_checkpoints", "0",
+         "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1", "--use_dataset_builder", "false"]
+
+
+def _refused(task, out, capsys, *flags) -> str:
+    assert main(task, [*OTHER, "--output_dir", str(out), *flags], as_script=True) == 2
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert not out.exists()  # nothing made
+    return lines[0]
+
+
+@pytest.mark.parametrize("model_type, overrides", [
+    ("bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=1,max_position_embeddings=100000000"),
+    ("bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=1,type_vocab_size=100000000"),
+    ("gpt2", "n_embd=64,n_layer=1,n_head=1,n_positions=100000000"),
+])
+def test_the_memory_of_another_architecture_is_its_parameter_count_on_the_meta_device(model_type, overrides,
+                                                                                       tmp_path, capsys):
+    line = _refused("mlm" if model_type == "bert" else "clm", tmp_path / "run", capsys, "--model_type", model_type,
+                    "--config_overrides", overrides)
+    assert "the model's 6,400," in line and "parameters need about 102." in line, line
+
+
+def test_a_config_file_with_code_of_its_own_is_refused_unless_trusted(tmp_path, capsys):
+    path = _bert_config_file(tmp_path / "cfg")
+    config = json.loads(path.read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_mine.MineConfig"}
+    path.write_text(json.dumps(config))
+    line = _refused("mlm", tmp_path / "run", capsys, "--config_name", str(path))
+    assert "has an auto_map" in line and "--trust_remote_code true" in line
+
+
+@pytest.mark.parametrize("task, model_type, overrides, message", [
+    ("mlm", "bert", "hidden_size=-1,num_hidden_layers=1,num_attention_heads=1", "cannot be built"),
+    ("mlm", "bert", "hidden_size=16,num_hidden_layers=1,num_attention_heads=0", "num_attention_heads"),
+    ("root", "rwkv", "hidden_size=16,num_hidden_layers=1", ""),
+    ("mlm", "bert", "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,hidden_act=foo", "foo"),
+    ("mlm", "bert", "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,output_attentions=true",
+     "leave output_attentions unset"),
+    ("mlm", "bert", "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,dtype=float16", "leave dtype unset"),
+    ("clm", "xlnet", "d_model=16,n_layer=1,n_head=1,d_inner=32", "cannot be fitted"),
+    ("root", "bert", "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,__class__=x", "is not a config field"),
+])
+def test_an_architecture_that_cannot_build_or_take_a_first_step_is_one_line(task, model_type, overrides, message,
+                                                                             tmp_path, capsys):
+    line = _refused(task, tmp_path / "run", capsys, "--model_type", model_type, "--config_overrides", overrides)
+    assert line.startswith("__main__.py: error:") or "error:" in line, line
+    assert message in line, line
+
+
+def test_an_architecture_whose_training_step_fails_at_2_to_the_l_leaves_is_one_line_before_any_work(tmp_path, capsys):
+    from transformers import ReformerConfig
+
+    (tmp_path / "cfg").mkdir()
+    ReformerConfig(hidden_size=16, num_attention_heads=1, attention_head_size=16, feed_forward_size=32,
+                   axial_pos_embds_dim=[8, 8], attn_layers=["local"], is_decoder=True).to_json_file(
+        tmp_path / "cfg" / "config.json")  # its positions need 64 × 64 tokens in training, not 4
+    line = _refused("clm", tmp_path / "run", capsys, "--config_name", str(tmp_path / "cfg"))
+    assert "reformer cannot run sequences of 4 leaves" in line and "axial_pos_shape" in line

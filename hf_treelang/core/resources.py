@@ -100,13 +100,16 @@ class ModelSizes:
     num_hidden_layers: int
     num_attention_heads: int
     classifier_hidden_size: int = 0
+    parameters: int | None = None  # the exact count where it is known (another architecture, counted on meta)
 
 
-def model_sizes(config, depth: int, num_symbols: int, arity: int | None = None) -> ModelSizes:
+def model_sizes(config, depth: int, num_symbols: int, arity: int | None = None,
+                parameters: int | None = None) -> ModelSizes:
     """The :class:`ModelSizes` of a model config of any architecture on data of depth ℓ, arity s and q symbols, read
     under transformers' common names (``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
     ``num_attention_heads``; GPT-2's ``n_inner``); a feed-forward size the config does not name is taken as 4 d, a
-    layer or head count as 1, an arity not given as the config's ``arity`` (2 without one)."""
+    layer or head count as 1, an arity not given as the config's ``arity`` (2 without one). ``parameters``: the
+    model's exact parameter count, where known (:func:`parameter_count` then returns it)."""
     hidden = int(getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or 0)
     return ModelSizes(
         depth=int(depth), num_symbols=int(num_symbols), arity=int(arity or getattr(config, "arity", 2) or 2),
@@ -115,7 +118,8 @@ def model_sizes(config, depth: int, num_symbols: int, arity: int | None = None) 
                               or 4 * hidden),
         num_hidden_layers=int(getattr(config, "num_hidden_layers", None) or 1),
         num_attention_heads=int(getattr(config, "num_attention_heads", None) or 1),
-        classifier_hidden_size=int(getattr(config, "classifier_hidden_size", 0) or 0))
+        classifier_hidden_size=int(getattr(config, "classifier_hidden_size", 0) or 0),
+        parameters=None if parameters is None else int(parameters))
 
 
 def layer_bytes(config) -> int:
@@ -186,9 +190,12 @@ def generation_bytes(num_samples: int, batch_size: int, config) -> int:
 
 
 def parameter_count(config) -> int:
-    """An upper bound of a TreeLang model's parameters: per layer the attention 4 d² + 4 d, the feed-forward
+    """The exact count a :class:`ModelSizes` carries (``parameters``), else an upper bound of a TreeLang model's
+    parameters: per layer the attention 4 d² + 4 d, the feed-forward
     2 d d' + d + d' and two layer norms 4 d; the embedding (q + 1) d; the largest head (the root readout of every
     final token, L d q + q, or its hidden layer L d H + H q)."""
+    if getattr(config, "parameters", None) is not None:  # counted exactly (another architecture, on meta)
+        return int(config.parameters)
     d, ff, q = int(config.hidden_size), int(config.intermediate_size), int(config.num_symbols)
     length, hidden = _shape(config)[3], int(getattr(config, "classifier_hidden_size", 0) or 0)
     head = length * d * hidden + hidden * q + hidden if hidden else length * d * q + q

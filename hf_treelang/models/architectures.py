@@ -43,6 +43,7 @@ import inspect
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -153,11 +154,30 @@ def _typed(name: str, text: str, default):
         return text
 
 
+# config fields a run may not set: the package decides them (outputs it reads, the training precision)
+OWNED_FIELDS = {
+    "output_attentions": "the analyses ask for attention maps when they read them (hf-treelang attention)",
+    "output_hidden_states": "the analyses ask for hidden states when they read them (hf-treelang probe)",
+    "return_dict": "the training loop reads the model's outputs by name",
+    "dtype": "the training precision is the Trainer's (--bf16, --tf32), the weights stay float32",
+    "torch_dtype": "the training precision is the Trainer's (--bf16, --tf32), the weights stay float32",
+}
+
+
 def typed_overrides(config_class, overrides: dict) -> dict:
-    """The overrides typed like the fields of ``config_class()``; an unknown field is refused."""
-    default = config_class()
+    """The overrides typed like the fields of ``config_class()``; an unknown field, a private name and a field the
+    package owns (:data:`OWNED_FIELDS`) are refused."""
+    try:
+        default = config_class()
+    except Exception as error:  # a registered config that cannot be built with its defaults
+        raise ArchitectureError(f"{getattr(config_class, 'model_type', config_class.__name__)}: its config cannot be "
+                                f"built with its defaults ({type(error).__name__}: {_first_line(error)})") from None
     out = {}
     for name, text in overrides.items():
+        if name.startswith("_"):
+            raise ArchitectureError(f"config override {name}={text!r}: {name!r} is not a config field")
+        if name in OWNED_FIELDS:
+            raise ArchitectureError(f"config override {name}={text!r}: leave {name} unset: {OWNED_FIELDS[name]}")
         if name in ("vocab_size", "num_labels") or name in SPECIAL_ID_ROLES or name.endswith("_token_id"):
             raise ArchitectureError(f"config override {name}={text!r}: {name} is set by the TreeLang data "
                                     f"(vocab_size q + 2, special ids outside the symbols, num_labels q)")
@@ -204,28 +224,66 @@ def position_offset(model_type: str, pad_token_id: int) -> int:
     return pad_token_id + 1 if "create_position_ids_from_input_ids" in source else 0
 
 
+def check_config_file_code(config_name: str, trust_remote_code: bool = False) -> None:
+    """A config file is data: one whose ``auto_map`` names code to import from its folder (a model of its own) is
+    refused in one line unless ``trust_remote_code`` (``--trust_remote_code true``) says to run that code."""
+    candidates = [Path(config_name), Path(config_name) / "config.json"]
+    found = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if found is None:
+        return  # AutoConfig says what is missing
+    try:
+        value = json.loads(found.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise ArchitectureError(f"--config_name {config_name!r}: {str(found)!r} is not readable JSON ({error})") from None
+    if isinstance(value, dict) and value.get("auto_map") and not trust_remote_code:
+        raise ArchitectureError(f"--config_name {config_name!r} has an auto_map (code of its own in that folder: "
+                                f"{', '.join(sorted(value['auto_map']))}); a config file is read as data: pass "
+                                "--trust_remote_code true to run that code")
+
+
 def patch_config(model_type: str | None, task: str, num_symbols: int, depth: int, *,
-                 config_overrides: str | None = None, config_name: str | None = None) -> PatchedConfig:
+                 config_overrides: str | None = None, config_name: str | None = None,
+                 trust_remote_code: bool = False) -> PatchedConfig:
     """The config of ``model_type`` (or of the local config file ``config_name``) fitted to TreeLang data of
     ``num_symbols`` (q) symbols and ``depth`` (ℓ) for ``task`` (``"mlm"``, ``"clm"`` or ``"root"``); see the module
-    docstring for what changes. Raises :class:`ArchitectureError` (one line) for what cannot fit."""
+    docstring for what changes. Raises :class:`ArchitectureError` (one line) for what cannot fit, whatever the
+    foreign config raised. A config file with code of its own (``auto_map``) is refused unless ``trust_remote_code``
+    (:func:`check_config_file_code`)."""
+    try:
+        return _patch_config(model_type, task, num_symbols, depth, config_overrides=config_overrides,
+                             config_name=config_name, trust_remote_code=trust_remote_code)
+    except ArchitectureError:
+        raise
+    except Exception as error:  # a foreign config's property or check refusing what the fitting sets
+        raise ArchitectureError(f"{model_type or config_name}: its config cannot be fitted to {2**depth} leaves of "
+                                f"{num_symbols} symbols ({type(error).__name__}: {_first_line(error)})") from None
+
+
+def _patch_config(model_type: str | None, task: str, num_symbols: int, depth: int, *,
+                  config_overrides: str | None = None, config_name: str | None = None,
+                  trust_remote_code: bool = False) -> PatchedConfig:
     if task not in TASK_HEADS:
         raise ArchitectureError(f"task must be one of {tuple(TASK_HEADS)}, got {task!r}")
     vocabulary = Vocabulary(num_symbols)
     overrides = parse_overrides(config_overrides)
     if config_name is not None:
+        check_config_file_code(config_name, trust_remote_code)
         try:
-            base = AutoConfig.from_pretrained(config_name)
-        except (OSError, ValueError) as error:
+            base = AutoConfig.from_pretrained(config_name, trust_remote_code=trust_remote_code)
+        except Exception as error:  # OSError, ValueError, a foreign config's own TypeError or KeyError
             raise ArchitectureError(f"--config_name {config_name!r}: not a readable config "
-                                    f"({str(error).splitlines()[0]})") from None
+                                    f"({type(error).__name__}: {_first_line(error)})") from None
         if model_type not in (None, base.model_type):
             raise ArchitectureError(f"--model_type {model_type!r} disagrees with --config_name {config_name!r}, "
                                     f"whose model_type is {base.model_type!r}")
         model_type = base.model_type
         typed = typed_overrides(type(base), overrides)
-        for name, value in typed.items():
-            setattr(base, name, value)
+        try:
+            for name, value in typed.items():
+                setattr(base, name, value)
+        except Exception as error:
+            raise ArchitectureError(f"--config_overrides {config_overrides!r}: {model_type} refuses them "
+                                    f"({type(error).__name__}: {_first_line(error)})") from None
         given = set(base.to_diff_dict()) | set(typed)
         config = base
     else:
@@ -233,9 +291,9 @@ def patch_config(model_type: str | None, task: str, num_symbols: int, depth: int
         typed = typed_overrides(config_class, overrides)
         try:
             config = config_class(**_derived_sizes(config_class, typed))
-        except (ValueError, TypeError) as error:
+        except Exception as error:  # a foreign config's checks raise what they raise
             raise ArchitectureError(f"--config_overrides {config_overrides!r}: {model_type} refuses them "
-                                    f"({str(error).splitlines()[0]})") from None
+                                    f"({type(error).__name__}: {_first_line(error)})") from None
         given = set(typed)
     if model_type == TREELANG:
         raise ArchitectureError("--model_type treelang is built from the TreeLang flags, not patched")
@@ -410,36 +468,70 @@ def register_pooled_root_classifiers() -> None:
                                                      exist_ok=True)
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def build_model(patched: PatchedConfig, task: str):
-    """The ``task`` model of a patched config, checked by one forward pass of two sequences of 2**ℓ leaves."""
+    """The ``task`` model of a patched config; a config the architecture cannot build (a size of 0 or below, an
+    unknown activation, a field of the wrong type, a missing optional package) is :class:`ArchitectureError`, one
+    line naming the error."""
     config = patched.config
     if task == "root" and type(config) not in AutoModelForSequenceClassification._model_mapping:
         register_pooled_root_classifiers()
-    model = TASK_HEADS[task].from_config(config)
-    return model
+    try:
+        return TASK_HEADS[task].from_config(config)
+    except Exception as error:  # any failure inside a foreign constructor: say which, in one line
+        raise ArchitectureError(f"{patched.model_type} cannot be built with this config "
+                                f"({_overrides_text(patched)}): {type(error).__name__}: {_first_line(error)}") from None
+
+
+def _overrides_text(patched: PatchedConfig) -> str:
+    given = ", ".join(f"{name}={value}" for name, value in patched.overrides.items())
+    return f"--config_overrides {given}" if given else "its defaults"
+
+
+def parameter_count_on_meta(patched: PatchedConfig, task: str) -> int:
+    """The parameters of the ``task`` model of a patched config, counted on the meta device (no memory is taken:
+    the count of a config whose weights would not fit is known before they are allocated)."""
+    with torch.device("meta"):
+        model = build_model(patched, task)
+    return int(sum(parameter.numel() for parameter in model.parameters()))
 
 
 def check_runs(model, num_symbols: int, depth: int) -> None:
-    """One forward pass of two all-symbol sequences of 2**ℓ leaves; an architecture that cannot run them is refused
-    in one line naming the error."""
+    """A first step on two sequences of 2**ℓ leaves, on a copy of the model: one evaluation forward pass and one
+    training forward and backward pass, whose logits and gradients must be finite; an architecture that cannot run
+    them (a sequence length its positions do not allow in training, a precision that overflows) is refused in one
+    line naming the error, before any data or folder is made."""
+    import copy
+
     inputs = torch.zeros((2, 2**depth), dtype=torch.int64)  # (2, L)
     inputs[:, 0] = Vocabulary(num_symbols).bos_token_id
-    was_training = model.training
-    model.eval()
+    inputs[1, 1:] = torch.arange(2**depth - 1) % num_symbols  # two different sequences
+    name = model.config.model_type
+    trial = copy.deepcopy(model)
     try:
+        trial.eval()
         with torch.no_grad():
-            logits = model(input_ids=inputs).logits
-    except Exception as error:  # any failure inside a foreign forward: say which, in one line
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ArchitectureError(f"{model.config.model_type} cannot run sequences of {2**depth} leaves with this "
-                                f"config: {type(error).__name__}: {message}") from None
-    finally:
-        model.train(was_training)
+            logits = trial(input_ids=inputs).logits
+        trial.train()
+        trained = trial(input_ids=inputs).logits
+        trained.float().logsumexp(-1).mean().backward()
+    except Exception as error:  # any failure inside a foreign forward or backward: say which, in one line
+        raise ArchitectureError(f"{name} cannot run sequences of {2**depth} leaves with this config: "
+                                f"{type(error).__name__}: {_first_line(error)}") from None
     if logits.shape[0] != 2:
-        raise ArchitectureError(f"{model.config.model_type} returned logits of shape {tuple(logits.shape)} for a "
-                                f"batch of 2 sequences")
+        raise ArchitectureError(f"{name} returned logits of shape {tuple(logits.shape)} for a batch of 2 sequences")
+    if not (torch.isfinite(logits).all() and torch.isfinite(trained).all()):
+        raise ArchitectureError(f"{name} returns non-finite logits with this config (a precision that overflows?): "
+                                "leave dtype unset and train in float32 or with --bf16")
+    broken = [n for n, p in trial.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    if broken:
+        raise ArchitectureError(f"{name} gives non-finite gradients with this config (first: {broken[0]})")
 
 
-__all__ = ["ArchitectureError", "PatchedConfig", "PooledRootClassifier", "TREELANG", "build_model", "check_head",
-           "check_runs", "has_head", "parse_overrides", "patch_config", "pooled_root_classifier",
-           "register_pooled_root_classifiers", "typed_overrides"]
+__all__ = ["ArchitectureError", "OWNED_FIELDS", "PatchedConfig", "PooledRootClassifier", "TREELANG", "build_model",
+           "check_head", "check_runs", "has_head", "parameter_count_on_meta", "parse_overrides", "patch_config",
+           "pooled_root_classifier", "register_pooled_root_classifiers", "typed_overrides"]

@@ -55,7 +55,8 @@ ARCHITECTURE_FIELDS = tuple(name for name in TreeLangConfig.__annotations__
                             if name not in DATA_CONFIG_FIELDS + TASK_CONFIG_FIELDS)
 # The flags that choose another architecture (transformers' example scripts' names); at their defaults a run is the
 # TreeLang encoder's, and its identity is what it was before they existed.
-OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "config_name": None}
+OTHER_ARCHITECTURE_FIELDS = {"model_type": TREELANG, "config_overrides": None, "config_name": None,
+                             "trust_remote_code": False}
 # The training-mask options of issue 33's search (DataArguments): at None a run masks as before they existed, and its
 # identity is what it was.
 MASK_OPTION_FIELDS = ("mask_rate_final", "block_mask_fraction", "block_mask_sizes")
@@ -410,6 +411,11 @@ class ModelArguments:
         metadata={"help": "With another --model_type: a local config.json (or its folder) to start from instead of "
                   "the type's defaults; its values are kept, --config_overrides applied on top."},
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={"help": "Run the code a --config_name file's auto_map names (a model defined in that folder); "
+                  "without it such a file is refused: a config file is read as data."},
+    )
 
     def __post_init__(self):
         # a --config_name file names its architecture: the run records it (run_config.json, the card, compare)
@@ -428,7 +434,8 @@ class ModelArguments:
         (``"mlm"``, ``"clm"`` or ``"root"``) on ``data_args``' data."""
         return patch_config(None if self.config_name is not None and self.model_type == TREELANG else
                             self.model_type, task, data_args.num_symbols, data_args.depth,
-                            config_overrides=self.config_overrides, config_name=self.config_name)
+                            config_overrides=self.config_overrides, config_name=self.config_name,
+                            trust_remote_code=self.trust_remote_code)
 
     def model_kwargs(self, depth: int) -> dict:
         """Architecture keyword arguments for ``TreeLangConfig.from_data``: every field of ARCHITECTURE_FIELDS."""

@@ -35,7 +35,7 @@ from hf_treelang.core.masking import TrainingMasking
 from hf_treelang.core.resources import check_memory, model_sizes, training_bytes
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.architectures import build_model as build_architecture
-from hf_treelang.models.architectures import check_runs
+from hf_treelang.models.architectures import check_runs, parameter_count_on_meta
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
 from .arguments import (
@@ -434,6 +434,14 @@ def check_run_memory(data_args, config, training_args) -> None:
     """Refuse, before any data are built, a run whose estimated peak memory (:func:`run_memory`, an upper bound)
     exceeds the machine's (:func:`hf_treelang.core.resources.check_memory`: the error names the size whose share of
     the estimate is the largest and what fits)."""
+    from hf_treelang.core.resources import MEMORY_FRACTION, format_bytes, memory_budget, parameter_count
+
+    budget = memory_budget()
+    weights = 16 * parameter_count(config)  # weights, gradients and Adam's two moments, float32
+    if budget is not None and weights > budget:  # the model alone: no data size can make it fit
+        raise ValueError(f"the model's {parameter_count(config):,} parameters need about {format_bytes(weights)} "
+                         f"(weights, gradients and Adam's two moments), more than {format_bytes(budget)} ({MEMORY_FRACTION:.0%} of "
+                         f"the memory available): lower its sizes (--config_overrides, or the TreeLang flags)")
     where = {"data": data_args, "training": training_args}
     sizes = {flag: int(getattr(where[kind], name)) for flag, (kind, name) in MEMORY_FLAGS.items()}
     levels = len(data_args.test_levels())
@@ -506,7 +514,9 @@ def check_other_architecture(task: str, data_args, model_args, training_args) ->
                          "by its example_index column), got True")
     model_task = model_task_of(task)
     patched = model_args.patched_config(data_args, model_task)
-    check_run_memory(data_args, model_sizes(patched.config, data_args.depth, data_args.num_symbols), training_args)
+    counted = parameter_count_on_meta(patched, model_task)  # every field that sizes a weight, none allocated
+    check_run_memory(data_args, model_sizes(patched.config, data_args.depth, data_args.num_symbols,
+                                            parameters=counted), training_args)
     model = build_architecture(patched, model_task)
     check_runs(model, data_args.num_symbols, data_args.depth)
     resume = training_args.resume_from_checkpoint
