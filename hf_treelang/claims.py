@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import socket
 import threading
@@ -43,6 +44,7 @@ TAKEOVER_SUFFIX = ".takeover"  # the guard held while a stale claim is removed
 HEARTBEAT_S = 60.0  # an owner refreshes its claim's modification time this often
 STALE_AFTER_S = 600.0  # a claim of another host not refreshed for this long is stale (ten heartbeats)
 GUARD_STALE_S = 60.0  # a takeover guard is held for milliseconds: one older than this was left by a killed process
+UNREADABLE_STALE_S = 5.0  # a claim is written whole in milliseconds: one still unreadable after this is garbage
 
 _held: dict = {}  # resolved folder -> nesting depth of the claims this process holds
 _lock = threading.Lock()
@@ -141,14 +143,14 @@ def _acquire(folder: Path, name: str, attempts: int = 5) -> None:
     for _ in range(attempts):
         if _create(path):
             return
-        record, age = _read(path)
+        record, age, raw = _read_with_bytes(path)
         if record is None and age is None:
             continue  # released meanwhile
         if record is not None and _ours(record):
             return  # already this process's
         if not _stale(record, age):
             raise FolderTaken(_taken_message(folder, name, {**(record or {}), "age_s": age}))
-        _take_over(path, record)
+        _take_over(path, raw)
     raise FolderTaken(f"`{name}` {str(folder)!r}: could not claim it ({CLAIM_FILE} keeps changing: another process "
                       "is claiming it at the same time); try again")
 
@@ -178,13 +180,39 @@ def _create(path: Path) -> bool:
 
 
 def _read(path: Path) -> tuple:
-    """(the claim's record or None when unreadable, its age in seconds by modification time); (None, None) when
-    there is no claim."""
+    """(the claim's record or None when unreadable or not a claim's record, its age in seconds by modification
+    time); (None, None) when there is no claim. A claim that is a folder is refused in one line (nobody's claim can
+    be one, and removing a folder is not the claim's business)."""
+    record, age, _ = _read_with_bytes(path)
+    return record, age
+
+
+def _read_with_bytes(path: Path) -> tuple:
+    """:func:`_read` and the bytes the record was read from (None when there is no claim)."""
     try:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
-        return None, None
-    return read_json_object(path), age
+        return None, None, None
+    if path.is_dir():
+        raise FolderTaken(f"{str(path)!r} is a folder, not a claim: remove it (it is no process's claim) and run "
+                          "again")
+    raw = _content(path)
+    if raw is None:
+        return None, None, None
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        record = None
+    return (record if _valid(record) else None), age, raw
+
+
+def _valid(record) -> bool:
+    """Whether a claim's record names a process: a host and a pid > 1 (0, -1 and 1, which os.kill takes for the
+    process group, every process and init, name no owner)."""
+    if not isinstance(record, dict) or not isinstance(record.get("host"), str):
+        return False
+    pid = record.get("pid")
+    return isinstance(pid, int) and not isinstance(pid, bool) and pid > 1
 
 
 def _ours(record: dict) -> bool:
@@ -194,14 +222,25 @@ def _ours(record: dict) -> bool:
 
 def _stale(record: dict | None, age: float) -> bool:
     """Whether a claim's owner is dead: by its pid and start time on this host, by its heartbeat on another."""
-    if record is None:  # unreadable (a file system without hard links, read while being written): by age only
-        return age > STALE_AFTER_S
+    if record is None:  # unreadable or no process named: garbage once it has had time to be written whole
+        return age > UNREADABLE_STALE_S
     alive = process_alive(record.get("host"), record.get("pid"), record.get("started"))
+    if alive and record.get("started") is None and process_start() is not None:
+        alive = None  # this host tells processes apart by start time; a claim without one cannot be checked
     return alive is False or (alive is None and age > STALE_AFTER_S)
 
 
-def _take_over(path: Path, stale: dict | None) -> None:
-    """Remove the stale claim ``stale`` unless another process replaced it meanwhile (under the takeover guard)."""
+def _content(path: Path) -> bytes | None:
+    """The claim file's bytes (None: gone), what a takeover compares to know it removes the claim it judged."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _take_over(path: Path, stale: bytes | None) -> None:
+    """Remove the stale claim whose bytes are ``stale`` unless another process replaced it meanwhile (under the
+    takeover guard)."""
     guard = path.with_name(path.name + TAKEOVER_SUFFIX)
     try:
         os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
@@ -212,7 +251,7 @@ def _take_over(path: Path, stale: dict | None) -> None:
         time.sleep(0.05)
         return
     try:
-        if read_json_object(path) == stale:
+        if stale is not None and _content(path) == stale:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     finally:
@@ -238,9 +277,14 @@ def _release(path: Path) -> None:
 
 
 def _taken_message(folder, name: str, record: dict) -> str:
+    if not _valid({key: value for key, value in record.items() if key != "age_s"}):
+        return (f"`{name}` {str(folder)!r} holds an unreadable claim ({Path(folder) / CLAIM_FILE}, written "
+                f"{record.get('age_s', 0):.0f} s ago, names no process): it is taken over once it is "
+                f"{UNREADABLE_STALE_S:g} s old; run again")
     other_host = record.get("host") not in (None, socket.gethostname())
-    rule = (f"it counts as gone once its claim goes {STALE_AFTER_S / 60:g} minutes without a heartbeat" if other_host
-            else "a claim of a dead process is taken over at once")
+    unchecked = not other_host and record.get("started") is None and process_start() is not None
+    rule = (f"it counts as gone once its claim goes {STALE_AFTER_S / 60:g} minutes without a heartbeat"
+            if other_host or unchecked else "a claim of a dead process is taken over at once")
     return (f"`{name}` {str(folder)!r} is in use by {describe(record)}: one writer per folder; wait for it to finish, "
             f"stop it, or choose another folder ({rule}; {Path(folder) / CLAIM_FILE} names the owner)")
 

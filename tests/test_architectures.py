@@ -333,8 +333,13 @@ def test_the_pipelines_work_offline_on_treelang_run_folders_too(tmp_path):
     for task in ("mlm", "clm", "root"):
         assert main(task, [*OTHER, *treelang, "--output_dir", str(tmp_path / task)], as_script=True) == 0
     assert type(AutoTokenizer.from_pretrained(tmp_path / "mlm")) is TreeLangTokenizer
-    fill = pipeline("fill-mask", model=str(tmp_path / "mlm"))  # TreeLang's MLM head scores the q symbols only
+    fill = pipeline("fill-mask", model=str(tmp_path / "mlm"))
     assert {answer["token"] for answer in fill("0 [MASK] 2 1", top_k=3)} == {0, 1, 2}
+    answers = fill("0 [MASK] 2 1")  # the pipeline's default top 5 of the q + 2 ids (q = 3 here)
+    assert len(answers) == 5 and {answer["token"] for answer in answers[:3]} == {0, 1, 2}
+    assert sum(answer["score"] for answer in answers[:3]) == pytest.approx(1.0) and answers[3]["score"] == 0.0
+    (padding,) = fill("0 [MASK] 2 1", targets=["[PAD]"])  # a special id as the target: probability 0, no error
+    assert padding["token_str"] == "[PAD]" and padding["score"] == 0.0
     text = pipeline("text-generation", model=str(tmp_path / "clm"))("2 0", max_new_tokens=2, do_sample=False)
     assert len(text[0]["generated_text"].split()) == 4
     assert pipeline("text-classification", model=str(tmp_path / "root"))("0 1 2 0")[0]["label"].startswith("symbol_")

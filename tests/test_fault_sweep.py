@@ -178,3 +178,95 @@ def test_an_architecture_whose_training_step_fails_at_2_to_the_l_leaves_is_one_l
         tmp_path / "cfg" / "config.json")  # its positions need 64 × 64 tokens in training, not 4
     line = _refused("clm", tmp_path / "run", capsys, "--config_name", str(tmp_path / "cfg"))
     assert "reformer cannot run sequences of 4 leaves" in line and "axial_pos_shape" in line
+
+
+# ---------------------------------------------------------------- 10: claims, a user's value, messages, tokens
+
+
+@pytest.mark.parametrize("content", ["", "garbage", "[1, 2]", '{"host": "x"}', '{"host": "x", "pid": true}'])
+def test_an_unreadable_claim_is_garbage_taken_over_once_it_has_had_time_to_be_written(content, tmp_path):
+    import os
+    import time
+
+    from hf_treelang import claims
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / claims.CLAIM_FILE).write_text(content)
+    with pytest.raises(claims.FolderTaken, match="holds an unreadable claim .* names no process"):
+        with claims.claim_folder(folder, "output_dir"):
+            pass
+    old = time.time() - 2 * claims.UNREADABLE_STALE_S
+    os.utime(folder / claims.CLAIM_FILE, (old, old))
+    with claims.claim_folder(folder, "output_dir"):  # taken over: not held for ten minutes
+        assert claims._ours(json.loads((folder / claims.CLAIM_FILE).read_text()))
+
+
+@pytest.mark.parametrize("pid", [0, -1, 1])
+def test_a_claim_naming_no_real_process_never_blocks_a_folder(pid, tmp_path):
+    import os
+    import socket
+    import time
+
+    from hf_treelang import claims
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / claims.CLAIM_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": pid}))
+    old = time.time() - 2 * claims.UNREADABLE_STALE_S
+    os.utime(folder / claims.CLAIM_FILE, (old, old))
+    with claims.claim_folder(folder, "output_dir"):
+        pass
+
+
+def test_a_claim_that_is_a_folder_is_one_line(tmp_path):
+    from hf_treelang import claims
+
+    (tmp_path / "run" / claims.CLAIM_FILE).mkdir(parents=True)
+    with pytest.raises(claims.FolderTaken, match="is a folder, not a claim: remove it"):
+        with claims.claim_folder(tmp_path / "run", "output_dir"):
+            pass
+
+
+def test_a_users_problem_type_is_refused_not_replaced():
+    with pytest.raises(ArchitectureError, match="problem_type='regression'"):
+        patch_config("bert", "root", 3, 2, config_overrides="hidden_size=16,num_hidden_layers=1,num_attention_heads=1,"
+                                                            "problem_type=regression")
+
+
+def test_compare_names_the_file_of_a_value_it_cannot_read(tmp_path, capsys):
+    from hf_treelang import cli
+
+    run = tmp_path / "run"
+    train(resolve("root", {**TINY, "hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 16}, run))
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["global_step"] = "four"
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    from hf_treelang.train.folders import RUN_COMPLETE  # the marker records sizes: rewrite it as a damaged copy would not
+
+    record = json.loads((run / RUN_COMPLETE).read_text())
+    record.get("files", {}).pop("metrics.json", None)
+    (run / RUN_COMPLETE).write_text(json.dumps(record))
+    assert cli.main(["compare", str(run), "--out", str(tmp_path / "cmp")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "metrics.json" in line and "global_step must be an integer, got 'four'" in line, line
+
+
+@pytest.mark.parametrize("text", ["٣ 0 1 2", "３ 0 1 2"])
+def test_the_tokenizer_reads_ascii_digits_only(text):
+    from hf_treelang.models.tokenization_treelang import TreeLangTokenizer
+
+    tokenizer = TreeLangTokenizer(num_symbols=4)
+    with pytest.raises(ValueError, match="is not a TreeLang token"):  # not symbol 3
+        tokenizer(text)
+
+
+def test_the_next_leaf_console_line_counts_the_leaves_of_any_arity(tmp_path, capsys):
+    rhm = ["--num_symbols", "4", "--num_rules", "2", "--arity", "3", "--depth", "2", "--hidden_size", "16",
+           "--num_hidden_layers", "1", "--intermediate_size", "16", "--num_train", "32", "--num_eval", "8",
+           "--num_test", "8", "--max_steps", "2", "--num_evaluations", "1", "--num_checkpoints", "0",
+           "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1", "--use_dataset_builder", "false",
+           "--k_test", "0"]
+    assert main("clm", [*rhm, "--output_dir", str(tmp_path / "run")], as_script=True) == 0
+    printed = capsys.readouterr().out
+    assert "-log P(x)/9" in printed and "2**depth" not in printed

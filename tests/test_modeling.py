@@ -135,7 +135,7 @@ def test_from_data_rejects_fewer_than_two_symbols():
     [
         (TreeLangModel, (5, T, 32)),
         (TreeLangForSequenceClassification, (5, Q)),
-        (TreeLangForMaskedLM, (5, T, Q)),
+        (TreeLangForMaskedLM, (5, T, Q + 2)),  # the symbols, then [MASK] and [PAD] at -inf
     ],
 )
 def test_output_shapes_per_head(cls, shape):

@@ -85,6 +85,19 @@ def _read_json(path: Path) -> dict:
     return value
 
 
+def _integer(value, name: str, path: Path) -> int:
+    """``value`` as an int, or a ValueError naming the file and the key that hold something else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{str(path)!r}: {name} must be an integer, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{str(path)!r}: {name} must be an integer, got {value!r}") from None
+    if not number.is_integer():
+        raise ValueError(f"{str(path)!r}: {name} must be an integer, got {value!r}")
+    return int(number)
+
+
 def setting_of(run_config: dict, folder: Path | None = None) -> dict:
     """Everything of a run's recorded arguments that decides its result except the model seed: the data and model
     arguments, the training arguments of the run identity (:data:`~hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`),
@@ -144,14 +157,16 @@ def read_run(run) -> RunRow:
         shape = f"d={model.get('hidden_size')},layers={layers},d'={model.get('intermediate_size')}"
     else:
         shape = model.get("config_overrides") or ""
-    seed = int(training.get("seed", 0))
+    seed = _integer(training.get("seed", 0), "training_args.seed", folder / "run_config.json")
     setting = setting_of(run_config, folder)
     group = json.dumps({**setting, "shape": shape, "steps": metrics.get("global_step")}, sort_keys=True, default=str)
     dynamics = learning_dynamics(folder)
     final = metrics.get("final") or {}
-    k_train = int(data.get("k_train", 0))
+    k_train = _integer(data.get("k_train", 0), "data_args.k_train", folder / "run_config.json")
     runtime = metrics.get("train_runtime_s")
-    steps = int(metrics.get("global_step", 0))
+    if runtime is not None and (isinstance(runtime, bool) or not isinstance(runtime, (int, float))):
+        raise ValueError(f"{str(folder / 'metrics.json')!r}: train_runtime_s must be a number, got {runtime!r}")
+    steps = _integer(metrics.get("global_step", 0), "global_step", folder / "metrics.json")
     levels = sorted(dynamics.accuracy)
     return RunRow(
         path=str(folder), task=str(task), architecture=architecture, seed=seed, group=group, setting=setting,

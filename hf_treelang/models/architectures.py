@@ -339,6 +339,10 @@ def _patch_config(model_type: str | None, task: str, num_symbols: int, depth: in
         if getattr(config, "id2label", None) != labels:
             config.id2label, config.label2id = labels, {name: i for i, name in labels.items()}
             changes["num_labels"] = [None, num_symbols]
+        if "problem_type" in given and getattr(config, "problem_type", None) not in (None,
+                                                                                      "single_label_classification"):
+            raise ArchitectureError(f"problem_type={config.problem_type!r}: the root classifier is trained with "
+                                    "single_label_classification (cross-entropy over the q symbols); leave it unset")
         put("problem_type", "single_label_classification")
     check_head(config, task)
     return patched

@@ -714,8 +714,18 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
+def vocabulary_logits(symbol_logits: torch.Tensor) -> torch.Tensor:
+    """``(..., q)`` scores of the symbols as ``(..., q + 2)`` scores over the tokenizer's whole vocabulary — the
+    symbols, then ``[MASK]`` (q) and ``[PAD]`` (q + 1) at -inf: a masked leaf is never either, and a consumer that
+    ranks or targets any token of the vocabulary (transformers' fill-mask pipeline: its top 5, ``targets``) finds
+    every id with probability 0 off the symbols. The softmax over them equals the softmax over the symbols."""
+    special = symbol_logits.new_full((*symbol_logits.shape[:-1], 2), float("-inf"))  # (..., 2)
+    return torch.cat([symbol_logits, special], dim=-1)  # (..., q + 2)
+
+
 class TreeLangForMaskedLM(TreeLangPreTrainedModel):
-    """Masked language modelling (Sec. 3.3): one linear readout d -> q on every token (the mask is never a target)."""
+    """Masked language modelling (Sec. 3.3): one linear readout d -> q on every token (the mask is never a target);
+    its `logits` cover the tokenizer's q + 2 ids (:func:`vocabulary_logits`)."""
 
     _keys_to_ignore_on_load_unexpected = [r"classifier\..*", r"next_leaf_head\..*"]
 
@@ -747,19 +757,22 @@ class TreeLangForMaskedLM(TreeLangPreTrainedModel):
         labels (`torch.LongTensor` of shape `(batch, 2**depth)`, optional): the true symbol in `[0, q)` at masked
             positions and -100 elsewhere; gives the cross-entropy averaged over masked positions.
 
-        Returns `logits` of shape `(batch, 2**depth, q)`.
+        Returns `logits` of shape `(batch, 2**depth, q + 2)`: the q symbols' scores, then -inf for `[MASK]` and
+        `[PAD]` (:func:`vocabulary_logits`).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         self._check_inputs(input_ids, labels, mlm_labels=True)
         encoded = _encode(self, input_ids, attention_mask, output_attentions, output_hidden_states)
-        logits = self.lm_head(encoded.last_hidden_state)  # (B, T, q)
+        symbol_logits = self.lm_head(encoded.last_hidden_state)  # (B, T, q)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), labels.long().reshape(-1), ignore_index=IGNORE_INDEX
+                symbol_logits.reshape(-1, symbol_logits.shape[-1]), labels.long().reshape(-1),
+                ignore_index=IGNORE_INDEX
             )
         output = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=encoded.hidden_states, attentions=encoded.attentions
+            loss=loss, logits=vocabulary_logits(symbol_logits), hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions
         )
         return output if return_dict else output.to_tuple()
 
@@ -898,4 +911,5 @@ __all__ = [
     "TreeLangForSequenceClassification",
     "TreeLangForCausalLM",
     "sinusoidal_positional_encoding",
+    "vocabulary_logits",
 ]

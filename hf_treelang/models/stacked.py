@@ -39,6 +39,7 @@ from .modeling_treelang import (
     TreeLangForMaskedLM,
     TreeLangForSequenceClassification,
     sinusoidal_positional_encoding,
+    vocabulary_logits,
 )
 
 HEADS = {"mlm": TreeLangForMaskedLM, "root": TreeLangForSequenceClassification}
@@ -54,7 +55,8 @@ class StackedOutput(ModelOutput):
     Attributes:
         loss: the sum over members of their mean losses (what ``backward`` is called on); None without labels.
         member_losses: (N,) each member's mean loss (the number its single run would log).
-        logits: (N, B, q) root logits or (N, B, T, q) masked-LM logits.
+        logits: (N, B, q) root logits or (N, B, T, q + 2) masked-LM logits over the vocabulary (as
+            ``TreeLangForMaskedLM``'s).
     """
 
     loss: torch.Tensor | None = None
@@ -316,8 +318,9 @@ class StackedTreeLang(nn.Module):
         else:
             pooled = x.flatten(2) if self.config.classifier_pooling == "concat" else x.mean(dim=2)  # (N, B, T*C)
             logits = self.classifier(pooled)  # (N, B, q)
+        shown = vocabulary_logits(logits) if self.task == "mlm" else logits  # as TreeLangForMaskedLM's: q + 2 ids
         if labels is None:
-            return StackedOutput(logits=logits)
+            return StackedOutput(logits=shown)
         q = logits.shape[-1]
         losses = F.cross_entropy(logits.reshape(-1, q), labels.reshape(-1).long(), ignore_index=IGNORE_INDEX,
                                  reduction="none").view(N, -1)  # (N, B) or (N, B*T)
@@ -327,7 +330,7 @@ class StackedTreeLang(nn.Module):
             member_losses = losses.sum(dim=1) / counted  # (N,)
         else:
             member_losses = losses.sum(dim=1) / B  # (N,)
-        return StackedOutput(loss=member_losses.sum(), member_losses=member_losses, logits=logits)
+        return StackedOutput(loss=member_losses.sum(), member_losses=member_losses, logits=shown)
 
 
 def check_same_architecture(configs: list) -> None:

@@ -68,7 +68,7 @@ class TreeLangTokenizer(PreTrainedTokenizer):
         return text.split()
 
     def _convert_token_to_id(self, token: str) -> int:
-        if token.isdigit() and int(token) < self.vocabulary.num_symbols:
+        if token.isascii() and token.isdigit() and int(token) < self.vocabulary.num_symbols:  # not "٣" nor "３"
             return int(token)
         raise ValueError(f"token {token!r} is not a TreeLang token: the symbols are 0 .. "
                          f"{self.vocabulary.num_symbols - 1}, written as numbers, and the special tokens are "

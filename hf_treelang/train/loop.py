@@ -700,7 +700,8 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
         print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
         leaves = " (every leaf from the leaves before it)" if task == "clm" else ""
-        excess = ", excess loss = model cross-entropy per leaf - the exact -log P(x)/2**depth" if task == "clm" else ""
+        excess = (f", excess loss = model cross-entropy per leaf - the exact -log P(x)/{data_args.num_leaves}"
+                  if task == "clm" else "")
         print(f"(accuracy per k_test{leaves}: the model on {data_args.num_test} test sequences, BP_{data_args.k_train} "
               f"on {bp_size}; KL{excess} on {data_args.num_eval} in-sample sequences)")
     return 0

@@ -282,6 +282,19 @@ def logged_loss_sum(log_history: list, global_step: int) -> RunLoss:
     return RunLoss(total, steps=previous)
 
 
+def smoothed_logits(model, logits: torch.Tensor) -> torch.Tensor:
+    """The logits label smoothing averages over: a TreeLang model's q symbols (its masked-LM logits also cover the
+    tokenizer's [MASK] and [PAD] at -inf, which a mean of -log p would make infinite); another architecture's
+    logits as they are (every id it scores)."""
+    from hf_treelang.models.modeling_treelang import TreeLangPreTrainedModel
+    from hf_treelang.models.stacked import StackedTreeLang
+
+    unwrapped = getattr(model, "_orig_mod", getattr(model, "module", model))
+    if isinstance(unwrapped, (TreeLangPreTrainedModel, StackedTreeLang)):
+        return logits[..., : unwrapped.config.num_symbols]
+    return logits
+
+
 class EvaluatesEveryRow:
     """A Trainer mixin: ``--dataloader_drop_last`` drops the last partial batch of the *training* data only; the
     evaluation set is read whole (the stock Trainer applies the flag to its evaluation loader too, so that an
@@ -483,7 +496,7 @@ class TreeLangTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
         else:
             labels = inputs["labels"]  # (b,) or (b, T)
             output = model(**{key: value for key, value in inputs.items() if key != "labels"})
-            loss = self.label_smoother(output, labels)
+            loss = self.label_smoother({"logits": smoothed_logits(model, output["logits"])}, labels)
         return loss, loss.detach()
 
     def clip_gradients(self, model) -> torch.Tensor:
@@ -761,7 +774,8 @@ class EnsembleTrainer(TreeLangTrainer):
         output = model(**inputs)
         if self.label_smoother is not None:  # each member's loss smoothed as its single run's (forward_loss above)
             labels = inputs["labels"]  # (N, b) or (N, b, T)
-            smoothed = torch.stack([self.label_smoother({"logits": output["logits"][index]}, labels[index])
+            smoothed = torch.stack([self.label_smoother({"logits": smoothed_logits(model, output["logits"][index])},
+                                                        labels[index])
                                     for index in range(labels.shape[0])])  # (N,)
             output = {"loss": smoothed.sum(), "member_losses": smoothed}
         member_losses = output["member_losses"].detach()  # (N,)
