@@ -161,7 +161,7 @@ def test_forward_reads_no_tensor_value_off_the_cpu():
         model = TreeLangForMaskedLM(tiny_config())
     batch = {name: tensor.to("meta") for name, tensor in inputs(TreeLangForMaskedLM).items()}
     output = model(**batch, attention_mask=torch.ones(5, T, device="meta"), output_attentions=True)
-    assert output.logits.shape == (5, T, Q) and output.loss.shape == ()
+    assert output.logits.shape == (5, T, Q + 2) and output.loss.shape == ()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -270,3 +270,19 @@ def test_the_next_leaf_console_line_counts_the_leaves_of_any_arity(tmp_path, cap
     assert main("clm", [*rhm, "--output_dir", str(tmp_path / "run")], as_script=True) == 0
     printed = capsys.readouterr().out
     assert "-log P(x)/9" in printed and "2**depth" not in printed
+
+
+def test_masked_lm_logits_cover_the_vocabulary_with_the_specials_never_predicted():
+    from hf_treelang import TreeLangConfig, TreeLangForMaskedLM
+
+    torch.manual_seed(0)
+    model = TreeLangForMaskedLM(TreeLangConfig.from_data(num_symbols=4, depth=2, hidden_size=8, num_hidden_layers=1,
+                                                         intermediate_size=8)).eval()
+    inputs = torch.tensor([[0, 4, 2, 1]])
+    labels = torch.tensor([[-100, 3, -100, -100]])
+    output = model(input_ids=inputs, labels=labels)
+    assert output.logits.shape == (1, 4, 6) and torch.isneginf(output.logits[..., 4:]).all()
+    symbols = output.logits[..., :4]
+    assert torch.equal(output.logits.softmax(-1)[..., :4], symbols.softmax(-1))
+    expected = torch.nn.functional.cross_entropy(symbols.reshape(-1, 4), labels.reshape(-1), ignore_index=-100)
+    assert torch.equal(output.loss, expected)  # the loss over the q symbols, as before

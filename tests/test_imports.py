@@ -207,7 +207,7 @@ print(json.dumps({"warnings": [str(w.message) for w in caught if "treelang" in s
     assert f"datasets {result['version']}" in message and "first parameter" in message
     assert "hf-treelang publish-dataset" in message and "load_dataset(OUT, 'k2')" in message
     assert result["hook"] is True  # left as it was
-    assert result["root"] == 4 and result["logits"] == [1, 4, 4]
+    assert result["root"] == 4 and result["logits"] == [1, 4, 6]  # the q symbols, then [MASK] and [PAD]
 
 
 def test_the_import_pauses_the_collector_then_freezes_what_it_loaded():

@@ -91,7 +91,7 @@ def test_the_model_takes_sequences_of_arity_to_the_depth_tokens(tmp_path):
                                       intermediate_size=16)
     assert config.sequence_length == config.max_position_embeddings == 9
     leaves = torch.from_numpy(sample_trees(Grammar.random_hierarchy(6, 3, 4, 3, 2), 2, 2).leaves)  # (2, 9)
-    assert AutoModelForMaskedLM.from_config(config)(input_ids=leaves).logits.shape == (2, 9, 6)
+    assert AutoModelForMaskedLM.from_config(config)(input_ids=leaves).logits.shape == (2, 9, 8)  # the 6 symbols, then [MASK] and [PAD]
     classifier = AutoModelForSequenceClassification.from_config(config)
     assert classifier(input_ids=leaves).logits.shape == (2, 6)
     classifier.save_pretrained(tmp_path)

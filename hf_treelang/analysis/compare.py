@@ -21,7 +21,9 @@ run) and ``compare.png`` (the KL to the matched BP along training, one panel per
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import shlex
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ import numpy as np
 
 from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
+from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS, RESERVED_ARGUMENTS
 
 from .dynamics import DynamicsResult, learning_dynamics
 from .io import check_output_dir, cli_error, prepare_output, write_json
@@ -102,10 +105,6 @@ def setting_of(run_config: dict, folder: Path | None = None) -> dict:
     """Everything of a run's recorded arguments that decides its result except the model seed: the data and model
     arguments, the training arguments of the run identity (:data:`~hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`),
     and a ``--config_name`` file's content hash in place of its path."""
-    import hashlib
-
-    from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS
-
     data = dict(run_config.get("data_args") or {})
     model = dict(run_config.get("model_args") or {})
     training = run_config.get("training_args") or {}
@@ -128,9 +127,6 @@ def command_of(folder: Path, run_config: dict) -> str | None:
     if not identity.is_file():
         return None
     record = _read_json(identity)
-    from hf_treelang.train.run import RESERVED_ARGUMENTS
-    import shlex
-
     parts = ["python", f"training/run_{record.get('task')}.py"]
     for key, value in sorted((record.get("arguments") or {}).items()):
         if key in RESERVED_ARGUMENTS:

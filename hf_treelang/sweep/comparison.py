@@ -26,10 +26,18 @@ Glossary: ℓ depth, q symbols, P training sequences.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.train.device_data import optimizer_steps
+from hf_treelang.train.loop import build_model
+from hf_treelang.train.run import resolve
+
+from .runner import execute_runs, sweep_run
 
 LEARNING_RATES = (3e-4, 1e-3, 3e-3)
 SEEDS = (0, 1, 2)
@@ -108,9 +116,6 @@ def cells() -> list:
 
 def budget(cell: Cell) -> int:
     """The optimizer steps of the cell's preset run (what the main runs train)."""
-    from hf_treelang.train.device_data import optimizer_steps
-    from hf_treelang.train.run import resolve
-
     run = resolve(cell.task, cell.arguments())
     return optimizer_steps(run.training_args, run.data_args.num_train)
 
@@ -121,8 +126,6 @@ def rate_name(rate: float) -> str:
 
 def tuning_runs(cell: Cell, out) -> list:
     """The cell's rate search: model seed 0 at each of :data:`LEARNING_RATES` for a quarter of the budget."""
-    from .runner import sweep_run
-
     steps = budget(cell) // TUNING_FRACTION
     return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=0, max_steps=steps), out,
                       f"tune/{cell.name}-{rate_name(rate)}") for rate in LEARNING_RATES]
@@ -130,8 +133,6 @@ def tuning_runs(cell: Cell, out) -> list:
 
 def main_runs(cell: Cell, rate: float, out) -> list:
     """The cell's runs at its chosen ``rate``: every seed at the full budget."""
-    from .runner import sweep_run
-
     return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=seed), out, f"main/{cell.name}-s{seed}")
             for seed in cell.seeds]
 
@@ -167,11 +168,6 @@ def choose_rate(cell: Cell, runs: list) -> dict:
 def check_sizes(tolerance: float = SIZE_TOLERANCE) -> dict:
     """Every cell's parameter count against the TreeLang model of its grammar and task; raises a ValueError naming
     the cells outside ``tolerance``. Returns ``{cell name: (parameters, reference)}``."""
-    import dataclasses
-
-    from hf_treelang.train.loop import build_model
-    from hf_treelang.train.run import resolve
-
     counts = {}
     for cell in cells():
         run = resolve(cell.task, cell.arguments())
@@ -205,10 +201,6 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
     ``stage``: ``"tune"`` (the rate searches), ``"main"`` (the seeds at the chosen rates; the cells whose search has
     finished) or ``"all"`` (both in turn). Writes ``out/rates.json`` (each cell's candidates and chosen rate) and
     returns it."""
-    from hf_treelang.jsonio import read_json_object, write_json_atomic
-
-    from .runner import execute_runs
-
     if stage not in ("tune", "main", "all"):
         raise ValueError(f"stage must be one of ('tune', 'main', 'all'), got {stage!r}")
     out = Path(out)

@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_treelang.core.masking import TrainingMasking
-from hf_treelang.core.resources import check_memory, model_sizes, training_bytes
+from hf_treelang.core.resources import (
+    MEMORY_FRACTION,
+    check_memory,
+    format_bytes,
+    memory_budget,
+    model_sizes,
+    parameter_count,
+    training_bytes,
+)
 from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig
 from hf_treelang.models.architectures import build_model as build_architecture
 from hf_treelang.models.architectures import check_runs, parameter_count_on_meta
@@ -434,8 +442,6 @@ def check_run_memory(data_args, config, training_args) -> None:
     """Refuse, before any data are built, a run whose estimated peak memory (:func:`run_memory`, an upper bound)
     exceeds the machine's (:func:`hf_treelang.core.resources.check_memory`: the error names the size whose share of
     the estimate is the largest and what fits)."""
-    from hf_treelang.core.resources import MEMORY_FRACTION, format_bytes, memory_budget, parameter_count
-
     budget = memory_budget()
     weights = 16 * parameter_count(config)  # weights, gradients and Adam's two moments, float32
     if budget is not None and weights > budget:  # the model alone: no data size can make it fit

@@ -52,7 +52,8 @@ from transformers.integrations import TensorBoardCallback
 from transformers.trainer_utils import TrainOutput, speed_metrics
 
 from hf_treelang.jsonio import write_json_atomic
-from hf_treelang.models.stacked import clip_grad_norm_per_member
+from hf_treelang.models.modeling_treelang import TreeLangPreTrainedModel
+from hf_treelang.models.stacked import StackedTreeLang, clip_grad_norm_per_member
 
 from .arguments import STEP_MODES, check_choice
 from .callbacks import write_history
@@ -286,9 +287,6 @@ def smoothed_logits(model, logits: torch.Tensor) -> torch.Tensor:
     """The logits label smoothing averages over: a TreeLang model's q symbols (its masked-LM logits also cover the
     tokenizer's [MASK] and [PAD] at -inf, which a mean of -log p would make infinite); another architecture's
     logits as they are (every id it scores)."""
-    from hf_treelang.models.modeling_treelang import TreeLangPreTrainedModel
-    from hf_treelang.models.stacked import StackedTreeLang
-
     unwrapped = getattr(model, "_orig_mod", getattr(model, "module", model))
     if isinstance(unwrapped, (TreeLangPreTrainedModel, StackedTreeLang)):
         return logits[..., : unwrapped.config.num_symbols]
@@ -416,9 +414,6 @@ class TreeLangTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
     def auto_levers(optim: str, model, steps: int, task: str | None, members: int) -> Levers:
         """What ``--step_mode auto`` adds to this CUDA-graph step (:func:`~hf_treelang.train.levers.choose_levers`),
         logged in one line."""
-        from hf_treelang.models.modeling_treelang import TreeLangPreTrainedModel
-        from hf_treelang.models.stacked import StackedTreeLang
-
         parameters = sum(p.numel() for p in model.parameters()) // max(members, 1) if model is not None else 1
         levers = choose_levers(step_mode="auto", obstacles=[], optim=optim, steps=steps, parameters=parameters,
                                members=members, task=task or "", treelang=isinstance(
