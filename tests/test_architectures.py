@@ -15,6 +15,7 @@ from transformers import (
     AutoTokenizer,
     PreTrainedConfig,
     PreTrainedModel,
+    PreTrainedTokenizerFast,
     pipeline,
 )
 from transformers.modeling_outputs import MaskedLMOutput
@@ -67,8 +68,9 @@ def test_the_tokenizer_round_trips_symbols_and_special_tokens(tmp_path):
     assert ids == [5, 4, 0, 5, 3] and len(tokenizer) == 7 and tokenizer.pad_token_id == 6
     assert tokenizer.decode(ids, skip_special_tokens=True).split() == ["4", "0", "3"]
     tokenizer.save_pretrained(tmp_path)
-    loaded = AutoTokenizer.from_pretrained(tmp_path)
-    assert type(loaded) is TreeLangTokenizer and loaded("1 2")["input_ids"] == [5, 1, 2]
+    loaded = AutoTokenizer.from_pretrained(tmp_path)  # a stock fast tokenizer: tokenizer.json
+    assert isinstance(loaded, PreTrainedTokenizerFast) and loaded("1 2")["input_ids"] == [5, 1, 2]
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     with pytest.raises(ValueError, match="'5' is not a TreeLang token"):
         tokenizer("5 1")
 
@@ -137,7 +139,7 @@ def test_every_architecture_of_the_comparison_trains_and_logs_finite_bp_kls(comp
     assert architecture["model_type"] == model_type and architecture["changes"]["vocab_size"][1] == 5
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == model_type
     card = (tmp_path / "README.md").read_text()
-    assert f"A `{model_type}` model of transformers" in card and "trust_remote_code" not in card
+    assert f"model of transformers (`{model_type}`)" in card and "trust_remote_code" not in card
 
 
 def test_the_pipelines_work_offline_on_run_folders(comparison_runs):
@@ -332,14 +334,14 @@ def test_the_pipelines_work_offline_on_treelang_run_folders_too(tmp_path):
     treelang = ["--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "1"]
     for task in ("mlm", "clm", "root"):
         assert main(task, [*OTHER, *treelang, "--output_dir", str(tmp_path / task)], as_script=True) == 0
-    assert type(AutoTokenizer.from_pretrained(tmp_path / "mlm")) is TreeLangTokenizer
+    assert isinstance(AutoTokenizer.from_pretrained(tmp_path / "mlm"), PreTrainedTokenizerFast)
     fill = pipeline("fill-mask", model=str(tmp_path / "mlm"))
     assert {answer["token"] for answer in fill("0 [MASK] 2 1", top_k=3)} == {0, 1, 2}
     answers = fill("0 [MASK] 2 1")  # the pipeline's default top 5 of the q + 2 ids (q = 3 here)
     assert len(answers) == 5 and {answer["token"] for answer in answers[:3]} == {0, 1, 2}
     assert sum(answer["score"] for answer in answers[:3]) == pytest.approx(1.0) and answers[3]["score"] == 0.0
     (padding,) = fill("0 [MASK] 2 1", targets=["[PAD]"])  # a special id as the target: probability 0, no error
-    assert padding["token_str"] == "[PAD]" and padding["score"] == 0.0
+    assert padding["token_str"].strip() == "[PAD]" and padding["score"] == 0.0
     text = pipeline("text-generation", model=str(tmp_path / "clm"))("2 0", max_new_tokens=2, do_sample=False)
     assert len(text[0]["generated_text"].split()) == 4
     assert pipeline("text-classification", model=str(tmp_path / "root"))("0 1 2 0")[0]["label"].startswith("symbol_")

@@ -49,7 +49,7 @@ def test_every_run_carries_its_rate_and_the_command_that_trains_it_alone(runs, t
     assert command.startswith("python training/run_root.py ") and "--optim muon" in command
     assert "--learning_rate 0.01" in command and f"--output_dir {runs['muon-s0']}" in command
     header, line = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()
-    assert header.endswith(",command") and "--optim muon" in line
+    assert "command" in header.split(",") and "--optim muon" in line
 
 
 def _row(seed: int, climb: dict, final: float | None) -> RunRow:

@@ -180,7 +180,9 @@ def test_root_run_writes_a_complete_loadable_output_folder(tmp_path, capsys):
     assert {f"eval_kl_bp_k{k}" for k in range(3)} | {"eval_acc_ktest2", "eval_bp_acc_ktest2"} <= set(metrics["final"])
     assert [e["step"] for e in metrics["history"]] == [0, 1, 3, 12]
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification\n")
+    front = card.split("---")[1]
+    assert card.startswith("---\n") and "library_name: transformers" in front and "model-index:" in front
+    assert "pipeline_tag: text-classification" in front
     assert "| 2 |" in card and "kl_curves.png" in card and "${" not in card
     encoder = AutoModel.from_pretrained(out)
     classifier = AutoModelForSequenceClassification.from_pretrained(out).eval()

@@ -15,7 +15,9 @@ rows, labelled by what differs (``bert (learning_rate=0.003)``), and the console
 apart. Every run's record carries its learning rate and the command that trains it alone.
 
 Outputs in DIR: ``compare.md`` (the table), ``compare.json`` (every row and group), ``compare.csv`` (one line per
-run) and ``compare.png`` (the KL to the matched BP along training, one panel per task, one colour per architecture).
+run: its settings, climb times, every final metric and its command) with ``README.md``, a dataset card whose
+``configs:`` point ``datasets.load_dataset(DIR)`` at it (one row per run: the comparison shared as a results
+dataset), and ``compare.png`` (the KL to the matched BP along training, one panel per task, one colour per group).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import shlex
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 
 from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
-from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS, RESERVED_ARGUMENTS
+from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS, command_line
 
 from .dynamics import DynamicsResult, learning_dynamics
 from .io import check_output_dir, cli_error, prepare_output, write_json
@@ -64,6 +65,7 @@ class RunRow:
     mass_on_special_tokens: float | None
     excess_loss: float | None
     dynamics: DynamicsResult = field(repr=False)
+    final: dict = field(default_factory=dict)  # every final metric of metrics.json (numbers only)
 
 
 def count_parameters(folder: Path) -> int:
@@ -127,13 +129,7 @@ def command_of(folder: Path, run_config: dict) -> str | None:
     if not identity.is_file():
         return None
     record = _read_json(identity)
-    parts = ["python", f"training/run_{record.get('task')}.py"]
-    for key, value in sorted((record.get("arguments") or {}).items()):
-        if key in RESERVED_ARGUMENTS:
-            continue
-        values = value if isinstance(value, list) else [value]
-        parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
-    return shlex.join([*parts, "--output_dir", str(folder)])
+    return command_line(str(record.get("task")), record.get("arguments") or {}, folder)
 
 
 def read_run(run) -> RunRow:
@@ -176,6 +172,8 @@ def read_run(run) -> RunRow:
         mass_on_special_tokens=final.get("eval_mass_on_special_tokens"),
         excess_loss=final.get("eval_excess_loss") if task == "clm" else None,
         dynamics=dynamics,
+        final={key: value for key, value in sorted(final.items())
+               if isinstance(value, (int, float)) and not isinstance(value, bool)},
     )
 
 
@@ -339,24 +337,80 @@ def compare(runs: list, out_dir, *, title: str = "") -> dict:
     payload = {"groups": groups, "runs": [{key: value for key, value in vars(row).items() if key != "dynamics"}
                                           for row in rows]}
     write_json(out / "compare.json", payload)
+    records = dataset_records(rows, groups)
+    columns = dataset_columns(records)
     with open(out / "compare.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        levels = sorted({k for row in rows for k in row.accuracy})
-        writer.writerow(["run", "task", "architecture", "seed", "learning_rate", "parameters", "steps",
-                         "steps_per_second",
-                         "path_of_closest", "final_kl_matched", "mass_on_special_tokens", "excess_loss",
-                         *[f"accuracy_ktest{k}" for k in levels], *[f"bp_accuracy_ktest{k}" for k in levels],
-                         "command"])
-        for row in rows:
-            writer.writerow([row.path, row.task, row.architecture, row.seed, row.learning_rate, row.parameters,
-                             row.steps,
-                             row.steps_per_second, "-".join(map(str, row.path_of_closest)), row.final_kl_matched,
-                             row.mass_on_special_tokens, row.excess_loss,
-                             *[row.accuracy.get(k) for k in levels], *[row.bp_accuracy.get(k) for k in levels],
-                             row.command])
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(records)
+    (out / "README.md").write_text(dataset_card(columns, len(records), title))
     save_figure(figure, out / "compare.png")
     return {"groups": groups, "kept_apart": kept_apart_lines(groups),
-            "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "compare.png")]}
+            "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "README.md",
+                                                "compare.png")]}
+
+
+# the dataset's fixed columns, in order, with what each holds (the final metrics and climb times follow)
+DATASET_COLUMNS = {
+    "run": "the run's folder",
+    "task": "root, mlm (masked leaf) or clm (next leaf)",
+    "architecture": "the model type (treelang: the paper's encoder)",
+    "group": "the row of compare.md this run averages into: its architecture and what sets it apart from the other "
+             "groups of that architecture and task",
+    "seed": "the model seed",
+    "learning_rate": "the learning rate it was trained at",
+    "parameters": "the model's parameters (from the weights' header)",
+    "steps": "optimizer steps trained",
+    "steps_per_second": "its training speed on the machine that trained it (not a speed comparison)",
+    "k_train": "the filter level of its training data",
+    "path_of_closest": "the closest BP_k along training, repeats collapsed (e.g. 4-3-2-0)",
+    "command": "the command that trains this run alone",
+}
+
+
+def dataset_records(rows: list, groups: list) -> list:
+    """One dict per run for the dataset file: :data:`DATASET_COLUMNS`, then ``t_k`` (the climb times, empty where a
+    level was not reached) and every final metric of ``metrics.json`` under its own key."""
+    label = {path: group["label"] for group in groups for path in group["runs"]}
+    records = []
+    for row in rows:
+        record = {"run": row.path, "task": row.task, "architecture": row.architecture, "group": label[row.path],
+                  "seed": row.seed, "learning_rate": row.learning_rate, "parameters": row.parameters,
+                  "steps": row.steps, "steps_per_second": row.steps_per_second, "k_train": row.k_train,
+                  "path_of_closest": "-".join(map(str, row.path_of_closest)), "command": row.command}
+        record.update({f"t_{k}": time for k, time in sorted(row.climb_times.items(), reverse=True)})
+        record.update(row.final)
+        records.append(record)
+    return records
+
+
+def dataset_columns(records: list) -> list:
+    """The fixed columns, then the climb times and the final metrics of every run (their union, sorted)."""
+    extra = sorted({key for record in records for key in record} - set(DATASET_COLUMNS),
+                   key=lambda key: (not key.startswith("t_"), key))
+    return [*DATASET_COLUMNS, *extra]
+
+
+def dataset_card(columns: list, num_runs: int, title: str) -> str:
+    """The dataset card (README.md) of a compare folder: its ``configs:`` front matter points ``load_dataset(DIR)``
+    at ``compare.csv`` (one row per run), and it says what each column holds."""
+    described = []
+    for column in columns:
+        if column in DATASET_COLUMNS:
+            described.append(f"- `{column}`: {DATASET_COLUMNS[column]}")
+        elif column.startswith("t_"):
+            described.append(f"- `{column}`: the first evaluation step from which the closest BP stays at level "
+                             f"≤ {column[2:]} (empty: never)")
+        else:
+            described.append(f"- `{column}`: the run's final `{column}` (metrics.json; `eval_kl_bp_k<k>` mean "
+                             "KL(BP_k ‖ model) in nats, `eval_acc_ktest<k>` / `eval_bp_acc_ktest<k>` the model's and "
+                             "the matched BP's accuracy on k_test = k)")
+    return "\n".join([
+        "---", "configs:", "- config_name: default", "  data_files: compare.csv", "tags:", "- hf-treelang",
+        "- belief-propagation", "- results", "---", "", f"# {title or 'Architectures against the exact BP oracle'}",
+        "", f"One row per training run ({num_runs} runs), written by `hf-treelang compare`; `compare.md` averages them "
+        "per group (the runs that differ only in their seed). Load it with `datasets.load_dataset(\"path/to/this/"
+        "folder\")` (split `train`).", "", "## Columns", "", *described, ""])
 
 
 def kept_apart_lines(groups: list) -> list:

@@ -17,7 +17,7 @@ import os
 import string
 
 from hf_treelang.citation import BIBTEX, RANDOM_HIERARCHY_BIBTEX
-from hf_treelang.models.tokenization_treelang import TreeLangTokenizer
+from hf_treelang.models.tokenization_treelang import save_tokenizer
 from hf_treelang.plotting import level_color, pyplot, save_figure
 
 from .arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
@@ -216,25 +216,25 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
     else:
         origin = "trained from scratch"
     sizes_of = {"num_symbols": data_args.num_symbols, "depth": data_args.depth}
+    display = architecture_name(model_args, model_config)
     if model_args.is_treelang:
         model_name, architecture = "TreeLang transformer", ARCHITECTURES.get(task, "An encoder-only transformer")
         shape = (f"d = {model_args.hidden_size}, {model_args.model_kwargs(data_args.depth)['num_hidden_layers']} "
                  f"layers, d' = {model_args.intermediate_size}, one\nattention head")
     else:
-        name = type(model_config).__name__.removesuffix("Config") if model_config is not None else \
-            model_args.model_type
-        model_name = f"{name} on TreeLang data"
-        architecture = (f"A `{model_args.model_type}` model of transformers, its config fitted to the TreeLang "
-                        f"vocabulary (`architecture.json` lists what changed)")
+        model_name = f"{display} on TreeLang data"
+        architecture = (f"{indefinite_article(display).capitalize()} {display} model of transformers "
+                        f"(`{model_args.model_type}`), its config fitted to the TreeLang vocabulary "
+                        f"(`architecture.json` lists what changed)")
         dimensions = {label: getattr(model_config, field, None) for label, field in
                       (("d", "hidden_size"), ("layers", "num_hidden_layers"), ("d'", "intermediate_size"))}
         shape = ", ".join(f"{label} = {value}" for label, value in dimensions.items() if isinstance(value, int)) or \
             f"config overrides: {model_args.config_overrides}"
-    loading_note = ("Without `hf_treelang` installed, pass `trust_remote_code=True` (the modelling code is saved next "
-                    "to the weights)." if model_args.is_treelang else
-                    f"The model loads with `transformers` alone (a `{model_args.model_type}` model); its tokenizer, "
-                    "`TreeLangTokenizer` (`AutoTokenizer`, the pipelines), needs `import hf_treelang`.")
+    loading_note = LOADING_TREELANG if model_args.is_treelang else string.Template(LOADING_OTHER).substitute(
+        model_type=model_args.model_type, pipeline_tag=PIPELINE_TAGS[task])
     values = {
+        "front_matter": card_front_matter(task, data_args, final, model_name,
+                                          reference_sizes=reference_sizes or {}),
         "loading_note": loading_note,
         "model_name": model_name,
         "shape": shape,
@@ -282,6 +282,74 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
         return string.Template(handle.read()).substitute(values)
 
 
+LOADING_TREELANG = """Without `hf_treelang`: the folder is a Hub repository of its own (push it as it is). Its
+tokenizer (`tokenizer.json`, the `tokenizers` library's) loads with stock transformers, `AutoTokenizer.from_pretrained(folder,
+trust_remote_code=False)`: the folder's config names the TreeLang modelling code, so without that argument
+transformers asks whether to run it, which the tokenizer does not need. The TreeLang model needs that code:
+`AutoModelFor...from_pretrained(folder, trust_remote_code=True)` and the pipelines with `trust_remote_code=True` (the
+code is saved next to the weights, `modeling_treelang.py`). What needs hf-treelang: BP, the data and the analyses."""
+LOADING_OTHER = """Without `hf_treelang`: the folder is a Hub repository of its own (push it as it is). The model (a
+`${model_type}` model of transformers) and its tokenizer (`tokenizer.json`, the `tokenizers` library's) load with
+transformers alone, and `pipeline("${pipeline_tag}", model=folder)` runs on it; no code of this folder runs. What needs
+hf-treelang: BP, the data and the analyses. A word that is not a symbol below q nor `[MASK]` / `[PAD]` has no id: the
+stock tokenizer stops on it with `Exception: WordLevel error: Missing [UNK] token from the vocabulary`."""
+
+
+def architecture_name(model_args: ModelArguments, model_config=None) -> str:
+    """The architecture's name as its transformers config class writes it (``Electra``, ``GPTNeoX``, ``Bert``),
+    ``TreeLang`` for the package's encoder, the model type where no config is at hand."""
+    if model_args.is_treelang:
+        return "TreeLang"
+    if model_config is not None and type(model_config).__name__.endswith("Config"):
+        return type(model_config).__name__.removesuffix("Config")
+    return str(model_args.model_type)
+
+
+def indefinite_article(name: str) -> str:
+    """``"an"`` before a vowel sound (``an ELECTRA``, ``an RWKV``, ``an MPT``), ``"a"`` otherwise (``a BERT``)."""
+    first = name[:1].upper()
+    spelled = name[:2].isupper() and name.replace(" ", "").isalnum() and first in "FHLMNRSX"  # letters read out
+    return "an" if first in "AEIOU" or spelled else "a"
+
+
+def card_front_matter(task: str, data_args: DataArguments, final: dict, model_name: str, *,
+                      reference_sizes: dict) -> str:
+    """The card's YAML front matter, from ``huggingface_hub.ModelCardData``: the library, pipeline, dataset and tags,
+    and a ``model-index`` in the Hub's format whose values are the run's final metrics (``metrics.json``'s
+    ``final``): per k_test the model's accuracy and the matched BP_{k_train}'s as a separate named metric (split
+    ``test``, the dataset config of that k_test), the mean KL to every BP_k on the in-sample validation inputs (the
+    config of k_train), and a causal run's excess loss."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    from .data import dataset_config  # lazy: imports datasets (the card's dataset config names)
+
+    dataset_name = ("Random Hierarchy Model (hf-treelang)" if data_args.is_random_hierarchy
+                    else "Filtered hierarchical tree language (hf-treelang)")
+    results = []
+
+    def add(metric_type: str, name: str, value, level: int, split: str) -> None:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return
+        results.append(EvalResult(
+            task_type=PIPELINE_TAGS[task], task_name=TASK_TITLES[task], dataset_type="treelang",
+            dataset_name=dataset_name, dataset_config=dataset_config(data_args, level).name, dataset_split=split,
+            metric_type=metric_type, metric_name=name, metric_value=float(value)))
+
+    k = data_args.k_train
+    for level in data_args.test_levels():
+        add("accuracy", f"accuracy (k_test = {level})", final.get(f"eval_acc_ktest{level}"), level, "test")
+        add("accuracy", f"BP_{k} accuracy (k_test = {level})", final.get(f"eval_bp_acc_ktest{level}"), level, "test")
+    for level in range(data_args.depth + 1):
+        add("kl_divergence", f"mean KL(BP_{level} ‖ model)", final.get(f"eval_kl_bp_k{level}"), k, "validation")
+    if task == "clm":
+        add("loss", f"excess loss over BP_{k} (nats per leaf)", final.get("eval_excess_loss"), k, "validation")
+    data = ModelCardData(library_name="transformers", pipeline_tag=PIPELINE_TAGS[task], datasets=["treelang"],
+                         tags=["hf-treelang", "hierarchical-filtering", "belief-propagation", "synthetic-data",
+                               TASK_TAGS[task]], license="mit", model_name=model_name,
+                         eval_results=results or None)
+    return data.to_yaml()
+
+
 def data_texts(data_args: DataArguments) -> dict:
     """The model card's sentences on the data: ``data_summary`` (what it was trained on) and ``input_summary`` (what
     it reads), for the paper's grammar or a Random Hierarchy Model (its dataset config's name and parameters)."""
@@ -314,10 +382,11 @@ ARCHITECTURE_FILE = "architecture.json"  # another architecture's run: what fitt
 
 
 def write_tokenizer(output_dir, num_symbols: int, task: str) -> None:
-    """Save the run's :class:`~hf_treelang.models.tokenization_treelang.TreeLangTokenizer` next to its weights, so
-    that ``AutoTokenizer.from_pretrained`` and ``pipeline(..., model=output_dir)`` work on the folder (a causal run's
-    tokenizer starts every sequence with the beginning-of-sequence token)."""
-    TreeLangTokenizer(num_symbols=num_symbols, causal=task == "clm").save_pretrained(os.fspath(output_dir))
+    """Save the run's tokenizer next to its weights (:func:`~hf_treelang.models.tokenization_treelang.save_tokenizer`:
+    ``tokenizer.json`` of the ``tokenizers`` library and a stock ``tokenizer_config.json``), so that
+    ``AutoTokenizer.from_pretrained`` and ``pipeline(..., model=output_dir)`` work on the folder without hf_treelang
+    (a causal run's tokenizer starts every sequence with the beginning-of-sequence token)."""
+    save_tokenizer(output_dir, num_symbols, causal=task == "clm")
 
 
 def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,

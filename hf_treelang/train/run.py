@@ -230,6 +230,10 @@ def command_line(task: str, arguments: dict, output_dir) -> str:
         if key in RESERVED_ARGUMENTS:
             continue
         values = value if isinstance(value, list) else [value]
+        if not values:  # an empty list: "none" where the flag spells it so (report_to), else the flag's default
+            if key != "report_to":
+                continue
+            values = ["none"]
         parts += [f"--{key}", *[str(item).lower() if isinstance(item, bool) else str(item) for item in values]]
     parts += ["--output_dir", str(output_dir)]
     return shlex.join(parts)
