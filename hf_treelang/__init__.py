@@ -40,6 +40,10 @@ _LAZY = {
     "TreeLangTokenizer": "hf_treelang.models.tokenization_treelang",
     "Vocabulary": "hf_treelang.core.vocabulary",
     "convert": "hf_treelang.models.convert",
+    "build_bp_transformer": "hf_treelang.models.bp_transformer",
+    "BPTransformerConfig": "hf_treelang.models.configuration_bp_transformer",
+    "BPTransformerForMaskedLM": "hf_treelang.models.modeling_bp_transformer",
+    "BPTransformerForSequenceClassification": "hf_treelang.models.modeling_bp_transformer",
     "ancestor_labels": "hf_treelang.data.metadata",
     "dataset_params": "hf_treelang.data.metadata",
     "grammar_from_dataset": "hf_treelang.data.metadata",
@@ -96,6 +100,12 @@ def register() -> None:
             TreeLangForSequenceClassification,
             TreeLangModel,
         )
+        from .models.configuration_bp_transformer import BPTransformerConfig
+        from .models.modeling_bp_transformer import (
+            BPTransformerForMaskedLM,
+            BPTransformerForSequenceClassification,
+            BPTransformerModel,
+        )
         from .models.tokenization_treelang import TreeLangTokenizer
 
     AutoConfig.register("treelang", TreeLangConfig, exist_ok=True)
@@ -103,6 +113,11 @@ def register() -> None:
     AutoModelForMaskedLM.register(TreeLangConfig, TreeLangForMaskedLM, exist_ok=True)
     AutoModelForSequenceClassification.register(TreeLangConfig, TreeLangForSequenceClassification, exist_ok=True)
     AutoModelForCausalLM.register(TreeLangConfig, TreeLangForCausalLM, exist_ok=True)
+    AutoConfig.register("treelang_bp", BPTransformerConfig, exist_ok=True)  # App. F's construction of BP_0
+    AutoModel.register(BPTransformerConfig, BPTransformerModel, exist_ok=True)
+    AutoModelForMaskedLM.register(BPTransformerConfig, BPTransformerForMaskedLM, exist_ok=True)
+    AutoModelForSequenceClassification.register(BPTransformerConfig, BPTransformerForSequenceClassification,
+                                                exist_ok=True)
     # every run folder's tokenizer, whatever its architecture (its tokenizer_config.json names the class)
     AutoTokenizer.register(TreeLangConfig, tokenizer_class=TreeLangTokenizer, exist_ok=True)
     register_pooled_root_classifiers()  # root classification for Mamba, RWKV, ...: no such head in transformers

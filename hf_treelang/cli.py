@@ -150,6 +150,19 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="figure title (default: none)")
 
 
+def _construct_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", help="output folder (a finished run folder that every analysis reads)")
+    parser.add_argument("--task", choices=("mlm", "root"), default="mlm",
+                        help="mlm: every leaf's BP_0 marginal given the others; root: BP_0's root posterior")
+    parser.add_argument("--num-symbols", type=int, default=4, help="q, in [2, 16] (default 4)")
+    parser.add_argument("--depth", type=int, default=4, help="ℓ, in [1, 10]: the model's attention layers (default 4)")
+    parser.add_argument("--sigma", type=float, default=1.0, help="σ of the grammar (default 1.0)")
+    parser.add_argument("--grammar-seed", type=int, default=0, help="the grammar's seed (default 0)")
+    parser.add_argument("--beta", type=float, default=40.0,
+                        help="the attention's inverse temperature β (default 40: the weight it leaks off the target "
+                             "leaves, at most 2**ℓ exp(-2β), is below float64's resolution)")
+
+
 GENERATE_MAX_SAMPLES = 10**6  # hf_treelang.analysis.generation.MAX_SAMPLES
 
 
@@ -305,6 +318,15 @@ COMMANDS = {
         "k_test, the probability on non-symbol ids and a causal run's excess loss; runs that differ only in their "
         "seed as mean ± std. Writes compare.md, compare.json, compare.csv and compare.png.",
         _compare_arguments,
+    ),
+    "construct": (
+        "hf_treelang.analysis.construction",
+        "App. F's transformer whose weights compute BP_0 exactly: the analyses' positive control",
+        "Build the BP transformer of a grammar (paper Sec. 4, App. F): ℓ attention layers reading positions only, "
+        "bilinear feed-forward updates, softmax(logits) = BP_0's leaf marginals (--task mlm) or root posterior "
+        "(--task root) to float rounding. Writes OUT as a finished run folder, so that hf-treelang attention, probe "
+        "and calibrate run on a model whose right answer is known.",
+        _construct_arguments,
     ),
     "dynamics": (
         "hf_treelang.analysis.dynamics",

@@ -320,7 +320,9 @@ def _final_step(folder: Path) -> int:
 
 def run_checkpoints(run) -> list:
     """The models of a training run in step order: [(step, folder)], every ``checkpoint-<step>`` then the final
-    model (the run folder itself, at trainer_state.json's global step; a checkpoint of that same step is left out)."""
+    model (the run folder itself, at trainer_state.json's global step; a checkpoint of that same step is left out).
+    A finished folder of a model built rather than trained (``hf-treelang construct``: no checkpoints, no
+    trainer_state.json) is its one model, at step 0."""
     if run is None or str(run) == "":
         raise ValueError(f"run must be {RUN_FOLDER}, got {run!r}")
     folder = Path(run)
@@ -331,6 +333,8 @@ def run_checkpoints(run) -> list:
         raise ValueError(f"run {str(folder)!r} must be {RUN_FOLDER}, but it has no {RUN_CONFIG} (a model or checkpoint "
                          "folder: compare its maps without --template)")
     check_run_complete(folder, "run")
+    if not (folder / "trainer_state.json").is_file() and not checkpoints(folder):
+        return [(0, folder)]  # a model built, not trained (hf-treelang construct): itself, at step 0
     final = _final_step(folder)
     return [*((step, path) for step, path in checkpoints(folder) if step != final), (final, folder)]
 

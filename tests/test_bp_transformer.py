@@ -1,0 +1,151 @@
+"""App. F's BP transformer: ℓ attention layers whose built weights compute BP_0 exactly, and the positive control of
+every analysis (the BP-KL callback, the attention templates, the findings check of Fig. 1e, the probes)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hf_treelang.analysis.construction import write_bp_transformer
+from hf_treelang.core.attention_template import template_similarity
+from hf_treelang.core.bp import BeliefPropagation
+from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.sampling import sample_trees
+from hf_treelang.models.bp_transformer import build_bp_transformer
+
+
+def _inputs(grammar: Grammar, depth: int, n: int = 48, seed: int = 1) -> torch.Tensor:
+    """(n, 2**ℓ) sampled leaves with ~30 % masked, the first row all masked, the second none."""
+    q = grammar.num_symbols
+    leaves = torch.from_numpy(sample_trees(grammar, n, depth, 0, seed).leaves)
+    masked = leaves.clone()
+    masked[torch.rand(masked.shape, generator=torch.Generator().manual_seed(seed)) < 0.3] = q
+    masked[0] = q
+    masked[1] = leaves[1]
+    return masked
+
+
+CASES = [(4, 4, 1.0, 0), (2, 2, 1.0, 3), (3, 3, 2.0, 5), (8, 6, 1.0, 7), (2, 6, 0.5, 1), (3, 6, 1.0, 2),
+         (8, 2, 1.0, 4), (2, 3, 3.0, 6)]
+
+
+@pytest.mark.parametrize("q, depth, sigma, seed", CASES)
+@pytest.mark.parametrize("task", ["root", "mlm"])
+def test_the_construction_is_bp0_to_float_rounding_with_depth_attention_layers(q, depth, sigma, seed, task):
+    grammar = Grammar.random(q, sigma, seed)
+    inputs = _inputs(grammar, depth)
+    bp = BeliefPropagation(grammar, depth)
+    reference = bp.root_marginals(inputs) if task == "root" else bp.leaf_marginals(inputs)  # float64
+    exact = build_bp_transformer(grammar, depth, task=task, dtype=torch.float64)
+    assert exact.config.num_hidden_layers == depth == len(exact.bp.layers)
+    with torch.no_grad():
+        probabilities = torch.softmax(exact(input_ids=inputs).logits, -1)
+        single = torch.softmax(build_bp_transformer(grammar, depth, task=task)(input_ids=inputs).logits, -1)
+    assert probabilities.shape == reference.shape
+    assert (probabilities - reference).abs().max() <= 1e-5  # float64 (measured: ~1e-15)
+    assert (single.double() - reference).abs().max() <= 1e-4  # float32 (measured: ~1e-6)
+
+
+def test_a_random_hierarchy_model_with_rules_per_level_is_built_too():
+    grammar = Grammar.random_hierarchy(num_symbols=6, num_classes=3, num_rules=3, arity=2, depth=3, grammar_seed=2)
+    leaves = torch.from_numpy(sample_trees(grammar, 32, 3, 0, 0).leaves)
+    leaves[:, ::3] = 6
+    model = build_bp_transformer(grammar, 3, task="mlm", dtype=torch.float64)
+    with torch.no_grad():
+        probabilities = torch.softmax(model(input_ids=leaves).logits, -1)
+    assert (probabilities - BeliefPropagation(grammar, 3).leaf_marginals(leaves)).abs().max() <= 1e-5
+
+
+def test_the_construction_refuses_what_it_does_not_build():
+    with pytest.raises(ValueError, match="`filter_level` must be 0"):
+        build_bp_transformer(Grammar.random(4, 1.0, 0), 3, filter_level=1)
+    with pytest.raises(ValueError, match="binary trees"):
+        build_bp_transformer(Grammar.random_hierarchy(4, 2, 2, 3, 2), 2)
+    with pytest.raises(ValueError, match="`task` must be one of"):
+        build_bp_transformer(Grammar.random(4, 1.0, 0), 3, task="clm")
+
+
+def test_it_saves_and_loads_back_unchanged_and_without_hf_treelang(tmp_path):
+    grammar = Grammar.random(4, 1.0, 0)
+    model = build_bp_transformer(grammar, 3, task="mlm")
+    model.save_pretrained(tmp_path)
+    inputs = _inputs(grammar, 3, n=4)
+    from transformers import AutoModelForMaskedLM
+
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=inputs).logits, model(input_ids=inputs).logits)
+    code = (f"import sys, torch; from transformers import AutoModelForMaskedLM; "
+            f"m = AutoModelForMaskedLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval(); "
+            f"print(m(input_ids=torch.tensor({inputs.tolist()})).logits.softmax(-1).tolist()); "
+            f"print('hf_treelang' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-1500:]
+    probabilities, imported = done.stdout.strip().splitlines()[-2:]
+    with torch.no_grad():
+        expected = model(input_ids=inputs).logits.softmax(-1)
+    assert imported == "False" and np.allclose(json.loads(probabilities), expected.numpy(), atol=1e-6)
+
+
+# ---------------------------------------------------------------- the positive controls
+
+
+def test_the_bp_kl_callback_finds_the_construction_at_bp0():
+    from hf_treelang.train.callbacks import BPKLCallback
+
+    grammar, depth = Grammar.random(4, 1.0, 0), 3
+    in_sample = sample_trees(grammar, 200, depth, 0, 11)
+    tests = {k: (lambda s: (s.leaves, s.roots))(sample_trees(grammar, 64, depth, k, 12)) for k in range(depth + 1)}
+    callback = BPKLCallback(grammar, depth, 0, "mlm", in_sample.leaves, tests, seed=0, batch_size=64)
+    values = callback.compute(build_bp_transformer(grammar, depth, task="mlm"))
+    kls = {k: values[f"eval_kl_bp_k{k}"] for k in range(depth + 1)}
+    assert kls[0] <= 1e-6 and min(kls, key=kls.get) == 0
+    assert values["eval_match_bp"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def construction(tmp_path_factory):
+    return write_bp_transformer(tmp_path_factory.mktemp("bp") / "mlm", Grammar.random(4, 1.0, 0), 3, task="mlm")
+
+
+def test_the_attention_of_the_construction_is_app_f_template_layer_by_layer(construction, tmp_path):
+    from hf_treelang.analysis.attention import template_dynamics
+
+    result = template_dynamics(construction, num_samples=256)
+    similarity = np.asarray(result.similarity[-1])  # (layers, ℓ): layer t against template t'
+    assert np.allclose(np.diag(similarity), 1.0, atol=1e-6)  # the template distance is ~0
+    assert [entry["best_template"] for entry in result.final_layers()] == [1, 2, 3]
+
+
+def test_the_fig1e_check_reproduces_on_the_construction(construction, tmp_path):
+    from hf_treelang.analysis.attention import average_attention
+    from hf_treelang.reproduce import findings
+
+    maps = average_attention(construction, num_samples=256)
+    folder = tmp_path / "attention" / "mlm"
+    folder.mkdir(parents=True)
+    (folder / "attention.json").write_text(json.dumps({"models": [json.loads(json.dumps(
+        maps.to_dict(), default=lambda value: value.tolist()))]}))
+    check = next(c for c in findings.CHECKS if c.figure == "1e")
+    finding = check(tmp_path)
+    assert finding.verdict == "reproduced", finding
+    assert finding.measured["tree_distance_per_layer"] == pytest.approx([1.0, 2.0, 3.0])
+
+
+def test_the_probes_find_each_ancestor_at_the_layer_that_writes_its_message_and_not_before(tmp_path):
+    from hf_treelang.analysis.probing import probe
+
+    depth = 2
+    folder = write_bp_transformer(tmp_path / "mlm", Grammar.random(4, 1.0, 0), depth, task="mlm")
+    result = probe(folder, levels=[0, 1], num_train=1024, num_validation=256, num_test=512, epochs=15,
+                   batch_size=64, learning_rate=3e-3, progress=False)
+    accuracy = np.asarray(result.accuracy)  # (layers 0..ℓ, levels 0..1)
+    bp = np.asarray(result.bp_accuracy)
+    for column, level in enumerate([0, 1]):
+        written = depth - level  # the message of the level-v ancestor is written by layer ℓ - v
+        assert accuracy[written, column] >= bp[column] - 0.03, (level, accuracy[:, column], bp[column])
+        assert accuracy[written - 1, column] <= accuracy[written, column] - 0.1, (level, accuracy[:, column])
