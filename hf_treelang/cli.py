@@ -153,13 +153,13 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
 def _construct_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", help="output folder (a finished run folder that every analysis reads)")
     parser.add_argument("--task", choices=("mlm", "root"), default="mlm",
-                        help="mlm: every leaf's BP_0 marginal given the others; root: BP_0's root posterior")
-    parser.add_argument("--num-symbols", type=int, default=4, help="q, in [2, 16] (default 4)")
-    parser.add_argument("--depth", type=int, default=4, help="ℓ, in [1, 10]: the model's attention layers (default 4)")
-    parser.add_argument("--sigma", type=float, default=1.0, help="σ of the grammar (default 1.0)")
-    parser.add_argument("--grammar-seed", type=int, default=0, help="the grammar's seed (default 0)")
+                        help="mlm: every leaf's BP_0 marginal given the others; root: BP_0's root posterior (default: mlm)")
+    parser.add_argument("--num-symbols", type=int, default=4, help="q, in [2, 16] (default: 4)")
+    parser.add_argument("--depth", type=int, default=4, help="ℓ, in [1, 10]: the model's attention layers (default: 4)")
+    parser.add_argument("--sigma", type=float, default=1.0, help="σ of the grammar (default: 1.0)")
+    parser.add_argument("--grammar-seed", type=int, default=0, help="the grammar's seed (default: 0)")
     parser.add_argument("--beta", type=float, default=40.0,
-                        help="the attention's inverse temperature β (default 40: the weight it leaks off the target "
+                        help="the attention's inverse temperature β (default: 40; the weight it leaks off the target "
                              "leaves, at most 2**ℓ exp(-2β), is below float64's resolution)")
 
 
