@@ -561,10 +561,10 @@ def markdown(results: dict) -> str:
              f"bf16 {_number(env.get('matmul_tflops_bf16'))}", "",
              f"## Equivalence and resume (max |Δloss| ≤ {LOSS_TOLERANCE}, fp32, TF32 off)", "",
              "| case | steps | max abs Δloss | passed |", "|---|---|---|---|"]
-    for entry in results["equivalence"] + results["resume"]:
+    for entry in results.get("equivalence", []) + results.get("resume", []):
         lines.append(f"| {entry['name']} | {entry.get('steps_compared', '–')} | "
                      f"{_number(entry.get('max_abs_loss_difference'), 6)} | {entry.get('passed', entry.get('error'))} |")
-    sync_result = results["sync"]
+    sync_result = results.get("sync", {})
     lines += ["", f"Sync check: {sync_result.get('graph_steps_under_error_mode', '–')} graph steps under "
                   f"set_sync_debug_mode('error'), passed: {sync_result.get('passed', sync_result.get('error', '–'))}",
               "", "## Throughput (root, batch 32)", "",
@@ -572,7 +572,7 @@ def markdown(results: dict) -> str:
               "rate; the steps/s column approaches it when the host keeps up).", "",
               "| case | steps/s | graph replay steps/s | member-steps/s | TFLOP/s | of measured peak |",
               "|---|---|---|---|---|---|"]
-    for entry in results["throughput"]:
+    for entry in results.get("throughput", []):
         if "error" in entry:
             lines.append(f"| {entry['name']} | error: {entry['error'][:80]} | | | | |")
             continue
@@ -580,7 +580,7 @@ def markdown(results: dict) -> str:
         lines.append(f"| {entry['name']} | {_number(entry['steps_per_s'])} | "
                      f"{_number(entry.get('graph_replay_steps_per_s'))} | {_number(entry['member_steps_per_s'])} "
                      f"| {_number(entry['tflops'], 3)} | {'–' if fraction is None else f'{100 * fraction:.2f} %'} |")
-    if results["kernels"]:
+    if results.get("kernels"):
         devices = {entry.get("device") for entry in results["kernels"]} - {None}
         what = "kernels" if "cuda" in devices else "ATen operators (CPU)"
         lines += ["", f"## What a step is made of (eager steps, torch.profiler: {what})", "",
@@ -594,18 +594,18 @@ def markdown(results: dict) -> str:
             lines.append(f"| {entry['name']} | {_number(entry['kernels_per_step'])} | "
                          f"{_number(entry['kernel_ms_per_step'], 3)} | {_number(entry['steps_per_s_bound'])} | "
                          f"{busiest} |")
-    base = results["authors_loop"]
+    base = results.get("authors_loop", {})
     if base:
         lines += ["", f"Authors' loop (same size and batch): {_number(base.get('steps_per_s'))} steps/s "
                       f"({_number(base.get('training_step_only_steps_per_s'))} without its per-batch accuracy "
                       "forward)"]
-    if results["paper_run"]:
+    if results.get("paper_run"):
         run = results["paper_run"]
         variant = f" ({run['variant']})" if run.get("variant") else ""
         lines += ["", f"Paper run{variant}: {run.get('steps')} steps in {_number(run.get('seconds_with_evaluations'))} s "
                       f"with its evaluations ({_number(run.get('steps_per_s_with_evaluations'))} steps/s); "
                       f"closest BP_k path {run.get('closest_bp', run.get('error'))}"]
-    if results["skipped"]:
+    if results.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(results["skipped"])]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,171 @@
+"""The site's generated pages, written at build time (mkdocs hook), so that no reference or measured number is typed
+twice: the command line from its parsers, the training flags from the argument dataclasses, and the results pages
+from the JSON files the measuring commands wrote.
+
+* ``reference/cli.md`` — every ``hf-treelang`` sub-command's ``--help`` (:func:`hf_treelang.cli.command_parser`);
+* ``reference/flags.md`` — every field of the scripts' argument dataclasses, with its default and help, and the
+  ``transformers.TrainingArguments`` fields each engine honours (:mod:`hf_treelang.train.honoured`);
+* ``results/gpu.md`` — every GPU check in ``benchmarks/results/*.json``, rendered by ``benchmarks/gpu_check.py``'s
+  own tables, newest first;
+* ``results/comparison.md`` — ``docs/compare/``: the architecture comparison's table, rates and commands;
+* ``results/reproduction.md`` — the findings of the reproduction in ``docs/results_data/reproduce_quick/``, then the
+  earlier reports (``docs/results_data/reproduction_earlier.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import runpy
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "results_data"
+
+
+def _cli_page() -> str:
+    from hf_treelang import cli
+
+    lines = ["# Command line", "", "Every sub-command of `hf-treelang`, as its `--help` prints it (generated from the "
+             "parsers at build time). The training scripts take the flags of [Training flags](flags.md).", ""]
+    for name in cli.COMMANDS:
+        text = cli.command_parser(name).format_help().replace("```", "'''")
+        lines += [f"## `hf-treelang {name}`", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _default(field) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = field.default_factory()  # type: ignore[misc]
+    else:
+        return "required"
+    return f"`{value!r}`"
+
+
+def _flags_page() -> str:
+    from transformers import TrainingArguments
+
+    from hf_treelang.train import honoured
+    from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
+
+    inherited = {field.name: field for field in dataclasses.fields(TrainingArguments)}
+    lines = ["# Training flags", "",
+             "The flags of `training/run_root.py`, `run_mlm.py`, `run_clm.py` and `run_finetune.py` (or one JSON file "
+             "of them), generated from the argument dataclasses at build time. A value left unset comes from "
+             "`--preset` (`laptop` by default); an unset field the preset does not name keeps the default below.", ""]
+    for title, cls, keep in (("Data", DataArguments, None), ("Model", ModelArguments, None),
+                             ("Training (the package's own and the defaults it changes)", TreeLangTrainingArguments,
+                              lambda field: field.name not in inherited or inherited[field.name].default
+                              != field.default or field.metadata.get("help") != inherited[field.name].metadata.get(
+                                  "help"))):
+        lines += [f"## {title}", "", "| flag | default | what it does |", "|---|---|---|"]
+        for field in dataclasses.fields(cls):
+            if not field.init or (keep is not None and not keep(field)):
+                continue
+            text = " ".join(str(field.metadata.get("help", "")).split()).replace("|", "\\|")
+            lines.append(f"| `--{field.name}` | {_default(field).replace('|', '/')} | {text} |")
+        lines.append("")
+    both = sorted(set(honoured.HONOURED_BY_BOTH) & set(inherited))
+    only = sorted(set(honoured.HONOURED_BY_DATALOADER_ONLY) & set(inherited))
+    lines += ["## transformers' `TrainingArguments` that the engines honour", "",
+              "Any other field of `TrainingArguments` given a value other than its default is refused before any "
+              "work, naming the field and the engine (`hf_treelang.train.honoured`).", "",
+              "Both engines: " + ", ".join(f"`--{name}`" for name in both) + ".", "",
+              "The dataloader engine only (`--train_engine dataloader`): " + ", ".join(f"`--{name}`" for name in only)
+              + ".", ""]
+    return "\n".join(lines)
+
+
+def _gpu_page() -> str:
+    check = runpy.run_path(str(ROOT / "benchmarks" / "gpu_check.py"), run_name="gpu_check_docs")
+    lines = ["# Results: the GPU checks", "",
+             "Every `python benchmarks/gpu_check.py` run kept in `benchmarks/results/`, newest first, each table "
+             "rendered from its JSON at build time (the command and its settings: [The GPU path](../guides/gpu.md)).",
+             ""]
+    files = sorted((ROOT / "benchmarks" / "results").glob("gpu_check*.json"), key=lambda path: path.name,
+                   reverse=True)
+    for path in files:
+        results = json.loads(path.read_text())
+        body = check["markdown"](results).replace("# GPU check", f"## `{path.name}`:", 1)
+        lines += [body.replace("\n## ", "\n### "), ""]
+    return "\n".join(lines)
+
+
+def _comparison_page() -> str:
+    folder = ROOT / "docs" / "compare"
+    lines = ["# Results: the architecture comparison", ""]
+    intro = folder / "INTRO.md"
+    if intro.is_file():
+        lines += [intro.read_text().strip(), ""]
+    table = folder / "compare.md"
+    if table.is_file():
+        lines += ["## The table (`compare.md`)", "", "Generated by `hf-treelang compare` from the runs; ± is the "
+                  "standard deviation over the seeds, and a cell averaging fewer runs than its group says how many.",
+                  "", table.read_text().strip(), "", "![The comparison](../compare/compare.png)", ""]
+    rates = folder / "rates.json"
+    if rates.is_file():
+        chosen = json.loads(rates.read_text())
+        lines += ["## The learning rates", "", "Each cell's rate, chosen by the final validation KL to "
+                  "BP_{k_train} of model seed 0 at a quarter of the budget (`hf_treelang.sweep.comparison`):", "",
+                  "| cell | chosen | final validation KL per candidate rate |", "|---|---|---|"]
+        for cell, record in sorted(chosen.items()):
+            candidates = ", ".join(
+                f"{entry['learning_rate']:g}: " + ("–" if entry.get(record["metric"]) is None
+                                                   else f"{entry[record['metric']]:.4f}")
+                for entry in record["candidates"].values())
+            lines.append(f"| {cell} | {record['chosen']:g} | {candidates} |")
+        lines.append("")
+    data = folder / "compare.json"
+    if data.is_file():
+        runs = json.loads(data.read_text())["runs"]
+        lines += ["## Every run's command", "", "Each row of the table, trained alone (the run's own "
+                  "`run_config.json` records it):", "", "| run | learning rate | command |", "|---|---|---|"]
+        for run in runs:
+            lines.append(f"| {Path(run['path']).name} | {run.get('learning_rate')} | `{run.get('command')}` |")
+        lines.append("")
+    history = folder / "EARLIER.md"
+    if history.is_file():
+        lines += [history.read_text().strip(), ""]
+    return "\n".join(lines)
+
+
+def _reproduction_page() -> str:
+    lines = ["# Results: the reproduction reports", ""]
+    findings = DATA / "reproduce_quick" / "findings.json"
+    if findings.is_file():
+        from hf_treelang.reproduce.findings import describe
+        from hf_treelang.reproduce.report import margins_cell
+
+        record = json.loads(findings.read_text())
+        note = DATA / "reproduce_quick" / "NOTE.md"
+        lines += ["## `hf-treelang reproduce --preset quick`, under today's rules", ""]
+        if note.is_file():
+            lines += [note.read_text().strip(), ""]
+        counts = ", ".join(f"{count} {verdict}" for verdict, count in record["verdicts"].items())
+        lines += [f"Verdicts: {counts} (generated from `findings.json`).", "",
+                  "| figure | verdict | measured | margins |", "|---|---|---|---|"]
+        for finding in record["findings"]:
+            shown = {key: value for key, value in finding["measured"].items() if key != "margins"}
+            measured = describe(shown) + (f" ({finding['note']})" if finding["note"] else "")
+            lines.append(f"| {finding['figure']} | {finding['verdict']} | {measured.replace('|', '/')} | "
+                         f"{margins_cell(finding['measured'].get('margins') or []).replace('|', '/')} |")
+        lines.append("")
+    earlier = DATA / "reproduction_earlier.md"
+    if earlier.is_file():
+        lines += [earlier.read_text().strip(), ""]
+    return "\n".join(lines)
+
+
+GENERATED = {"reference/cli.md": _cli_page, "reference/flags.md": _flags_page, "results/gpu.md": _gpu_page,
+             "results/comparison.md": _comparison_page, "results/reproduction.md": _reproduction_page}
+
+
+def on_files(files, config):
+    """Add the generated pages to the site's files (nothing is written into docs/)."""
+    for uri, make in GENERATED.items():
+        files.append(File.generated(config, uri, content=make()))
+    return files

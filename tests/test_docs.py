@@ -1,0 +1,98 @@
+"""The documentation site cannot rot: every python block of its pages runs and prints what its comments promise,
+every command it shows exists with the flags it gives, and the site builds with warnings as errors."""
+
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+
+from test_readme import run_block
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted(path for path in (ROOT / "docs").rglob("*.md") if "results_data" not in path.parts
+               and path.parent.name != "compare")
+BLOCKS = [(page, index, block) for page in PAGES
+          for index, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))]
+
+
+def _name(case) -> str:
+    page, index, _ = case
+    return f"{page.relative_to(ROOT / 'docs')}#{index}"
+
+
+@pytest.mark.parametrize("case", BLOCKS, ids=[_name(case) for case in BLOCKS])
+def test_every_python_block_of_the_docs_runs_and_prints_what_it_promises(case, tmp_path, monkeypatch):
+    page, index, block = case
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    run_block(block, f"{page.name} python block {index}")
+
+
+def _commands() -> list:
+    found = []
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+            text = block.replace("\\\n", " ")
+            for line in text.splitlines():
+                line = line.split("  #")[0].strip()
+                if line.startswith(("hf-treelang ", "python training/", "accelerate launch training/")):
+                    found.append((page.relative_to(ROOT / "docs"), line))
+    return found
+
+
+def _script_flags(script: str) -> set:
+    from hf_treelang.train.arguments import EnsembleArguments
+    from hf_treelang.train.run import known_arguments
+
+    if script == "compare_architectures.py":
+        return {"out", "stage", "workers", "only", "help"}
+    ensemble = {field for field in EnsembleArguments.__dataclass_fields__}
+    return {*known_arguments(), *ensemble, "help"}
+
+
+def test_every_command_of_the_docs_exists_with_the_flags_it_gives():
+    from hf_treelang import cli
+
+    commands = _commands()
+    assert len(commands) >= 20
+    wrong = []
+    for page, line in commands:
+        argv = shlex.split(line)
+        if argv[0] == "hf-treelang":
+            if argv[1] not in cli.COMMANDS:
+                wrong.append(f"{page}: {line}: no sub-command {argv[1]!r}")
+                continue
+            options = {option for action in cli.command_parser(argv[1])._actions for option in action.option_strings}
+            flags = [token.split("=")[0] for token in argv[2:] if token.startswith("--")]
+            wrong += [f"{page}: {line}: {flag}" for flag in flags if flag not in options]
+        else:
+            script = next(token for token in argv if token.startswith("training/")).split("/", 1)[1]
+            if not (ROOT / "training" / script).is_file():
+                wrong.append(f"{page}: {line}: no script {script}")
+                continue
+            known = _script_flags(script)
+            flags = [token[2:].split("=")[0] for token in argv if token.startswith("--") and not token.startswith(
+                "--num_processes") and token not in ("--cpu",)]
+            wrong += [f"{page}: {line}: --{flag}" for flag in flags if flag not in known]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra is not installed")
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    api = (tmp_path / "site" / "reference" / "api").rglob("index.html")
+    pages = "".join(path.read_text(encoding="utf-8") for path in api)
+    for name in ("BeliefPropagation", "Grammar", "TreeLangConfig", "TreeLangForMaskedLM", "BPKLCallback",
+                 "sample_trees", "build_bp_transformer"):
+        assert name in pages, name
+    assert "--num_train" in (tmp_path / "site" / "reference" / "flags" / "index.html").read_text(encoding="utf-8")
+    assert "hf-treelang compare" in (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(
+        encoding="utf-8")
