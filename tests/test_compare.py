@@ -6,19 +6,20 @@ import json
 import pytest
 
 from hf_treelang import cli
-from hf_treelang.analysis.compare import RunRow, group_rows, markdown_table
+from hf_treelang.analysis.compare import RunRow, group_rows, markdown_table, plot_comparison, read_run
 from tiny_run import run_tiny
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Tiny root runs: seeds 0 and 1 of one setting, and seed 0 of two other settings (a tenfold rate and Muon, a
-    label smoothing of 0.1)."""
+    """Tiny root runs: seeds 0 and 1 of one setting, seed 0 of two other settings (a tenfold rate and Muon, a label
+    smoothing of 0.1) and seed 0 on another grammar."""
     root = tmp_path_factory.mktemp("compare")
     folders = {}
     for name, extra in {"adam-s0": ["--seed", "0"], "adam-s1": ["--seed", "1"],
                         "muon-s0": ["--seed", "0", "--optim", "muon", "--learning_rate", "0.01"],
-                        "smooth-s0": ["--seed", "0", "--label_smoothing_factor", "0.1"]}.items():
+                        "smooth-s0": ["--seed", "0", "--label_smoothing_factor", "0.1"],
+                        "grammar1-s0": ["--seed", "0", "--grammar_seed", "1"]}.items():
         run_tiny("root", root / name, "--num_checkpoints", "0", *extra)
         folders[name] = root / name
     return folders
@@ -38,7 +39,7 @@ def test_runs_of_different_settings_are_not_pooled_and_the_console_says_so(runs,
     assert "label_smoothing_factor=0.1" in labels[2]
     assert "not pooled: the treelang root runs differ in" in printed and "so they are 3 groups" in printed
     table = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| root | treelang (" in table and "| 2 |" in table
+    assert "| root | q=3 ℓ=2 σ=1.0 seed 0 | treelang (" in table and "| 2 |" in table
 
 
 def test_every_run_carries_its_rate_and_the_command_that_trains_it_alone(runs, tmp_path):
@@ -52,8 +53,22 @@ def test_every_run_carries_its_rate_and_the_command_that_trains_it_alone(runs, t
     assert "command" in header.split(",") and "--optim muon" in line
 
 
+def test_runs_of_another_grammar_are_their_own_group_and_panel_labelled_by_the_grammar(runs, tmp_path, capsys):
+    folders = [runs["adam-s0"], runs["grammar1-s0"], runs["adam-s1"]]
+    assert cli.main(["compare", *map(str, folders), "--out", str(tmp_path / "cmp")]) == 0
+    assert "not pooled" not in capsys.readouterr().out  # a grammar is a panel of its own, not a hidden setting
+    groups = json.loads((tmp_path / "cmp" / "compare.json").read_text())["groups"]
+    assert [group["seeds"] for group in groups] == [[0, 1], [0]]
+    assert [group["label"] for group in groups] == ["treelang", "treelang"]
+    assert [group["grammar"].split()[-1] for group in groups] == ["0", "1"]  # the grammar seed, in the table too
+    assert "| root | q=3 ℓ=2 σ=1.0 seed 1 | treelang |" in (tmp_path / "cmp" / "compare.md").read_text()
+    figure = plot_comparison([read_run(folder) for folder in folders])
+    assert len(figure.axes) == 4  # two panels (KL and closest BP_k) per grammar
+    assert [axis.get_title().splitlines()[-1] for axis in figure.axes[:2]] == [g["grammar"] for g in groups]
+
+
 def _row(seed: int, climb: dict, final: float | None) -> RunRow:
-    return RunRow(path=f"run{seed}", task="mlm", architecture="bert", seed=seed, group="g", setting={},
+    return RunRow(path=f"run{seed}", task="mlm", architecture="bert", seed=seed, group="g", setting={}, grammar="g",
                   learning_rate=1e-3, command=None, parameters=10, steps=100, steps_per_second=None, k_train=0,
                   path_of_closest=[4, 3], climb_times=climb, final_kl_matched=final, accuracy={0: 0.5},
                   bp_accuracy={0: 0.7}, mass_on_special_tokens=None, excess_loss=None, dynamics=None)

@@ -41,6 +41,20 @@ from .io import check_output_dir, cli_error, prepare_output, write_json
 TASK_TITLES = {"mlm": "masked leaf", "clm": "next leaf", "root": "root"}
 
 
+def grammar_of(setting: dict) -> str:
+    """The grammar a run's data come from, in words: ``rhm-v8-m4-s2-L3`` (a Random Hierarchy Model, named as its
+    dataset config) or ``q=4 ℓ=4 σ=1.0 seed 0`` (the paper's log-normal grammar). Runs of different grammars are
+    never drawn in one panel: their KLs are on different scales."""
+    data = setting.get("data_args") or {}
+    if data.get("num_rules"):
+        classes = f"-n{data['num_classes']}" if data.get("num_classes") else ""
+        seed = f"-seed{data['grammar_seed']}" if data.get("grammar_seed") else ""
+        return (f"rhm-v{data.get('num_symbols')}{classes}-m{data['num_rules']}-s{data.get('arity')}"
+                f"-L{data.get('depth')}{seed}")
+    return (f"q={data.get('num_symbols')} ℓ={data.get('depth')} σ={data.get('sigma')} "
+            f"seed {data.get('grammar_seed')}")
+
+
 @dataclass
 class RunRow:
     """One run of the comparison (see the module docstring)."""
@@ -51,6 +65,7 @@ class RunRow:
     seed: int
     group: str
     setting: dict
+    grammar: str
     learning_rate: float | None
     command: str | None
     parameters: int
@@ -162,6 +177,7 @@ def read_run(run) -> RunRow:
     levels = sorted(dynamics.accuracy)
     return RunRow(
         path=str(folder), task=str(task), architecture=architecture, seed=seed, group=group, setting=setting,
+        grammar=grammar_of(setting),
         learning_rate=training.get("learning_rate"), command=command_of(folder, run_config),
         parameters=count_parameters(folder), steps=steps,
         steps_per_second=steps / runtime if runtime else None, k_train=k_train,
@@ -213,16 +229,16 @@ def differences(settings: list) -> list:
 
 def group_rows(rows: list) -> list:
     """The rows grouped by everything but the seed: one dict per group, in the order of first appearance. Groups of
-    one task and architecture with different settings get a ``label`` naming what differs (else the architecture)
-    and ``differs_in`` (the fields)."""
+    one task, grammar and architecture with different settings get a ``label`` naming what differs (else the
+    architecture) and ``differs_in`` (the fields)."""
     groups: dict = {}
     for row in rows:
         groups.setdefault(row.group, []).append(row)
     by_kind: dict = {}
     for key, members in groups.items():
-        by_kind.setdefault((members[0].task, members[0].architecture), []).append(key)
+        by_kind.setdefault((members[0].task, members[0].grammar, members[0].architecture), []).append(key)
     labels, differing = {}, {}
-    for (_, architecture), keys in by_kind.items():
+    for (_, _, architecture), keys in by_kind.items():
         fields = differences([groups[key][0].setting for key in keys]) if len(keys) > 1 else []
         for key in keys:
             flat = _flat(groups[key][0].setting)
@@ -235,7 +251,7 @@ def group_rows(rows: list) -> list:
         first = members[0]
         levels = sorted(first.accuracy)
         out.append({
-            "task": first.task, "architecture": first.architecture, "label": labels[key],
+            "task": first.task, "grammar": first.grammar, "architecture": first.architecture, "label": labels[key],
             "differs_in": differing[key], "learning_rate": first.learning_rate,
             "seeds": [row.seed for row in members],
             "runs": [row.path for row in members], "parameters": first.parameters, "steps": first.steps,
@@ -254,7 +270,7 @@ def group_rows(rows: list) -> list:
 
 def markdown_table(groups: list) -> str:
     """The comparison as one markdown table (a row per group; ± is the standard deviation over the seeds)."""
-    header = ("| task | architecture | seeds | parameters | steps | steps/s | closest BP_k along training | "
+    header = ("| task | grammar | architecture | seeds | parameters | steps | steps/s | closest BP_k along training | "
               "t_k (k = ℓ … 0) | "
               "final KL to BP_{k_train} | accuracy k_test=0 (model / BP) | accuracy per k_test (model) | "
               "off-symbol mass | excess loss |")
@@ -271,7 +287,7 @@ def markdown_table(groups: list) -> str:
             f"{_shown(group['accuracy'][first], of=n)} / {_shown(group['bp_accuracy'][first], of=n)}"
         per_level = " ".join(_shown(group["accuracy"][k], 2).split(" ± ")[0] for k in levels)
         lines.append(
-            f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['label']} | {n} | "
+            f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['grammar']} | {group['label']} | {n} | "
             f"{group['parameters']:,} | {group['steps']:,} | {_shown(group['steps_per_second'], 1, n)} | {paths} | "
             f"{times} | "
             f"{_shown(group['final_kl_matched'], of=n)} | {accuracy0} | {per_level} | "
@@ -280,19 +296,21 @@ def markdown_table(groups: list) -> str:
 
 
 def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
-    """Per task (columns): the KL to the matched BP along training (top) and the closest BP_k along training
-    (bottom: the climb down the hierarchy), one colour per group (``labels``: group key → its label, default the
-    architecture), a line per seed; log step axis from step 1."""
-    tasks = [task for task in TASK_TITLES if any(row.task == task for row in rows)]
+    """Per task and grammar (columns): the KL to the matched BP along training (top) and the closest BP_k along
+    training (bottom: the climb down the hierarchy), one colour per group (``labels``: group key → its label, default
+    the architecture), a line per seed; log step axis from step 1."""
+    grammars = list(dict.fromkeys(row.grammar for row in rows))
+    panels = [(task, grammar) for task in TASK_TITLES for grammar in grammars
+              if any(row.task == task and row.grammar == grammar for row in rows)]
     labels = labels or {}
     name_of = {row.path: labels.get(row.group, row.architecture) for row in rows}
     colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(set(name_of.values())))}
     plt = pyplot()
-    figure, axes = plt.subplots(2, len(tasks), figsize=(5.2 * len(tasks), 7.0), squeeze=False, sharex="col")
-    for column, task in enumerate(tasks):
+    figure, axes = plt.subplots(2, len(panels), figsize=(5.2 * len(panels), 7.0), squeeze=False, sharex="col")
+    for column, (task, grammar) in enumerate(panels):
         top, bottom = axes[0][column], axes[1][column]
         labelled = set()
-        members = [r for r in rows if r.task == task]
+        members = [r for r in rows if r.task == task and r.grammar == grammar]
         for offset, row in enumerate(members):
             curve = row.dynamics.kl.get(row.k_train)
             if curve is None:
@@ -310,7 +328,7 @@ def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
         top.set_xscale("log")
         top.set_yscale("log")
         top.set_ylabel("KL(BP_k_train ‖ model), nats")
-        top.set_title(f"{TASK_TITLES[task]} prediction")
+        top.set_title(f"{TASK_TITLES[task]} prediction" + (f"\n{grammar}" if len(grammars) > 1 else ""))
         top.legend(fontsize=8)
         levels = sorted({k for row in members for k in row.dynamics.kl})
         bottom.set_yticks(levels)
@@ -354,6 +372,8 @@ def compare(runs: list, out_dir, *, title: str = "") -> dict:
 DATASET_COLUMNS = {
     "run": "the run's folder",
     "task": "root, mlm (masked leaf) or clm (next leaf)",
+    "grammar": "the grammar of its data: rhm-v<v>-m<m>-s<s>-L<L> (a Random Hierarchy Model) or q ℓ σ seed (the "
+               "paper's log-normal grammar)",
     "architecture": "the model type (treelang: the paper's encoder)",
     "group": "the row of compare.md this run averages into: its architecture and what sets it apart from the other "
              "groups of that architecture and task",
@@ -374,7 +394,8 @@ def dataset_records(rows: list, groups: list) -> list:
     label = {path: group["label"] for group in groups for path in group["runs"]}
     records = []
     for row in rows:
-        record = {"run": row.path, "task": row.task, "architecture": row.architecture, "group": label[row.path],
+        record = {"run": row.path, "task": row.task, "grammar": row.grammar, "architecture": row.architecture,
+                  "group": label[row.path],
                   "seed": row.seed, "learning_rate": row.learning_rate, "parameters": row.parameters,
                   "steps": row.steps, "steps_per_second": row.steps_per_second, "k_train": row.k_train,
                   "path_of_closest": "-".join(map(str, row.path_of_closest)), "command": row.command}
@@ -414,13 +435,14 @@ def dataset_card(columns: list, num_runs: int, title: str) -> str:
 
 
 def kept_apart_lines(groups: list) -> list:
-    """One line per task and architecture whose runs differ in more than the seed: the groups were kept apart."""
+    """One line per task, grammar and architecture whose runs differ in more than the seed: the groups were kept
+    apart."""
     lines, seen = [], set()
     for group in groups:
-        kind = (group["task"], group["architecture"])
+        kind = (group["task"], group["grammar"], group["architecture"])
         if group["differs_in"] and kind not in seen:
             seen.add(kind)
-            count = sum(1 for g in groups if (g["task"], g["architecture"]) == kind)
+            count = sum(1 for g in groups if (g["task"], g["grammar"], g["architecture"]) == kind)
             fields = ", ".join(name.split(".")[-1] for name in group["differs_in"])
             lines.append(f"not pooled: the {group['architecture']} {group['task']} runs differ in {fields}, so they "
                          f"are {count} groups, not seeds of one")
@@ -444,5 +466,5 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["RunRow", "command_of", "compare", "count_parameters", "differences", "group_rows", "kept_apart_lines",
-           "markdown_table", "read_run", "setting_of"]
+__all__ = ["RunRow", "command_of", "compare", "count_parameters", "differences", "grammar_of", "group_rows",
+           "kept_apart_lines", "markdown_table", "read_run", "setting_of"]
