@@ -317,8 +317,8 @@ class BPTransformerModel(BPTransformerPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class BPTransformerForSequenceClassification(BPTransformerPreTrainedModel):
-    """Root classification: ``logits = log(p0 ⊙ o)`` of token 0 after ℓ layers, BP_0's root posterior."""
+class BPTransformerWithPrior(BPTransformerPreTrainedModel):
+    """The encoder and the grammar's root prior p0, both built (never trained): the base of the two heads."""
 
     def __init__(self, config: BPTransformerConfig):
         super().__init__(config)
@@ -334,6 +334,10 @@ class BPTransformerForSequenceClassification(BPTransformerPreTrainedModel):
         self.bp.build()
         self.root_prior.copy_(_prior(self.config))
 
+
+class BPTransformerForSequenceClassification(BPTransformerWithPrior):
+    """Root classification: ``logits = log(p0 ⊙ o)`` of token 0 after ℓ layers, BP_0's root posterior."""
+
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
                 return_dict: bool | None = None, **unused):
@@ -347,21 +351,8 @@ class BPTransformerForSequenceClassification(BPTransformerPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class BPTransformerForMaskedLM(BPTransformerPreTrainedModel):
+class BPTransformerForMaskedLM(BPTransformerWithPrior):
     """Masked leaf: ``logits_i = log(u_i ⊙ C_i p0)`` at every position, BP_0's marginal of leaf i given the others."""
-
-    def __init__(self, config: BPTransformerConfig):
-        super().__init__(config)
-        self.bp = BPTransformerModel(config)
-        self.root_prior = nn.Parameter(torch.zeros(config.num_symbols), requires_grad=False)
-        self.post_init()
-        self.build()
-
-    @torch.no_grad()
-    def build(self) -> None:
-        """Write every weight from the config's grammar, in the model's current dtype."""
-        self.bp.build()
-        self.root_prior.copy_(_prior(self.config))
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
