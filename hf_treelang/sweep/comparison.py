@@ -27,12 +27,12 @@ Glossary: ℓ depth, q symbols, P training sequences.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.train.callbacks import read_history
 from hf_treelang.train.device_data import optimizer_steps
 from hf_treelang.train.loop import build_model
 from hf_treelang.train.run import resolve
@@ -139,11 +139,7 @@ def main_runs(cell: Cell, rate: float, out) -> list:
 
 def final_metric(run_dir, name: str) -> float | None:
     """``name`` at the last evaluation of a finished run folder (its ``eval_history.json``), None when absent."""
-    path = Path(run_dir) / "eval_history.json"
-    if not path.is_file():
-        return None
-    history = json.loads(path.read_text())
-    entries = [entry for entry in history if name in entry]
+    entries = [entry for entry in read_history(Path(run_dir) / "eval_history.json") if name in entry]
     if not entries:
         return None
     value = max(entries, key=lambda entry: entry["step"])[name]
@@ -165,14 +161,21 @@ def choose_rate(cell: Cell, runs: list) -> dict:
     return {"cell": cell.name, "metric": metric, "chosen": best, "candidates": candidates}
 
 
-def check_sizes(tolerance: float = SIZE_TOLERANCE) -> dict:
-    """Every cell's parameter count against the TreeLang model of its grammar and task; raises a ValueError naming
-    the cells outside ``tolerance``. Returns ``{cell name: (parameters, reference)}``."""
+def parameter_counts() -> dict:
+    """``{cell name: parameters}`` of every cell's model, built as its runs build it."""
     counts = {}
     for cell in cells():
         run = resolve(cell.task, cell.arguments())
         model = build_model(dataclasses.replace(run, task=run.model_task))
         counts[cell.name] = sum(p.numel() for p in model.parameters())
+    return counts
+
+
+def check_sizes(tolerance: float = SIZE_TOLERANCE, counts: dict | None = None) -> dict:
+    """Every cell's parameter count (``counts``, default :func:`parameter_counts`) against the TreeLang model of its
+    grammar and task; raises a ValueError naming the cells outside ``tolerance``. Returns ``{cell name: (parameters,
+    reference)}``."""
+    counts = parameter_counts() if counts is None else counts
     sizes, outside = {}, []
     for cell in cells():
         reference = counts[f"{cell.grammar}-{cell.task}-treelang"]
@@ -228,4 +231,4 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
 
 
 __all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
-           "choose_rate", "final_metric", "main_runs", "run_protocol", "selected", "tuning_runs"]
+           "choose_rate", "final_metric", "main_runs", "parameter_counts", "run_protocol", "selected", "tuning_runs"]

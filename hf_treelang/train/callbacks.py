@@ -64,7 +64,7 @@ from hf_treelang.core.oracle import (
 )
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
-from hf_treelang.jsonio import write_json_atomic
+from hf_treelang.jsonio import read_json_object, write_json_atomic
 
 SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model puts outside the q symbols
 IMPOSSIBLE_KEY = "impossible_bp_k"  # a grammar other than the paper's: eval_impossible_bp_k{k}, the in-sample rows
@@ -404,6 +404,14 @@ def evaluation_history(log_history: list) -> list:
         if any(key.startswith("eval_") for key in entry):
             merged.setdefault(int(entry.get("step", 0)), {}).update(entry)
     return [merged[step] for step in sorted(merged)]
+
+
+def read_history(path) -> list:
+    """The evaluations of a history file of :func:`write_history` (one dict per evaluated step, by step); an empty
+    list when the file is absent or holds no history."""
+    record = read_json_object(path)
+    history = (record or {}).get("history")
+    return list(history) if isinstance(history, list) else []
 
 
 def write_history(path, log_history: list) -> None:

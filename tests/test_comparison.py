@@ -1,0 +1,84 @@
+"""The architecture comparison protocol (``hf_treelang.sweep.comparison``): its cells at TreeLang's size, the laptop
+budgets, a quarter of them for the rate search, and the rate chosen from the runs' own evaluation histories."""
+
+import math
+
+import pytest
+
+from hf_treelang.sweep import comparison
+from hf_treelang.train.callbacks import write_history
+from hf_treelang.train.device_data import optimizer_steps
+
+
+def _cell(name: str) -> comparison.Cell:
+    (cell,) = [cell for cell in comparison.cells() if cell.name == name]
+    return cell
+
+
+def test_the_grid_has_every_task_and_architecture_the_protocol_names():
+    names = {cell.name for cell in comparison.cells()}
+    for architecture in ("treelang", "bert", "roberta", "gpt2", "llama", "rwkv"):
+        assert f"paper-root-{architecture}" in names and f"rhm-root-{architecture}" in names
+    assert {f"paper-clm-{name}" for name in ("treelang", "gpt2", "llama", "rwkv")} <= names
+    assert {f"paper-mlm-{name}" for name in ("treelang", "bert", "roberta", "distilbert")} <= names
+    assert _cell("paper-root-gpt2").seeds == (0, 1, 2) and _cell("paper-mlm-treelang").seeds == (0, 1, 2)
+
+
+def test_every_cell_has_the_treelang_parameter_count_of_its_task_within_the_tolerance():
+    counts = comparison.parameter_counts()
+    sizes = comparison.check_sizes(counts=counts)
+    assert set(sizes) == {cell.name for cell in comparison.cells()}
+    for name, (parameters, reference) in sizes.items():
+        assert abs(parameters / reference - 1) <= comparison.SIZE_TOLERANCE, name
+        assert reference == counts[name.rsplit("-", 1)[0] + "-treelang"]
+    with pytest.raises(ValueError, match="outside ±0% of TreeLang.s: paper-root-bert 206,020 against 204,356"):
+        comparison.check_sizes(tolerance=0.0, counts=counts)  # the other architectures are close, not equal
+
+
+@pytest.mark.parametrize("name, steps", [("paper-root-bert", 49_152), ("paper-clm-llama", 8_192),
+                                         ("paper-mlm-distilbert", 49_152), ("rhm-root-rwkv", 12_288)])
+def test_the_budgets_are_the_laptop_presets_and_the_search_a_quarter_of_them(name, steps, tmp_path):
+    cell = _cell(name)
+    assert comparison.budget(cell) == steps
+    search = comparison.tuning_runs(cell, tmp_path)
+    assert [run.training_args.learning_rate for run in search] == list(comparison.LEARNING_RATES)
+    assert {run.training_args.max_steps for run in search} == {steps // 4}
+    assert {run.training_args.seed for run in search} == {0}
+    main = comparison.main_runs(cell, 1e-3, tmp_path)
+    assert [run.training_args.seed for run in main] == list(cell.seeds)
+    assert {run.training_args.learning_rate for run in main} == {1e-3}
+    assert {optimizer_steps(run.training_args, run.data_args.num_train) for run in main} == {steps}
+
+
+def _history(run, kl_values: list, k: int = 0) -> None:
+    """An evaluation history as the training writes it, the KL to BP_k at steps 0, 10, 20, ..."""
+    entries = [{"step": 10 * i, f"eval_kl_bp_k{k}": value, "eval_loss": 1.0} for i, value in enumerate(kl_values)]
+    write_history(run.output_dir / "eval_history.json", entries)
+
+
+def test_the_rate_is_the_lowest_final_validation_kl_and_a_diverged_run_is_never_chosen(tmp_path):
+    cell = _cell("paper-root-treelang")
+    low, middle, high = comparison.tuning_runs(cell, tmp_path)
+    _history(low, [1.0, 0.05, 0.40])  # the best KL along the way does not count: the last evaluation does
+    _history(middle, [1.0, 0.30, 0.20])
+    _history(high, [1.0, 0.01, math.nan])  # diverged at the end
+    record = comparison.choose_rate(cell, [low, middle, high])
+    assert record["chosen"] == comparison.LEARNING_RATES[1] and record["metric"] == "eval_kl_bp_k0"
+    candidates = record["candidates"]
+    assert candidates["lr0.0003"]["eval_kl_bp_k0"] == 0.40 and candidates["lr0.003"]["eval_kl_bp_k0"] is None
+    assert {entry["steps"] for entry in candidates.values()} == {49_152 // 4}
+
+
+def test_a_cell_whose_runs_have_no_evaluation_is_refused_by_name(tmp_path):
+    cell = _cell("paper-clm-gpt2")
+    search = comparison.tuning_runs(cell, tmp_path)
+    with pytest.raises(RuntimeError, match="cell paper-clm-gpt2: no tuning run has a final eval_kl_bp_k0"):
+        comparison.choose_rate(cell, search)
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="stage must be one of"):
+        comparison.run_protocol(tmp_path, stage="everything")
+    with pytest.raises(ValueError, match=r"--only \['paper-roots'\]: no cell is named so"):
+        comparison.run_protocol(tmp_path, stage="tune", only=["paper-roots"])
+    assert not any(tmp_path.iterdir())
