@@ -31,7 +31,7 @@ def test_every_cell_has_the_treelang_parameter_count_of_its_task_within_the_tole
     for name, (parameters, reference) in sizes.items():
         assert abs(parameters / reference - 1) <= comparison.SIZE_TOLERANCE, name
         assert reference == counts[name.rsplit("-", 1)[0] + "-treelang"]
-    with pytest.raises(ValueError, match="outside ±0% of TreeLang.s: paper-root-bert 206,020 against 204,356"):
+    with pytest.raises(ValueError, match=r"outside ±0% of TreeLang.s: paper-root-bert [0-9,]+ against [0-9,]+"):
         comparison.check_sizes(tolerance=0.0, counts=counts)  # the other architectures are close, not equal
 
 
