@@ -150,6 +150,10 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="figure title (default: none)")
 
 
+def _prune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", help="finished training run folders (each checked before any is pruned)")
+
+
 def _construct_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", help="output folder (a finished run folder that every analysis reads)")
     parser.add_argument("--task", choices=("mlm", "root"), default="mlm",
@@ -367,6 +371,15 @@ COMMANDS = {
         "from their last checkpoint and trains changed ones again. Results are appended to OUT/results.jsonl and "
         "OUT/sweep.png is redrawn as runs finish; --status OUT shows done / running / failed.",
         _sweep_arguments,
+    ),
+    "prune": (
+        "hf_treelang.train.prune",
+        "remove a finished run's checkpoints before sharing it",
+        "Remove the checkpoint-<step> folders of finished runs, which only a resume reads (most of a run's bytes): "
+        "the folder stays a complete run for every analysis, compare and sweep (run_complete.json lists what "
+        "remains and the checkpoints removed). Every folder is checked first: a run that is incomplete, damaged or "
+        "held by a live process is refused before any is touched.",
+        _prune_arguments,
     ),
     "reproduce": (
         "hf_treelang.reproduce",

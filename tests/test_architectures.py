@@ -307,7 +307,7 @@ def test_an_architecture_by_seed_grid_runs_with_the_sweep_engine_and_compares(tm
     assert groups[0]["final_kl_matched"]["mean"] == pytest.approx(sum(finals) / 2)
     assert groups[0]["final_kl_matched"]["std"] == pytest.approx(abs(finals[0] - finals[1]) / 2**0.5)
     table = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| next leaf | gpt2 | 2 | " in table and (tmp_path / "cmp" / "compare.png").is_file()
+    assert "| next leaf | q=3 ℓ=2 σ=1.0 seed 0 | gpt2 | 2 | " in table and (tmp_path / "cmp" / "compare.png").is_file()
     assert len((tmp_path / "cmp" / "compare.csv").read_text().splitlines()) == 5
 
 

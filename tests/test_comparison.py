@@ -82,3 +82,32 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"--only \['paper-roots'\]: no cell is named so"):
         comparison.run_protocol(tmp_path, stage="tune", only=["paper-roots"])
     assert not any(tmp_path.iterdir())
+
+
+def test_a_recorded_search_of_todays_runs_is_reused_and_one_of_other_runs_searched_again(tmp_path, monkeypatch):
+    import json
+
+    cell = _cell("rhm-root-gpt2")
+    search = comparison.tuning_runs(cell, tmp_path)
+    for run, final in zip(search, (0.3, 0.1, 0.2)):
+        _history(run, [1.0, final])
+    record = comparison.choose_rate(cell, search)
+    assert comparison.is_current(record, search)
+    trained = []
+    monkeypatch.setattr(comparison, "execute_runs", lambda runs, out, **options: trained.append(
+        [run.name for run in runs]))
+    rates_file = tmp_path / "rates.json"
+    rates_file.write_text(json.dumps({cell.name: record}))
+    comparison.run_protocol(tmp_path, only=[cell.name], log=lambda line: None)
+    assert trained == [[], [f"main/{cell.name}-s0"]]  # no search: its record is of today's runs
+    assert json.loads(rates_file.read_text())[cell.name]["chosen"] == 1e-3
+
+    stale = json.loads(json.dumps(record))
+    stale["candidates"]["lr0.001"]["identity"] = "another"
+    rates_file.write_text(json.dumps({cell.name: stale}))
+    trained.clear()
+    lines = []
+    comparison.run_protocol(tmp_path, stage="tune", only=[cell.name], log=lines.append)
+    assert trained == [[run.name for run in search]]
+    assert any("searching again" in line for line in lines)
+    assert cell.name not in json.loads(rates_file.read_text())  # its runs have not finished: no rate yet

@@ -137,7 +137,7 @@ def test_the_comparison_is_a_results_dataset_of_one_row_per_run(runs, tmp_path):
 
     folders = [str(runs / name) for name in RUNS]
     assert cli.main(["compare", *folders, "--out", str(tmp_path / "cmp")]) == 0
-    table = datasets.load_dataset(str(tmp_path / "cmp"))["train"]
+    table = datasets.load_dataset(str(tmp_path / "cmp"), cache_dir=str(tmp_path / "datasets-cache"))["train"]
     assert table.num_rows == len(RUNS)
     assert sorted(table["run"]) == sorted(folders)
     row = table[table["run"].index(str(runs / "electra-mlm"))]

@@ -6,6 +6,10 @@ runs at a time, resumable (rerun the same command after a stop).
     python training/compare_architectures.py OUT --stage tune      # only the rate searches
     python training/compare_architectures.py OUT --only paper-root # the cells whose name starts so
     hf-treelang compare OUT/runs/main/* --out OUT/compare           # the table and figures
+    hf-treelang prune OUT/runs/main/<finished run>                  # before committing or sharing a finished run
+
+A rerun needs only OUT/rates.json and the finished main runs: a cell whose rate search is recorded there for the same
+runs is not searched again.
 """
 
 import argparse

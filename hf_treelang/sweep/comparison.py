@@ -15,7 +15,9 @@ execute_runs`), resumable, every run a complete run folder:
   every architecture.
 * **The rate of each cell** is chosen from :data:`LEARNING_RATES` by the final *validation* KL to BP_{k_train} (the
   in-sample evaluation set, never the test sets) of model seed 0 trained for a quarter of the budget
-  (:func:`choose_rate`); the choice and every candidate's KL are recorded in ``OUT/rates.json``.
+  (:func:`choose_rate`); the choice and every candidate's KL and run identity are recorded in ``OUT/rates.json``.
+  A cell whose record is of today's runs (:func:`is_current`) is not searched again, so an ``OUT`` kept as
+  ``rates.json`` and its finished main runs (``hf-treelang prune``: without the checkpoints) resumes where it stopped.
 * **Then the seeds** of :data:`SEEDS` at that rate, at the full budget (``OUT/runs/main/...``).
 
 ``hf-treelang compare OUT/runs/main/*`` tabulates them (groups pool only the seeds of one setting), and every record
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.train.callbacks import read_history
+from hf_treelang.train.folders import finished_run
 from hf_treelang.train.device_data import optimizer_steps
 from hf_treelang.train.loop import build_model
 from hf_treelang.train.run import resolve
@@ -153,12 +156,24 @@ def choose_rate(cell: Cell, runs: list) -> dict:
     for rate, run in zip(LEARNING_RATES, runs):
         metric = RATE_METRIC.format(k=run.data_args.k_train)
         candidates[rate_name(rate)] = {"learning_rate": rate, metric: final_metric(run.output_dir, metric),
-                                       "steps": run.training_args.max_steps}
+                                       "steps": run.training_args.max_steps, "identity": run.identity}
     scored = [(entry[metric], entry["learning_rate"]) for entry in candidates.values() if entry[metric] is not None]
     if not scored:
         raise RuntimeError(f"cell {cell.name}: no tuning run has a final {metric}; see {runs[0].output_dir.parent}")
     best = min(scored)[1]
     return {"cell": cell.name, "metric": metric, "chosen": best, "candidates": candidates}
+
+
+def is_current(record: dict | None, runs: list) -> bool:
+    """Whether ``record`` (a cell's entry of ``rates.json``) was chosen from exactly ``runs``: every candidate's rate
+    and run identity (its arguments, data format and starting point) as today's. A record of other runs is stale:
+    never used, its search trained again."""
+    if not record:
+        return False
+    candidates = record.get("candidates") or {}
+    return len(candidates) == len(runs) and all(
+        (candidates.get(rate_name(run.training_args.learning_rate)) or {}).get("identity") == run.identity
+        for run in runs)
 
 
 def parameter_counts() -> dict:
@@ -209,14 +224,20 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
     out = Path(out)
     chosen_cells = selected(cells(), only)
     searches = {cell.name: tuning_runs(cell, out) for cell in chosen_cells}
-    if stage in ("tune", "all"):
-        runs = [run for cell in chosen_cells for run in searches[cell.name]]
-        log(f"rate searches: {len(runs)} runs of {len(chosen_cells)} cells, {workers} at a time")
-        execute_runs(runs, out, workers=workers, threads=1, estimate=False, log=log)
     rates_file = out / "rates.json"
     rates = read_json_object(rates_file) or {}
+    for cell in chosen_cells:  # a record of other runs than today's search is dropped, never used
+        if cell.name in rates and not is_current(rates[cell.name], searches[cell.name]):
+            log(f"{cell.name}: its recorded rate search is of other runs; searching again")
+            del rates[cell.name]
+    if stage in ("tune", "all"):
+        # a cell whose search is recorded needs none of its runs' folders (a published OUT keeps rates.json only)
+        runs = [run for cell in chosen_cells if cell.name not in rates for run in searches[cell.name]]
+        log(f"rate searches: {len(runs)} runs of {len(chosen_cells) - len(rates.keys() & searches.keys())} cells, "
+            f"{workers} at a time")
+        execute_runs(runs, out, workers=workers, threads=1, estimate=False, log=log)
     for cell in chosen_cells:
-        if all((Path(run.output_dir) / "run_complete.json").is_file() for run in searches[cell.name]):
+        if cell.name not in rates and all(finished_run(run.output_dir, run.identity) for run in searches[cell.name]):
             rates[cell.name] = choose_rate(cell, searches[cell.name])
     write_json_atomic(rates_file, rates)
     if stage in ("main", "all"):
@@ -231,4 +252,5 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
 
 
 __all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
-           "choose_rate", "final_metric", "main_runs", "parameter_counts", "run_protocol", "selected", "tuning_runs"]
+           "choose_rate", "final_metric", "is_current", "main_runs", "parameter_counts", "run_protocol", "selected",
+           "tuning_runs"]

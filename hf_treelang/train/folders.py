@@ -490,6 +490,34 @@ def start_run_folder(task: str, data_args, model_args, training_args, command: s
     return folder
 
 
+def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
+    """Remove the ``checkpoint-<step>`` folders of a finished run, which it needs only to resume: what a shared or
+    published run folder need not carry (they are most of its bytes). The run stays complete for every analysis and
+    sweep: ``run_complete.json`` is rewritten first, listing the files that remain and the checkpoints removed
+    (``pruned``), so an interrupted prune leaves a complete folder with a few unlisted files that a second call
+    removes. Refuses a folder that is not a complete run (:func:`check_run_complete`) or that a live process holds.
+
+    Returns the names of the checkpoints removed and the bytes they held."""
+    folder = Path(output_dir)
+    if not is_run_folder(folder):
+        raise ValueError(f"`{name}` {str(folder)!r} is not a training run folder (it has no {RUN_CONFIG})")
+    check_unclaimed(folder, name)
+    check_run_complete(folder, name)
+    found = [path for _, path in checkpoints(folder)]
+    if not found:
+        return [], 0
+    document = read_json_object(folder / RUN_COMPLETE) or {}
+    names = [path.name for path in found]
+    removed_bytes = sum(f.stat().st_size for path in found for f in path.rglob("*") if f.is_file())
+    kept = {relative: size for relative, size in document.get("files", {}).items()
+            if relative.split("/", 1)[0] not in names}
+    write_json_atomic(folder / RUN_COMPLETE, {**document, "files": kept,
+                                              "pruned": sorted(set(document.get("pruned") or []) | set(names))})
+    for path in found:
+        shutil.rmtree(path)
+    return names, removed_bytes
+
+
 def mark_run_started(output_dir) -> None:
     """A run (re)starts in ``output_dir``: a previous ``run_complete.json`` no longer describes the folder."""
     marker = Path(output_dir) / RUN_COMPLETE
@@ -700,6 +728,7 @@ __all__ = [
     "TASK_ARCHITECTURES",
     "WEIGHT_FILES",
     "check_output_dir_free",
+    "prune_checkpoints",
     "check_output_folder",
     "check_checkpoint_fits",
     "check_resume_checkpoint",

@@ -1,0 +1,38 @@
+"""``hf-treelang prune RUN...``: a finished run folder without the checkpoints it needs only to resume, ready to share.
+
+Every folder is checked (a complete run, held by no live process) before any is touched; the pruning itself is
+:func:`hf_treelang.train.folders.prune_checkpoints`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hf_treelang.claims import check_unclaimed
+
+from .folders import check_run_complete, is_run_folder, prune_checkpoints
+
+
+def _mebibytes(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def run(args) -> int:
+    """``hf-treelang prune`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+    folders = [Path(path) for path in args.runs]
+    try:
+        for folder in folders:
+            if not is_run_folder(folder):
+                raise ValueError(f"`run` {str(folder)!r} is not a training run folder (it has no run_config.json)")
+            check_unclaimed(folder, "run")
+            check_run_complete(folder, "run")
+    except (ValueError, OSError) as error:
+        sys.stderr.write(f"hf-treelang prune: error: {error}\n")
+        return 2
+    for folder in folders:
+        names, size = prune_checkpoints(folder)
+        left = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        what = f"removed {len(names)} checkpoint(s), {_mebibytes(size)}" if names else "no checkpoint to remove"
+        print(f"{folder}: {what}; {_mebibytes(left)} left")
+    return 0
