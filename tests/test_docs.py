@@ -14,8 +14,10 @@ import pytest
 from test_readme import run_block
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted(path for path in (ROOT / "docs").rglob("*.md") if "results_data" not in path.parts
-               and path.parent.name != "compare")
+# the site's pages: not the data its results pages are generated from, nor the run folders (and their cards) under
+# docs/compare (mkdocs.yml's exclude_docs)
+PAGES = sorted(path for path in (ROOT / "docs").rglob("*.md")
+               if path.relative_to(ROOT / "docs").parts[0] not in ("results_data", "compare"))
 BLOCKS = [(page, index, block) for page in PAGES
           for index, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))]
 
