@@ -11,6 +11,6 @@ if "HF_TREELANG_CACHE" not in os.environ:  # a cache of the suite's own, not the
     os.environ["HF_TREELANG_CACHE"] = tempfile.mkdtemp(prefix="hf-treelang-test-cache-")
     atexit.register(shutil.rmtree, os.environ["HF_TREELANG_CACHE"], ignore_errors=True)
 if "HF_DATASETS_CACHE" not in os.environ:  # datasets keys a local folder's cache by its files' names and mtimes: a
-    # machine whose clock restarts from one snapshot would hand one run's table to the next
+    # shared cache handed a later suite an earlier suite's table on CI
     os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hf-treelang-test-datasets-")
     atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.train.callbacks import read_history
-from hf_treelang.train.folders import finished_run
 from hf_treelang.train.device_data import optimizer_steps
+from hf_treelang.train.folders import finished_run
 from hf_treelang.train.loop import build_model
 from hf_treelang.train.run import resolve
 
@@ -232,9 +232,9 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
             del rates[cell.name]
     if stage in ("tune", "all"):
         # a cell whose search is recorded needs none of its runs' folders (a published OUT keeps rates.json only)
-        runs = [run for cell in chosen_cells if cell.name not in rates for run in searches[cell.name]]
-        log(f"rate searches: {len(runs)} runs of {len(chosen_cells) - len(rates.keys() & searches.keys())} cells, "
-            f"{workers} at a time")
+        unsearched = [cell for cell in chosen_cells if cell.name not in rates]
+        runs = [run for cell in unsearched for run in searches[cell.name]]
+        log(f"rate searches: {len(runs)} runs of {len(unsearched)} cells, {workers} at a time")
         execute_runs(runs, out, workers=workers, threads=1, estimate=False, log=log)
     for cell in chosen_cells:
         if cell.name not in rates and all(finished_run(run.output_dir, run.identity) for run in searches[cell.name]):

@@ -490,6 +490,17 @@ def start_run_folder(task: str, data_args, model_args, training_args, command: s
     return folder
 
 
+def check_prunable(output_dir, name: str = "run") -> Path:
+    """Refuse a folder that :func:`prune_checkpoints` must not touch: not a run folder, held by a live process, or not
+    a complete run (:func:`check_run_complete`). Returns the folder."""
+    folder = Path(output_dir)
+    if not is_run_folder(folder):
+        raise ValueError(f"`{name}` {str(folder)!r} is not a training run folder (it has no {RUN_CONFIG})")
+    check_unclaimed(folder, name)
+    check_run_complete(folder, name)
+    return folder
+
+
 def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
     """Remove the ``checkpoint-<step>`` folders of a finished run, which it needs only to resume: what a shared or
     published run folder need not carry (they are most of its bytes). The run stays complete for every analysis and
@@ -498,11 +509,7 @@ def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
     removes. Refuses a folder that is not a complete run (:func:`check_run_complete`) or that a live process holds.
 
     Returns the names of the checkpoints removed and the bytes they held."""
-    folder = Path(output_dir)
-    if not is_run_folder(folder):
-        raise ValueError(f"`{name}` {str(folder)!r} is not a training run folder (it has no {RUN_CONFIG})")
-    check_unclaimed(folder, name)
-    check_run_complete(folder, name)
+    folder = check_prunable(output_dir, name)
     found = [path for _, path in checkpoints(folder)]
     if not found:
         return [], 0
@@ -728,6 +735,7 @@ __all__ = [
     "TASK_ARCHITECTURES",
     "WEIGHT_FILES",
     "check_output_dir_free",
+    "check_prunable",
     "prune_checkpoints",
     "check_output_folder",
     "check_checkpoint_fits",

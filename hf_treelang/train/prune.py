@@ -9,9 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hf_treelang.claims import check_unclaimed
-
-from .folders import check_run_complete, is_run_folder, prune_checkpoints
+from .folders import check_prunable, prune_checkpoints
 
 
 def _mebibytes(size: int) -> str:
@@ -23,10 +21,7 @@ def run(args) -> int:
     folders = [Path(path) for path in args.runs]
     try:
         for folder in folders:
-            if not is_run_folder(folder):
-                raise ValueError(f"`run` {str(folder)!r} is not a training run folder (it has no run_config.json)")
-            check_unclaimed(folder, "run")
-            check_run_complete(folder, "run")
+            check_prunable(folder, "run")
     except (ValueError, OSError) as error:
         sys.stderr.write(f"hf-treelang prune: error: {error}\n")
         return 2
