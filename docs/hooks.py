@@ -9,8 +9,9 @@ from the JSON files the measuring commands wrote.
   own tables, newest first;
 * ``results/comparison.md`` — ``docs/compare/``: the architecture comparison's table, rates (``protocol/rates.json``,
   where ``training/compare_architectures.py docs/compare/protocol`` writes them) and commands;
-* ``results/reproduction.md`` — the findings of the reproduction in ``docs/results_data/reproduce_quick/``, then the
-  earlier reports (``docs/results_data/reproduction_earlier.md``).
+* ``results/reproduction.md`` — the findings of each reproduction preset in ``docs/results_data/reproduce_<preset>/``
+  (``findings.json``, the file ``hf-treelang reproduce`` wrote, and a ``NOTE.md`` with its command), then the earlier
+  reports (``docs/results_data/reproduction_earlier.md``).
 """
 
 from __future__ import annotations
@@ -134,27 +135,37 @@ def _comparison_page() -> str:
     return "\n".join(lines)
 
 
+REPRODUCTION_PRESETS = ("quick", "laptop_long")  # docs/results_data/reproduce_<preset>/{findings.json,NOTE.md}
+
+
+def _findings_section(preset: str) -> list:
+    from hf_treelang.reproduce.findings import describe
+    from hf_treelang.reproduce.report import margins_cell
+
+    folder = DATA / f"reproduce_{preset}"
+    findings = folder / "findings.json"
+    if not findings.is_file():
+        return []
+    record = json.loads(findings.read_text())
+    lines = [f"## `hf-treelang reproduce --preset {preset}`, under today's rules", ""]
+    note = folder / "NOTE.md"
+    if note.is_file():
+        lines += [note.read_text().strip(), ""]
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in record["verdicts"].items())
+    lines += [f"Verdicts: {counts} (generated from `findings.json`).", "",
+              "| figure | verdict | measured | margins |", "|---|---|---|---|"]
+    for finding in record["findings"]:
+        shown = {key: value for key, value in finding["measured"].items() if key != "margins"}
+        measured = describe(shown) + (f" ({finding['note']})" if finding["note"] else "")
+        lines.append(f"| {finding['figure']} | {finding['verdict']} | {measured.replace('|', '/')} | "
+                     f"{margins_cell(finding['measured'].get('margins') or []).replace('|', '/')} |")
+    return lines + [""]
+
+
 def _reproduction_page() -> str:
     lines = ["# Results: the reproduction reports", ""]
-    findings = DATA / "reproduce_quick" / "findings.json"
-    if findings.is_file():
-        from hf_treelang.reproduce.findings import describe
-        from hf_treelang.reproduce.report import margins_cell
-
-        record = json.loads(findings.read_text())
-        note = DATA / "reproduce_quick" / "NOTE.md"
-        lines += ["## `hf-treelang reproduce --preset quick`, under today's rules", ""]
-        if note.is_file():
-            lines += [note.read_text().strip(), ""]
-        counts = ", ".join(f"{count} {verdict}" for verdict, count in record["verdicts"].items())
-        lines += [f"Verdicts: {counts} (generated from `findings.json`).", "",
-                  "| figure | verdict | measured | margins |", "|---|---|---|---|"]
-        for finding in record["findings"]:
-            shown = {key: value for key, value in finding["measured"].items() if key != "margins"}
-            measured = describe(shown) + (f" ({finding['note']})" if finding["note"] else "")
-            lines.append(f"| {finding['figure']} | {finding['verdict']} | {measured.replace('|', '/')} | "
-                         f"{margins_cell(finding['measured'].get('margins') or []).replace('|', '/')} |")
-        lines.append("")
+    for preset in REPRODUCTION_PRESETS:
+        lines += _findings_section(preset)
     earlier = DATA / "reproduction_earlier.md"
     if earlier.is_file():
         lines += [earlier.read_text().strip(), ""]
