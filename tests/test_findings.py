@@ -4,6 +4,7 @@ laptop speed: --threads and the estimated time of probe and sample-complexity, a
 with its spread over seeds."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +351,22 @@ def test_a_record_moved_within_its_noise_never_flips_between_reproduced_and_not(
         _write(tmp_path, "calibration/mlm/calibration.json", calibration)
         finding = CHECKS["1b"](tmp_path)
         assert finding.verdict == "inconclusive" and "within noise: in-sample KL" in finding.note
+
+
+@pytest.mark.parametrize("level_1, verdict", [(0.80, "reproduced"), (0.875, "inconclusive"), (0.885, "inconclusive"),
+                                              (0.95, "not reproduced")])
+def test_a_filtered_level_read_almost_as_well_as_by_the_unfiltered_model_is_a_tie(level_1, verdict, tmp_path):
+    # 2,048 test sequences a probe: the difference of two accuracies near 0.9 has a standard error of ~0.01, so
+    # k_train = 2's level 1 must lie beyond 0.88 ± ~0.02 (k_train = 0's 0.9 − 0.02, ± Z = 2 noises) to decide
+    data = _filtered_probes(level_1)
+    for model in data["models"]:
+        model["num_test"] = 2048
+    _write(tmp_path, "probe/probe_filtered.json", data)
+    finding = CHECKS["12 (right)"](tmp_path)
+    assert finding.verdict == verdict
+    entry = next(e for e in finding.measured["margins"] if e["test"].startswith("k_train=2, level 1"))
+    assert entry["noise"] == pytest.approx(math.hypot(math.sqrt(level_1 * (1 - level_1) / 2048),
+                                                      math.sqrt(0.9 * 0.1 / 2048)), abs=1e-4)
 
 
 def test_a_dynamics_file_without_the_bp_disagreement_exempts_no_level_and_says_so(tmp_path):

@@ -996,7 +996,7 @@ def _check_filtered_probes(data: dict, out: Path) -> tuple:
     if 0 not in models or not any(k >= 1 for k in models):
         return {}, None, "the grid lacks the k_train = 0 model or a filtered one"
     reference = dict(zip(models[0]["levels"], models[0]["accuracy"][0]))
-    measured, violations = {}, []
+    measured, violations, margins = {}, [], Margins()
     for k, model in sorted(models.items()):
         accuracy = dict(zip(model["levels"], model["accuracy"][0]))
         chance = dict(zip(model["levels"], model["chance"]))
@@ -1004,12 +1004,20 @@ def _check_filtered_probes(data: dict, out: Path) -> tuple:
         if k == 0:
             continue
         for m, value in accuracy.items():
-            if m >= k and value < chance[m] + PROBE_MARGIN:
+            error = _probe_error(model, value)
+            if m >= k and margins.at_least(f"k_train={k}, level {m} ≥ chance + {PROBE_MARGIN}", value,
+                                           chance[m] + PROBE_MARGIN, error) is False:
                 violations.append(f"k_train={k}, level {m}: {value:.3f} < chance {chance[m]:.3f} + {PROBE_MARGIN}")
-            if 1 <= m < k and value > reference[m] - CHANGE:
-                violations.append(f"k_train={k}, level {m}: {value:.3f} not below k_train=0's {reference[m]:.3f} − "
-                                  f"{CHANGE}")
-    return {**_round(measured, 3), "violations": violations}, not violations, ""
+            if 1 <= m < k:
+                # two models' probes on their own test sequences: the noise of the difference of two accuracies
+                reference_error = _probe_error(models[0], reference[m])
+                noise = None if error is None or reference_error is None else math.hypot(error, reference_error)
+                if margins.at_most(f"k_train={k}, level {m} ≤ k_train=0's − {CHANGE}", value,
+                                   reference[m] - CHANGE, noise) is False:
+                    violations.append(f"k_train={k}, level {m}: {value:.3f} not below k_train=0's "
+                                      f"{reference[m]:.3f} − {CHANGE}")
+    return ({**_round(measured, 3), "violations": violations, "margins": margins.entries},
+            _tri(margins.outcome()), "")
 
 
 # ---------------------------------------------------------------- all of them
