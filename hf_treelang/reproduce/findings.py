@@ -991,7 +991,9 @@ def _check_filtered_probes(data: dict, out: Path) -> tuple:
     """Fig. 12, right (App. E.7). Rule, on the probes of the complete encoding of the MLM of each k_train on k = 0
     data: for every model of k ≥ 1, every probed level m ≥ k is recovered (accuracy ≥ chance +
     :data:`PROBE_MARGIN`) and every filtered level 1 ≤ m < k is read at least :data:`CHANGE` worse than by the
-    k_train = 0 model. Not run without both a k_train = 0 model and one of k ≥ 1."""
+    k_train = 0 model. Each comparison carries its noise — a probe accuracy's standard error on its ``num_test``
+    sequences, and for the gap between two models the root sum of squares of both — and is a tie within it.
+    Not run without both a k_train = 0 model and one of k ≥ 1."""
     models = {m["model_filter_level"]: m for m in data["models"]}
     if 0 not in models or not any(k >= 1 for k in models):
         return {}, None, "the grid lacks the k_train = 0 model or a filtered one"
