@@ -284,6 +284,27 @@ def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_jo
         ["learning_rate=0.0001,k_train=2,seed=0"]]
 
 
+def test_runs_that_would_train_one_after_another_get_a_job_each(tmp_path):
+    bert = {"model_type": "bert", "config_overrides": "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,"
+                                                      "intermediate_size=32"}
+    bert_base = {key: value for key, value in TINY.items() if key not in ("hidden_size", "num_hidden_layers",
+                                                                           "intermediate_size")}
+    others = engine.spec_runs(spec.load_spec({"task": "root", "base": {**bert_base, **bert},
+                                              "grid": {"seed": [0, 1, 2]}}), tmp_path / "bert")
+    jobs = engine.pack_jobs(others, engine.plan_runs(others, tmp_path / "bert"), device="cpu")
+    assert [[r.name for r in job.runs] for job in jobs] == [["seed=0"], ["seed=1"], ["seed=2"]]  # side by side
+    tiny = engine.spec_runs(spec.load_spec(_spec({"seed": [0, 1, 2]})), tmp_path / "tiny")
+    states = engine.plan_runs(tiny, tmp_path / "tiny")
+    assert [len(job.runs) for job in engine.pack_jobs(tiny, states, device="cpu")] == [3]  # stacked on a CPU
+    wide = engine.spec_runs(spec.load_spec(_spec({"seed": [0, 1]}, hidden_size=256, intermediate_size=1024,
+                                                 num_hidden_layers=4, depth=4)), tmp_path / "wide")
+    assert loop.choose_ensemble_mode(wide[0].model_args.config(wide[0].data_args), 16, "cpu") == "sequential"
+    wide_states = engine.plan_runs(wide, tmp_path / "wide")
+    assert [len(job.runs) for job in engine.pack_jobs(wide, wide_states, device="cpu")] == [1, 1]
+    assert [len(job.runs) for job in engine.pack_jobs(wide, wide_states, device="cuda")] == [2]
+    assert [len(job.runs) for job in engine.pack_jobs(wide, wide_states)] == [2]  # decided where the job runs
+
+
 # ---------------------------------------------------------------- real training: resuming and the executors
 
 

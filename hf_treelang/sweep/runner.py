@@ -43,7 +43,7 @@ from hf_treelang.train.folders import (
     last_checkpoint,
     read_identity,
 )
-from hf_treelang.train.loop import train, train_together
+from hf_treelang.train.loop import choose_ensemble_mode, train, train_together
 from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
 
 from .estimate import estimate as estimate_runs, estimate_lines
@@ -162,13 +162,15 @@ def _together_key(run: Run) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def pack_jobs(runs: list, states: dict, together: bool = True) -> list:
+def pack_jobs(runs: list, states: dict, together: bool = True, device: str | None = None) -> list:
     """Group the runs into jobs.
 
     With ``together``, fresh root / mlm runs (state ``"new"`` / ``"stale"``) whose resolved configurations differ
     only in ``seed`` and ``k_train`` form one job when they are the full product seeds × k_train, else one job per
-    k_train; a run resuming from a checkpoint, a fine-tuning run and a causal (clm) run is its own job. Without, one job
-    per run.
+    k_train, but only where that job trains them as one stacked model on ``device`` (:func:`trains_stacked`; None:
+    the device is chosen where the job runs): runs that would train one after another (another architecture, a
+    TreeLang too large to stack on this device) get a job each, so the workers train them side by side. A run resuming from a checkpoint, a fine-tuning run and a causal (clm) run is its
+    own job. Without ``together``, one job per run.
     """
     if not together:
         return [Job(run.name, [run]) for run in runs]
@@ -185,11 +187,36 @@ def pack_jobs(runs: list, states: dict, together: bool = True) -> list:
             parts = [group]
         else:
             parts = [[r for r in group if r.data_args.k_train == k] for k in levels]
+        parts = [piece for part in parts for piece in ([part] if trains_stacked(part, device) else [[r] for r in part])]
         for part in parts:
             name = part[0].name if len(part) == 1 else f"ensemble-{part[0].name}-x{len(part)}"
             jobs.append(Job(name.replace("/", "_"), part))
     order = {run.name: i for i, run in enumerate(runs)}
     return sorted(jobs, key=lambda job: min(order[r.name] for r in job.runs))
+
+
+def trains_stacked(runs: list, device: str | None = None) -> bool:
+    """Whether :func:`~hf_treelang.train.loop.train_together` trains ``runs`` (more than one) as one stacked model:
+    they pass its checks and, on ``device`` (``"cpu"``, ``"cuda"``; None: not known here), its
+    :func:`~hf_treelang.train.loop.choose_ensemble_mode` picks ``"stacked"``."""
+    if len(runs) < 2:
+        return False
+    try:
+        check_together(runs)
+    except ValueError:
+        return False
+    if device is None:
+        return True
+    first = runs[0]
+    return choose_ensemble_mode(first.model_args.config(first.data_args),
+                                first.training_args.per_device_train_batch_size, device) == "stacked"
+
+
+def local_device(runs: list) -> str:
+    """The device this machine trains ``runs`` on: ``"cpu"`` when no GPU is visible or the runs ask for the CPU."""
+    import torch
+
+    return "cpu" if not torch.cuda.is_available() or any(run.training_args.use_cpu for run in runs) else "cuda"
 
 
 def job_payload(job: Job, threads: int | None, log_file: Path | None) -> dict:
@@ -500,7 +527,7 @@ def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, t
     recorded = check_out(out, source, force)
     states = plan_runs(runs, out)
     pending = [run for run in runs if states[run.name].status != "done"]
-    jobs = pack_jobs(pending, states)
+    jobs = pack_jobs(pending, states, device=local_device(pending) if executor == "local" and pending else None)
     if threads is None and executor == "local" and workers > 0:
         threads = max((os.cpu_count() or 1) // max(min(workers, len(jobs)), 1), 1)
     resumed = sum(states[run.name].status == "resume" and states[run.name].checkpoint is not None for run in pending)
