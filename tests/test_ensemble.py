@@ -382,6 +382,37 @@ def test_a_stacked_ensemble_resumes_byte_identically_from_its_checkpoint(tmp_pat
         assert losses[1] == pytest.approx(losses[0], rel=1e-6), f"{name}: the mean over every step of the run"
 
 
+def test_a_stacked_ensemble_stopped_after_a_resume_checkpoint_resumes_to_the_same_members(tmp_path, monkeypatch):
+    """A resume-only checkpoint (every 5 steps) is marked in the ensemble's folder and in every member's copy, the
+    older one removed; after the resumed run ends, no resume-only checkpoint is left anywhere."""
+    from transformers import TrainerCallback
+
+    from hf_treelang.train.callbacks import RESUME_MARKER
+
+    class StopAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 11:
+                raise KeyboardInterrupt("stopped at step 11")
+
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    extra = ["--ensemble_seeds", "0", "1", "--ensemble_mode", "stacked", "--num_checkpoints", "3"]
+    _train("root", tmp_path / "full", *extra)
+    runs, ensemble = _runs("root", tmp_path / "stopped", *extra, "--resume_checkpoint_steps", "5")
+    with pytest.raises(KeyboardInterrupt):
+        loop.train_together(runs, mode="stacked", ensemble_dir=ensemble.output_dir, callbacks=[StopAt()])
+    folders = [tmp_path / "stopped", *(tmp_path / "stopped" / "members" / n for n in ("seed0-k0", "seed1-k0"))]
+    for folder in folders:
+        assert (folder / "checkpoint-10" / RESUME_MARKER).is_file() and not (folder / "checkpoint-5").exists()
+    _train("root", tmp_path / "stopped", *extra, "--resume_checkpoint_steps", "5", "--resume_from_checkpoint",
+           str(tmp_path / "stopped" / "checkpoint-10"))
+    for name in ("seed0-k0", "seed1-k0"):
+        first = load_file(tmp_path / "full" / "members" / name / "model.safetensors")
+        second = load_file(tmp_path / "stopped" / "members" / name / "model.safetensors")
+        assert all(torch.equal(first[key], second[key]) for key in first), name
+    assert not list((tmp_path / "stopped").rglob(RESUME_MARKER))
+    assert not any((folder / "checkpoint-10").exists() for folder in folders)
+
+
 def test_a_sequential_ensemble_trains_its_members_as_single_runs_sharing_the_data(tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
     built = []

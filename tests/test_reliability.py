@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from hf_treelang import cli
 from hf_treelang.train.arguments import TreeLangTrainingArguments
+from hf_treelang.train.callbacks import RESUME_MARKER
 from hf_treelang.train.collators import EXAMPLE_INDEX, MaskedLeafCollator, MaskEpochCallback
 from hf_treelang.train.loop import main, train
 from hf_treelang.train.run import runs_from_command_line
@@ -91,6 +93,49 @@ def test_a_resumed_run_ends_with_the_same_bytes_and_evaluations_as_the_uninterru
     assert _evaluations_after(resumed.history, step) == after
     losses = [json.loads((path / "metrics.json").read_text())["train_loss"] for path in (folder / "run", resumed_dir)]
     assert losses[1] == pytest.approx(losses[0], rel=1e-6), "train_loss is the mean over every step of the run"
+
+
+class StopAt(TrainerCallback):
+    """Raises at the end of ``step``: the process stopped there."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt(f"stopped at step {self.step}")
+
+
+def test_resume_checkpoints_keep_the_newest_only_and_a_run_stopped_after_one_resumes_to_the_same_bytes(
+        tmp_path, uninterrupted):
+    """Checkpoints every 3 steps (the schedule) and every 5 only to resume from: 5 and 10 are resume-only, and
+    each save removes the older resume-only one."""
+    folder, full = uninterrupted["root"]
+    (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "run"),
+                                                       "--resume_checkpoint_steps", "5"])
+    assert run.identity == runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "run")])[0][0].identity
+    with pytest.raises(KeyboardInterrupt):
+        train(run, callbacks=[StopAt(11)])
+    names = sorted(path.name for path in (tmp_path / "run").glob("checkpoint-*"))
+    assert names == ["checkpoint-10", "checkpoint-3", "checkpoint-6", "checkpoint-9"]  # checkpoint-5 removed
+    assert (tmp_path / "run" / "checkpoint-10" / RESUME_MARKER).is_file()
+    assert not (tmp_path / "run" / "checkpoint-9" / RESUME_MARKER).exists()
+    resumed = _train("root", tmp_path / "run", "--resume_checkpoint_steps", "5",
+                     "--resume_from_checkpoint", str(tmp_path / "run" / "checkpoint-10"))
+    assert resumed.global_step == full.global_step == 12
+    first, second = load_file(folder / "run" / "model.safetensors"), load_file(tmp_path / "run" / "model.safetensors")
+    assert [key for key in first if not torch.equal(first[key], second[key])] == []
+    assert _evaluations_after(resumed.history, 10) == _evaluations_after(full.history, 10)
+    assert sorted(path.name for path in (tmp_path / "run").glob("checkpoint-*")) == [
+        "checkpoint-12", "checkpoint-3", "checkpoint-6", "checkpoint-9"]  # the finished folder: the schedule's only
+    assert not list((tmp_path / "run").rglob(RESUME_MARKER))
+
+
+def test_resume_checkpoint_steps_must_be_a_count(tmp_path):
+    with pytest.raises(ValueError, match=r"`resume_checkpoint_steps` must be an integer in \[0, \d+\], got -1"):
+        runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "run"), "--resume_checkpoint_steps",
+                                               "-1"])
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_written_without_the_loss_record_resumes_and_counts_the_logged_losses(tmp_path):

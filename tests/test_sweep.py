@@ -59,7 +59,7 @@ def fake_train(monkeypatch):
     monkeypatch.setattr(loop, "_train", train)
     pack_jobs = engine.pack_jobs
     monkeypatch.setattr(engine, "pack_jobs",  # the stand-in trains single runs only
-                        lambda runs, states, together=True: pack_jobs(runs, states, together=False))
+                        lambda runs, states, together=True, device=None: pack_jobs(runs, states, together=False))
     return calls
 
 

@@ -113,6 +113,9 @@ class Cell:
                 **extra}
 
 
+RESUME_CHECKPOINT_STEPS = 2048  # a main run checkpoints this often only to resume from (minutes on one CPU thread)
+
+
 def cells() -> list:
     return [Cell(*entry) for entry in CELLS]
 
@@ -135,8 +138,11 @@ def tuning_runs(cell: Cell, out) -> list:
 
 
 def main_runs(cell: Cell, rate: float, out) -> list:
-    """The cell's runs at its chosen ``rate``: every seed at the full budget."""
-    return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=seed), out, f"main/{cell.name}-s{seed}")
+    """The cell's runs at its chosen ``rate``: every seed at the full budget, with a checkpoint to resume from every
+    :data:`RESUME_CHECKPOINT_STEPS` steps (a stopped sweep loses little of a long run; not part of a run's identity)."""
+    return [sweep_run(cell.task, cell.arguments(learning_rate=rate, seed=seed,
+                                                resume_checkpoint_steps=RESUME_CHECKPOINT_STEPS),
+                      out, f"main/{cell.name}-s{seed}")
             for seed in cell.seeds]
 
 

@@ -526,6 +526,12 @@ class TreeLangTrainingArguments(TrainingArguments):
                   "--preset; 0 disables evaluation)."},
     )
     num_checkpoints: int = field(default=6, metadata={"help": "Checkpoints at log-spaced steps (last included)."})
+    resume_checkpoint_steps: int = field(
+        default=0,
+        metadata={"help": "Also checkpoint every this many steps only to resume from: the newest such checkpoint is "
+                  "kept until the run ends, then removed (a stopped run loses at most this many steps; the result "
+                  "and the finished folder are the same; 0, the default: none)."},
+    )
     cpu_threads: int | None = field(
         default=None, metadata={"help": "torch.set_num_threads for this process (default: torch's choice)."}
     )
@@ -615,6 +621,7 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_int("dataloader_num_workers", self.dataloader_num_workers, 0)
         check_int("num_evaluations", self.num_evaluations, 0, MAX_SIZE)
         check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
+        check_int("resume_checkpoint_steps", self.resume_checkpoint_steps, 0, MAX_SIZE)
         if self.max_steps <= 0 and self.num_train_epochs == 0:
             raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
         if self.fp16 and self.device.type != "cuda":  # transformers accepts it there and trains in fp32

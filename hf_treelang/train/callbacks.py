@@ -23,6 +23,7 @@
   and ``eval_impossible_bp_k{k}`` is the fraction it leaves out; BP_{k_train}'s accuracy on a k_test set likewise,
   with ``eval_bp_impossible_ktest{k}`` (:func:`hf_treelang.core.oracle.bp_defined`).
 * :class:`LogSpacedScheduleCallback` — evaluations and checkpoints at log-spaced steps (the paper's log time axis).
+* :class:`ResumeCheckpointCallback` — a checkpoint every N steps only to resume from, the newest one kept until the end.
 * :class:`MetricsHistoryCallback` — the evaluation history as a JSON file, rewritten at every evaluation.
 * :class:`ConsoleCallback` — one line per evaluation on the console (:func:`evaluation_line`) instead of the
   Trainer's raw dicts, and a progress bar only when the output is a terminal.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -395,6 +397,61 @@ class LogSpacedScheduleCallback(TrainerCallback):
         if state.global_step in self.save_steps:
             control.should_save = True
         return control
+
+
+RESUME_MARKER = "resume_only.json"  # in a checkpoint-N saved only to resume from (ResumeCheckpointCallback)
+
+
+class ResumeCheckpointCallback(TrainerCallback):
+    """Also save a checkpoint every ``every`` steps, only to resume from: a run stopped between its log-spaced
+    checkpoints loses at most ``every`` steps.
+
+    Such a checkpoint (one no other schedule asked for) holds :data:`RESUME_MARKER`; each new save removes the older
+    marked ones, and the end of training removes the last, so a finished run folder holds the checkpoints of its
+    schedule only and the analyses see the same folders whatever ``every`` was. ``mirrors`` are folders that receive
+    a copy of every checkpoint (an ensemble's member folders), cleaned alike. Must follow the other schedule
+    callbacks: a step one of them saves keeps its checkpoint.
+    """
+
+    def __init__(self, every: int, mirrors=()):
+        self.every = check_int("resume_checkpoint_steps", every, 1)
+        self.mirrors = [os.fspath(folder) for folder in mirrors]
+        self.pending: set = set()
+
+    def _folders(self, args) -> list:
+        return [args.output_dir, *self.mirrors]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 and not control.should_save and state.global_step < state.max_steps:
+            control.should_save = True
+            self.pending.add(state.global_step)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            name = f"checkpoint-{state.global_step}"
+            if state.global_step in self.pending:
+                for folder in self._folders(args):
+                    if os.path.isdir(os.path.join(folder, name)):
+                        write_json_atomic(os.path.join(folder, name, RESUME_MARKER), {"step": state.global_step})
+            self._remove_marked(args, keep=name)
+        self.pending.discard(state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self._remove_marked(args, keep=None)
+        return control
+
+    def _remove_marked(self, args, keep: str | None) -> None:
+        for folder in self._folders(args):
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                path = os.path.join(folder, name)
+                if name.startswith("checkpoint-") and name != keep and os.path.isfile(os.path.join(path,
+                                                                                                  RESUME_MARKER)):
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 def evaluation_history(log_history: list) -> list:

@@ -37,7 +37,7 @@ from .optimizers import CUSTOM_OPTIMIZERS
 # The package's own fields (TreeLangTrainingArguments) and the TrainingArguments fields both engines honour.
 HONOURED_BY_BOTH = frozenset({
     # the package's own
-    "preset", "num_evaluations", "num_checkpoints", "cpu_threads", "checkpoint_epochs", "overwrite_output_dir",
+    "preset", "num_evaluations", "num_checkpoints", "resume_checkpoint_steps", "cpu_threads", "checkpoint_epochs", "overwrite_output_dir",
     "train_engine", "step_mode", "qk_learning_rate_multiplier",
     # folders
     "output_dir", "resume_from_checkpoint",

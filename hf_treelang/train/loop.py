@@ -63,6 +63,7 @@ from .callbacks import (
     BPKLCallback,
     ConsoleCallback,
     LogSpacedScheduleCallback,
+    ResumeCheckpointCallback,
     MetricsHistoryCallback,
     evaluation_history,
     evaluation_line,
@@ -219,11 +220,14 @@ class EpochCheckpointCallback(TrainerCallback):
         return control
 
 
-def schedule_callbacks(training_args) -> list:
-    """The log-spaced evaluations and checkpoints, and the checkpoint epochs, of a run's arguments."""
+def schedule_callbacks(training_args, mirrors=()) -> list:
+    """The log-spaced evaluations and checkpoints, the checkpoint epochs and the checkpoints to resume from of a
+    run's arguments (``mirrors``: the folders that get a copy of each checkpoint, an ensemble's member folders)."""
     callbacks = [LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)]
     if training_args.checkpoint_epochs:
         callbacks.append(EpochCheckpointCallback(training_args.checkpoint_epochs))
+    if training_args.resume_checkpoint_steps:  # last: the steps the schedules above save keep their checkpoints
+        callbacks.append(ResumeCheckpointCallback(training_args.resume_checkpoint_steps, mirrors))
     return callbacks
 
 
@@ -584,7 +588,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
         args.eval_on_start = True
     train_set, _ = to_datasets(task, states[0].data, first.data_args.num_symbols)
     trainer = EnsembleTrainer(model=stacked, args=args, train_dataset=train_set,
-                              callbacks=[*schedule_callbacks(args), *extra_callbacks],
+                              callbacks=[*schedule_callbacks(args, [s.run.output_dir for s in states]), *extra_callbacks],
                               train_stream=stream, step_mode=args.step_mode, members=states,
                               ensemble_manifest=manifest, total_steps=optimizer_steps(args, first.data_args.num_train),
                               task=task)

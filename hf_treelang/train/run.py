@@ -94,7 +94,7 @@ NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0}  # at these values a 
 # that gives one is refused (a script run, which reuses nothing, takes any field).
 UNKEYED_TRAINING_FIELDS = (
     "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "preset", "cpu_threads", "activation_checkpointing",
-    "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "use_cache", "torch_empty_cache_steps",
+    "resume_checkpoint_steps", "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "use_cache", "torch_empty_cache_steps",
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
     "include_num_input_tokens_seen", "log_level", "log_level_replica", "disable_tqdm", "report_to", "run_name",
     "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "eval_use_gather_object",
