@@ -331,6 +331,46 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
     assert all(entry["step"] >= 1 for entry in log_history if "loss" in entry)
 
 
+def test_a_stopped_stacked_job_resumes_as_a_whole_from_its_checkpoint_to_the_same_weights(tmp_path, monkeypatch):
+    """Two seeds stacked into one job, 12 steps, a checkpoint to resume from every 5: stopped at step 11, the next
+    sweep packs the same job again and resumes it from the job's checkpoint-10, to the weights of an uninterrupted
+    sweep; the job's folder keeps no checkpoint once its runs are finished."""
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    sweep = _spec({"seed": [0, 1]}, num_train_epochs=3.0, num_checkpoints=3, resume_checkpoint_steps=5)
+    full = engine.run_sweep(sweep, tmp_path / "full", **_quiet())
+    assert full.failed == {}
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 11:
+                raise RuntimeError("stopped at step 11")
+
+    schedule = loop.schedule_callbacks
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "schedule_callbacks", lambda *args, **kwargs: [*schedule(*args, **kwargs), Stop()])
+        stopped = engine.run_sweep(sweep, tmp_path / "stopped", **_quiet())
+    assert sorted(stopped.failed) == ["seed=0", "seed=1"]
+    job = tmp_path / "stopped" / engine.ENSEMBLES_DIR / "ensemble-seed=0-x2"
+    assert [path.name for _, path in folders.checkpoints(job)] == ["checkpoint-1", "checkpoint-3", "checkpoint-10"]
+    states = engine.plan_runs(stopped.runs, tmp_path / "stopped")
+    assert {state.status for state in states.values()} == {"resume"}
+    assert all(state.checkpoint is None for state in states.values())  # a member's copies resume nothing alone
+    assert [len(job.runs) for job in engine.pack_jobs(stopped.runs, states)] == [2]
+    assert engine.stacked_resume_point(job, stopped.runs) == job / "checkpoint-10"
+    resumed = engine.run_sweep(sweep, tmp_path / "stopped", **_quiet())
+    assert resumed.failed == {} and sorted(resumed.trained) == ["seed=0", "seed=1"]
+    for name in ("seed=0", "seed=1"):
+        assert resumed.records[name]["resumed_from"] == "checkpoint-10" and resumed.records[name]["global_step"] == 12
+        first = load_file(tmp_path / "full" / "runs" / name / "model.safetensors")
+        second = load_file(tmp_path / "stopped" / "runs" / name / "model.safetensors")
+        assert all(torch.equal(first[key], second[key]) for key in first), name
+        assert sorted(p.name for p in (tmp_path / "stopped" / "runs" / name).glob("checkpoint-*")) == sorted(
+            p.name for p in (tmp_path / "full" / "runs" / name).glob("checkpoint-*"))
+    assert folders.checkpoints(job) == [] and (job / folders.RUN_COMPLETE).is_file()
+
+
 def test_the_local_executor_trains_in_worker_processes_and_redraws_the_grid(tmp_path):
     # two learning rates: two jobs (an ensemble shares its optimiser settings), one per worker process
     result = engine.run_sweep(_spec({"learning_rate": [1e-4, 2e-4]}, num_train=32), tmp_path, workers=2,
@@ -356,7 +396,10 @@ def test_seeds_and_k_train_train_together_each_run_writing_its_own_folder(tmp_pa
         assert folders.IDENTITY_FILE in json.loads((folder / folders.RUN_COMPLETE).read_text())["files"]
         assert json.loads((folder / "config.json").read_text())["filter_level"] == k
         assert result.records[name]["global_step"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["runs"]  # trained in place, no staging
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["ensembles", "runs"]  # trained in place
+    job = tmp_path / engine.ENSEMBLES_DIR / "ensemble-k_train=0-x2"  # the job's record, no weights left in it
+    assert json.loads((job / folders.ENSEMBLE_FILE).read_text())["members"] == ["k_train=0", "k_train=2"]
+    assert folders.checkpoints(job) == [] and not list(job.glob("*.safetensors"))
     again = engine.run_sweep(_spec({"k_train": [0, 2]}, num_train=32), tmp_path, **_quiet())
     assert again.trained == []  # each member has its single run's identity
 

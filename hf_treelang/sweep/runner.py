@@ -9,14 +9,17 @@ sample-complexity arm says — resolved into ``OUT/runs/<name>``), trained into 
 * ``OUT/sweep.json`` — the SPEC and every run's identity (``hf-treelang sweep --status OUT`` reads it);
 * ``OUT/results.jsonl`` — one record per finished run (its arguments, identity and final metrics), appended as runs
   finish; records of an identity that is no longer planned are dropped when a sweep starts;
-* ``OUT/logs/<job>.log`` — what a worker process printed.
+* ``OUT/logs/<job>.log`` — what a worker process printed;
+* ``OUT/ensembles/<job>/`` — a job of runs stacked into one model: its manifest and, while it trains, its
+  checkpoints, from which a stopped sweep resumes the whole job (removed once its runs are finished).
 
 Before any job starts every run is resolved and validated (:func:`hf_treelang.train.run.resolve`) and its identity
 computed: a run already finished with the same identity is skipped, an interrupted one resumes from its last
 checkpoint, one whose identity changed (its arguments, the checkpoint it starts from, the data-format version) is
 trained again. Fresh runs that differ only in ``seed`` / ``k_train`` are packed into one job and trained together
-(:func:`hf_treelang.train.loop.train_together`), each writing straight into its own folder; a worker receives its
-runs as plain data (:meth:`~hf_treelang.train.run.Run.payload`) and resolves them again.
+(:func:`hf_treelang.train.loop.train_together`), each writing straight into its own folder; a stopped stacked job
+resumes as a whole from its last checkpoint. A worker receives its runs as plain data
+(:meth:`~hf_treelang.train.run.Run.payload`) and resolves them again.
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ from hf_treelang.jsonio import append_jsonl, read_json_object, read_jsonl, write
 from hf_treelang.processes import exit_with_parent
 from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
 from hf_treelang.train.folders import (
+    ENSEMBLE_FILE,
+    checkpoints,
     finished_run,
     folder_state,
     last_checkpoint,
+    last_ensemble_checkpoint,
     read_identity,
 )
 from hf_treelang.train.loop import choose_ensemble_mode, train, train_together
@@ -54,6 +60,7 @@ RUNS_DIR = "runs"
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.jsonl"
 LOGS_DIR = "logs"
+ENSEMBLES_DIR = "ensembles"  # OUT/ensembles/<job>: a stacked job's own folder, its manifest and resumable checkpoints
 EXECUTORS = ("local", "slurm")
 CLUSTER_EXTRA = "pip install 'hf-treelang[cluster]'"
 
@@ -169,14 +176,18 @@ def pack_jobs(runs: list, states: dict, together: bool = True, device: str | Non
     only in ``seed`` and ``k_train`` form one job when they are the full product seeds × k_train, else one job per
     k_train, but only where that job trains them as one stacked model on ``device`` (:func:`trains_stacked`; None:
     the device is chosen where the job runs): runs that would train one after another (another architecture, a
-    TreeLang too large to stack on this device) get a job each, so the workers train them side by side. A run resuming from a checkpoint, a fine-tuning run and a causal (clm) run is its
-    own job. Without ``together``, one job per run.
+    TreeLang too large to stack on this device) get a job each, so the workers train them side by side.
+    A run resuming from a checkpoint of its own, a fine-tuning run and a causal (clm) run is its own job; an
+    interrupted run without one (a stacked job's member) is packed as a fresh run, so that its job forms again and
+    resumes from the job's checkpoint (:func:`stacked_resume_point`). Without ``together``, one job per run.
     """
     if not together:
         return [Job(run.name, [run]) for run in runs]
     jobs, groups = [], {}
     for run in runs:
-        if states[run.name].status == "resume" or run.task not in ("root", "mlm"):
+        state = states[run.name]
+        resumes_alone = state.status == "resume" and state.checkpoint is not None
+        if resumes_alone or run.task not in ("root", "mlm"):
             jobs.append(Job(run.name, [run]))  # resumed runs, fine-tuning and causal runs train alone
         else:
             groups.setdefault(_together_key(run), []).append(run)
@@ -219,12 +230,29 @@ def local_device(runs: list) -> str:
     return "cpu" if not torch.cuda.is_available() or any(run.training_args.use_cpu for run in runs) else "cuda"
 
 
-def job_payload(job: Job, threads: int | None, log_file: Path | None) -> dict:
-    """What a worker needs to train ``job``: plain data (picklable), resolved again in the worker."""
+def job_payload(job: Job, threads: int | None, log_file: Path | None, out: Path | None = None) -> dict:
+    """What a worker needs to train ``job``: plain data (picklable), resolved again in the worker; a job of several
+    runs gets its own folder ``OUT/ensembles/<job>`` when ``out`` is given."""
     runs = [run.replace_training(cpu_threads=int(threads)) if threads and not run.training_args.cpu_threads else run
             for run in job.runs]  # threads are not part of a run's identity
+    ensemble_dir = Path(out) / ENSEMBLES_DIR / job.name if out is not None and len(job.runs) > 1 else None
     return {"name": job.name, "runs": [run.payload() for run in runs],
-            "log_file": None if log_file is None else str(log_file)}
+            "log_file": None if log_file is None else str(log_file),
+            "ensemble_dir": None if ensemble_dir is None else str(ensemble_dir)}
+
+
+def stacked_resume_point(ensemble_dir, runs: list) -> Path | None:
+    """The checkpoint from which the stacked job of ``runs`` resumes: the last complete one of ``ensemble_dir``
+    when its manifest names exactly these runs with these identities and every run is interrupted (none finished,
+    none replaced by another identity); else None (the job trains from the start)."""
+    folder = Path(ensemble_dir)
+    manifest = read_json_object(folder / ENSEMBLE_FILE) or {}
+    if manifest.get("mode") != "stacked" or manifest.get("members") != [run.name for run in runs] \
+            or manifest.get("identities") != {run.name: run.identity for run in runs}:
+        return None
+    if any(folder_state(run.output_dir, run.identity).status != "resume" for run in runs):
+        return None
+    return last_ensemble_checkpoint(folder)
 
 
 # ---------------------------------------------------------------- a job, in a worker
@@ -247,10 +275,12 @@ def _train_alone(payload: dict) -> dict:
         return _failed(payload["name"], error)
 
 
-def _train_job(payloads: list) -> list:
+def _train_job(payloads: list, ensemble_dir=None) -> list:
     """Train the runs of one job: alone, or together (:func:`~hf_treelang.train.loop.train_together`, each run
-    writing into its own folder). Runs that cannot train together (its checks, before any training) train one by one;
-    runs trained together and interrupted start over."""
+    writing into its own folder). Runs that cannot train together (its checks, before any training) train one by one.
+    Runs trained together keep their job's folder in ``ensemble_dir``: a stacked job stopped after a checkpoint
+    resumes from it (:func:`stacked_resume_point`), else starts over; the folder's checkpoints are removed once every
+    run is finished (None: a temporary folder, and an interrupted job starts over)."""
     if len(payloads) == 1:
         return [_train_alone(payloads[0])]
     runs = [from_payload(payload) for payload in payloads]
@@ -258,7 +288,15 @@ def _train_job(payloads: list) -> list:
         check_together(runs)
     except ValueError:
         return [_train_alone(payload) for payload in payloads]
-    result = train_together(runs, reuse=True)
+    resume = None
+    if ensemble_dir is not None:
+        resume = stacked_resume_point(ensemble_dir, runs)
+        if resume is None:
+            shutil.rmtree(ensemble_dir, ignore_errors=True)  # another job's, or one that never checkpointed
+    result = train_together(runs, reuse=True, ensemble_dir=ensemble_dir, resume_from_checkpoint=resume)
+    if ensemble_dir is not None:
+        for _, path in checkpoints(ensemble_dir):  # only for resuming: the runs' folders are complete
+            shutil.rmtree(path)
     return [_done(run, result.members[run.name]) for run in runs]
 
 
@@ -279,7 +317,7 @@ def execute_job(payload: dict) -> list:
             stack.enter_context(contextlib.redirect_stderr(handle))
             quiet_progress_bars_off_terminal(handle)  # a log file: plain lines, no \r redraws
         try:
-            return _train_job(payload["runs"])
+            return _train_job(payload["runs"], payload.get("ensemble_dir"))
         except Exception as error:  # noqa: BLE001 - the whole job failed
             return [_failed(run["name"], error) for run in payload["runs"]]
 
@@ -571,11 +609,11 @@ def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, t
         on_record(records, runs)
     try:
         if jobs and executor == "local":
-            payloads = [job_payload(job, threads, None if workers == 0 else out / LOGS_DIR / f"{job.name}.log")
+            payloads = [job_payload(job, threads, None if workers == 0 else out / LOGS_DIR / f"{job.name}.log", out)
                         for job in jobs]
             run_local(payloads, workers, on_result)
         elif jobs:
-            payloads = [job_payload(job, threads, None) for job in jobs]
+            payloads = [job_payload(job, threads, None, out) for job in jobs]
             run_submitit(payloads, out / ".submitit", on_result, cluster=cluster, parameters=slurm_parameters)
     finally:
         bar.close()

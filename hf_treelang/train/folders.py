@@ -310,9 +310,10 @@ def _weights_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _checkpoint_problem(folder: Path) -> str | None:
-    """What keeps a ``checkpoint-N`` folder from resuming (files it lacks, or a damaged one), or None."""
-    missing = [f for f in ("config.json",) if not (folder / f).is_file()]
+def _checkpoint_problem(folder: Path, stacked: bool = False) -> str | None:
+    """What keeps a ``checkpoint-N`` folder from resuming (files it lacks, or a damaged one), or None; ``stacked``: a
+    stacked ensemble's checkpoint, whose record is ``ensemble.json`` in place of a model's ``config.json``."""
+    missing = [f for f in (ENSEMBLE_FILE if stacked else "config.json",) if not (folder / f).is_file()]
     if not any((folder / weights).is_file() for weights in WEIGHT_FILES):
         missing.append(f"weights ({' or '.join(WEIGHT_FILES)})")
     for required in RESUME_FILES:
@@ -616,6 +617,15 @@ def last_checkpoint(output_dir) -> Path | None:
     return None
 
 
+def last_ensemble_checkpoint(ensemble_dir) -> Path | None:
+    """The complete ``checkpoint-<step>`` folder of the highest step of a stacked ensemble's folder (a save cut
+    short or a damaged file is passed over), or None."""
+    for _, path in reversed(checkpoints(ensemble_dir)):
+        if _checkpoint_problem(path, stacked=True) is None:
+            return path
+    return None
+
+
 def read_identity(output_dir) -> dict | None:
     """The ``run_identity.json`` of a run folder (:func:`write_identity`'s record), or None."""
     return read_json_object(Path(output_dir) / IDENTITY_FILE)
@@ -750,6 +760,7 @@ __all__ = [
     "forget_identity",
     "is_run_folder",
     "last_checkpoint",
+    "last_ensemble_checkpoint",
     "read_identity",
     "record_failure",
     "repair_advice",

@@ -444,7 +444,8 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
             ``run_complete.json`` (the scripts' ``--output_dir``). None: a temporary folder, removed at the end.
         resume_from_checkpoint: a stacked ensemble's ``ensemble_dir/checkpoint-<step>``.
         reuse: as :func:`train`: runs finished with the same identity are returned as they are, the others are
-            trained again from the start.
+            trained again from the start; with ``resume_from_checkpoint``, every run must be an interrupted run of
+            its identity, and all resume from the stacked checkpoint, their folders kept.
         callbacks: more ``TrainerCallback`` objects for the Trainer (each member's, in sequence; the ensemble's).
 
     This process owns the ensemble's folder and every run's folder from start to end, as :func:`train` does.
@@ -471,7 +472,16 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
 def _train_together_owned(runs: list, mode: str, ensemble_dir, resume_from_checkpoint, reuse: bool,
                           callbacks) -> EnsembleResult:
     results, cache, records = {}, RunDataCache(), {}
-    if reuse:
+    if reuse and resume_from_checkpoint is not None:  # every member resumes with the stacked checkpoint
+        for run in runs:
+            if folder_state(run.output_dir, run.identity).status != "resume":
+                raise ValueError(f"run {run.name!r} in {str(run.output_dir)!r} is not an interrupted run of this "
+                                 f"identity: the ensemble cannot resume from {str(resume_from_checkpoint)!r}")
+        runs = [run.replace_training(resume_from_checkpoint=str(resume_from_checkpoint)) for run in runs]
+        for run in runs:  # the members' folders keep their files: the checkpoint's steps and evaluations
+            records[run.name] = write_identity(run.output_dir, run.identity, run.task, run.arguments, run.config,
+                                               resumed_from=Path(resume_from_checkpoint).name)
+    elif reuse:
         for run in runs:
             if folder_state(run.output_dir, run.identity).status == "done":
                 results[run.name] = _result_of(run, reused=True)
@@ -517,8 +527,9 @@ def _train_together_owned(runs: list, mode: str, ensemble_dir, resume_from_check
 
 
 def ensemble_manifest(runs: list, mode: str) -> dict:
-    """``ensemble.json``: the task, the mode and the members with what tells them apart."""
+    """``ensemble.json``: the task, the mode, the members with their run identities and what tells them apart."""
     return {"task": runs[0].task, "mode": mode, "members": [run.name for run in runs],
+            "identities": {run.name: run.identity for run in runs},
             "member_arguments": {run.name: dict(zip(("seed", "k_train", "grammar_seed", "sigma"), run.member_key))
                                  for run in runs}}
 
