@@ -413,6 +413,29 @@ def test_a_stacked_ensemble_stopped_after_a_resume_checkpoint_resumes_to_the_sam
     assert not any((folder / "checkpoint-10").exists() for folder in folders)
 
 
+def test_a_stacked_ensemble_trains_on_the_runs_cpu_threads(tmp_path, monkeypatch):
+    """--cpu_threads holds for the stacked model as for a single run (two one-thread jobs share two cores)."""
+    from transformers import TrainerCallback
+
+    seen = []
+
+    class Threads(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(torch.get_num_threads())
+
+    monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs, ensemble = _runs("root", tmp_path / "ens", "--ensemble_seeds", "0", "1", "--ensemble_mode", "stacked",
+                               "--num_checkpoints", "0")
+        assert runs[0].training_args.cpu_threads == 1
+        loop.train_together(runs, mode="stacked", ensemble_dir=ensemble.output_dir, callbacks=[Threads()])
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
+
+
 def test_a_sequential_ensemble_trains_its_members_as_single_runs_sharing_the_data(tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "plot_curves", _touch_curves)
     built = []

@@ -557,6 +557,8 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
     first = runs[0]
     task = first.model_task
     args = first.replace_training(output_dir=ensemble_dir, resume_from_checkpoint=resume).training_args
+    if args.cpu_threads:  # as a single run: the stacked model's threads are the run's --cpu_threads
+        torch.set_num_threads(int(args.cpu_threads))
     manifest = ensemble_manifest(runs, "stacked")
     os.makedirs(ensemble_dir, exist_ok=True)
     if not os.path.isfile(os.path.join(ensemble_dir, ENSEMBLE_FILE)):  # a temporary folder: its record
