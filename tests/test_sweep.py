@@ -31,6 +31,11 @@ TINY = {"depth": 2, "num_symbols": 3, "hidden_size": 16, "num_hidden_layers": 1,
         "use_dataset_builder": False, "cpu_threads": 1}
 
 
+BERT = {"model_type": "bert", "config_overrides": "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,"
+                                                   "intermediate_size=32",  # None: TINY's TreeLang sizes left out
+        **{key: None for key in ("hidden_size", "num_hidden_layers", "intermediate_size")}}
+
+
 def _spec(grid=None, **base):
     return {"task": "root", "base": {**TINY, **base}, "grid": {"seed": [0, 1]} if grid is None else grid}
 
@@ -285,12 +290,9 @@ def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_jo
 
 
 def test_runs_that_would_train_one_after_another_get_a_job_each(tmp_path):
-    bert = {"model_type": "bert", "config_overrides": "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,"
-                                                      "intermediate_size=32"}
-    bert_base = {key: value for key, value in TINY.items() if key not in ("hidden_size", "num_hidden_layers",
-                                                                           "intermediate_size")}
-    others = engine.spec_runs(spec.load_spec({"task": "root", "base": {**bert_base, **bert},
-                                              "grid": {"seed": [0, 1, 2]}}), tmp_path / "bert")
+    bert_base = {key: value for key, value in {**TINY, **BERT}.items() if value is not None}
+    others = engine.spec_runs(spec.load_spec({"task": "root", "base": bert_base, "grid": {"seed": [0, 1, 2]}}),
+                              tmp_path / "bert")
     jobs = engine.pack_jobs(others, engine.plan_runs(others, tmp_path / "bert"), device="cpu")
     assert [[r.name for r in job.runs] for job in jobs] == [["seed=0"], ["seed=1"], ["seed=2"]]  # side by side
     tiny = engine.spec_runs(spec.load_spec(_spec({"seed": [0, 1, 2]})), tmp_path / "tiny")
@@ -308,8 +310,10 @@ def test_runs_that_would_train_one_after_another_get_a_job_each(tmp_path):
 # ---------------------------------------------------------------- real training: resuming and the executors
 
 
-def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path):
-    sweep = _spec({"seed": [0]})
+@pytest.mark.parametrize("architecture", [{}, BERT], ids=["treelang", "bert"])
+def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path, architecture):
+    sweep = _spec({"seed": [0]}, **architecture)
+    sweep["base"] = {key: value for key, value in sweep["base"].items() if value is not None}
     first = engine.run_sweep(sweep, tmp_path, **_quiet())
     folder = tmp_path / "runs" / "seed=0"
     assert first.records["seed=0"]["global_step"] == 4

@@ -605,12 +605,17 @@ def checkpoints(output_dir) -> list:
 
 def last_checkpoint(output_dir) -> Path | None:
     """The complete ``checkpoint-<step>`` folder of the highest step (a save cut short or a damaged file is passed
-    over), or None."""
+    over), or None. Any architecture's: the checkpoint is read as a model of the ``model_type`` its ``config.json``
+    names (whether its weights fit the run is checked when it resumes, :func:`check_checkpoint_fits`)."""
     for _, path in reversed(checkpoints(output_dir)):
         if _checkpoint_problem(path) is not None:
             continue
+        config = read_json_object(path / "config.json") or {}
+        model_type = config.get("model_type")
+        if not isinstance(model_type, str) or not model_type:
+            continue
         try:
-            read_model_config("resume_from_checkpoint", path)
+            read_model_config("resume_from_checkpoint", path, model_type)
         except ValueError:
             continue
         return path
