@@ -106,10 +106,11 @@ class StopAt(TrainerCallback):
             raise KeyboardInterrupt(f"stopped at step {self.step}")
 
 
+@pytest.mark.parametrize("extra", [("--resume_checkpoint_steps", "5"), ()], ids=["option", "resumed-without"])
 def test_resume_checkpoints_keep_the_newest_only_and_a_run_stopped_after_one_resumes_to_the_same_bytes(
-        tmp_path, uninterrupted):
+        tmp_path, uninterrupted, extra):
     """Checkpoints every 3 steps (the schedule) and every 5 only to resume from: 5 and 10 are resume-only, and
-    each save removes the older resume-only one."""
+    each save removes the older resume-only one; the resumed run (with the option or without it) removes the last."""
     folder, full = uninterrupted["root"]
     (run,), _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "run"),
                                                        "--resume_checkpoint_steps", "5"])
@@ -120,8 +121,8 @@ def test_resume_checkpoints_keep_the_newest_only_and_a_run_stopped_after_one_res
     assert names == ["checkpoint-10", "checkpoint-3", "checkpoint-6", "checkpoint-9"]  # checkpoint-5 removed
     assert (tmp_path / "run" / "checkpoint-10" / RESUME_MARKER).is_file()
     assert not (tmp_path / "run" / "checkpoint-9" / RESUME_MARKER).exists()
-    resumed = _train("root", tmp_path / "run", "--resume_checkpoint_steps", "5",
-                     "--resume_from_checkpoint", str(tmp_path / "run" / "checkpoint-10"))
+    resumed = _train("root", tmp_path / "run", *extra, "--resume_from_checkpoint",
+                     str(tmp_path / "run" / "checkpoint-10"))
     assert resumed.global_step == full.global_step == 12
     first, second = load_file(folder / "run" / "model.safetensors"), load_file(tmp_path / "run" / "model.safetensors")
     assert [key for key in first if not torch.equal(first[key], second[key])] == []

@@ -408,13 +408,14 @@ class ResumeCheckpointCallback(TrainerCallback):
 
     Such a checkpoint (one no other schedule asked for) holds :data:`RESUME_MARKER`; each new save removes the older
     marked ones, and the end of training removes the last, so a finished run folder holds the checkpoints of its
-    schedule only and the analyses see the same folders whatever ``every`` was. ``mirrors`` are folders that receive
-    a copy of every checkpoint (an ensemble's member folders), cleaned alike. Must follow the other schedule
-    callbacks: a step one of them saves keeps its checkpoint.
+    schedule only and the analyses see the same folders whatever ``every`` was. With ``every`` 0 it saves nothing and
+    only cleans (a run resumed from such a checkpoint without the option). ``mirrors`` are folders that receive a
+    copy of every checkpoint (an ensemble's member folders), cleaned alike. Must follow the other schedule callbacks:
+    a step one of them saves keeps its checkpoint.
     """
 
     def __init__(self, every: int, mirrors=()):
-        self.every = check_int("resume_checkpoint_steps", every, 1)
+        self.every = check_int("resume_checkpoint_steps", every, 0)
         self.mirrors = [os.fspath(folder) for folder in mirrors]
         self.pending: set = set()
 
@@ -422,7 +423,8 @@ class ResumeCheckpointCallback(TrainerCallback):
         return [args.output_dir, *self.mirrors]
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.every == 0 and not control.should_save and state.global_step < state.max_steps:
+        if self.every and state.global_step % self.every == 0 and not control.should_save \
+                and state.global_step < state.max_steps:
             control.should_save = True
             self.pending.add(state.global_step)
         return control

@@ -226,8 +226,9 @@ def schedule_callbacks(training_args, mirrors=()) -> list:
     callbacks = [LogSpacedScheduleCallback(training_args.num_evaluations, training_args.num_checkpoints)]
     if training_args.checkpoint_epochs:
         callbacks.append(EpochCheckpointCallback(training_args.checkpoint_epochs))
-    if training_args.resume_checkpoint_steps:  # last: the steps the schedules above save keep their checkpoints
-        callbacks.append(ResumeCheckpointCallback(training_args.resume_checkpoint_steps, mirrors))
+    # last: the steps the schedules above save keep their checkpoints; without the option it only removes those of a
+    # run it resumes
+    callbacks.append(ResumeCheckpointCallback(training_args.resume_checkpoint_steps, mirrors))
     return callbacks
 
 
