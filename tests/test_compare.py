@@ -2,12 +2,15 @@
 averages, and gives every run its learning rate and the command that trains it alone."""
 
 import json
+import shutil
 
 import pytest
 
 from hf_treelang import cli
 from hf_treelang.analysis.compare import RunRow, group_rows, markdown_table, plot_comparison, read_run
-from tiny_run import run_tiny
+from hf_treelang.train.loop import train_together
+from hf_treelang.train.run import runs_from_command_line
+from tiny_run import TINY, run_tiny
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,8 @@ def test_runs_of_another_grammar_are_their_own_group_and_panel_labelled_by_the_g
 
 def _row(seed: int, climb: dict, final: float | None) -> RunRow:
     return RunRow(path=f"run{seed}", task="mlm", architecture="bert", seed=seed, group="g", setting={}, grammar="g",
-                  learning_rate=1e-3, command=None, parameters=10, steps=100, steps_per_second=None, k_train=0,
+                  learning_rate=1e-3, command=None, parameters=10, steps=100, steps_per_second=None,
+                  stacked_members=1, k_train=0,
                   path_of_closest=[4, 3], climb_times=climb, final_kl_matched=final, accuracy={0: 0.5},
                   bp_accuracy={0: 0.7}, mass_on_special_tokens=None, excess_loss=None, dynamics=None)
 
@@ -82,3 +86,37 @@ def test_a_cell_averaging_fewer_runs_than_its_group_says_how_many():
     line = markdown_table([group]).splitlines()[-1]
     assert "1900 (2 of 3)" in line and "0, 20, 1900 (2 of 3)" in line
     assert "0.250 ± 0.071 (2 of 3)" in line  # the final KL of the two runs that have one
+
+
+def test_a_stacked_ensembles_steps_per_second_say_how_many_runs_they_trained_at_once(runs, tmp_path):
+    """A stacked ensemble's member records the stacked model's size; a member written before that record counts
+    the runs given that name its ensemble folder; a run trained alone is 1."""
+    members, ensemble = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "ens"), "--num_checkpoints",
+                                                                "0", "--learning_rate", "0.002", "--ensemble_seeds",
+                                                                "0", "1"])
+    train_together(members, mode="stacked", ensemble_dir=ensemble.output_dir)
+    stacked = [tmp_path / "ens" / "members" / name for name in ("seed0-k0", "seed1-k0")]
+    assert [json.loads((f / "run_complete.json").read_text())["stacked_members"] for f in stacked] == [2, 2]
+    older = []
+    for name in ("adam-s0", "adam-s1"):  # as written before the count: an ensemble path, no count
+        shutil.copytree(runs[name], tmp_path / name)
+        marker = tmp_path / name / "run_complete.json"
+        record = json.loads(marker.read_text())
+        marker.write_text(json.dumps({**record, "ensemble": "/tmp/hf-treelang-ensemble-gone"}))
+        older.append(tmp_path / name)
+    alone = runs["smooth-s0"]
+    assert cli.main(["compare", *map(str, [*stacked, *older, alone]), "--out", str(tmp_path / "cmp")]) == 0
+    records = json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]
+    assert [record["stacked_members"] for record in records] == [2, 2, 2, 2, 1]
+    table = (tmp_path / "cmp" / "compare.md").read_text().splitlines()[2:]  # the ensemble's, the older, alone
+    assert len(table) == 3 and all("(×2 stacked)" in line for line in table[:2]) and "stacked" not in table[2]
+    header = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()[0].split(",")
+    assert "stacked_members" in header
+
+
+def test_the_same_run_given_twice_is_not_pooled_as_two_seeds(runs, tmp_path):
+    shutil.copytree(runs["adam-s0"], tmp_path / "again")
+    with pytest.raises(ValueError, match=r"have the same setting and the same seed \(0\): one run trained twice"):
+        group_rows([read_run(runs["adam-s0"]), read_run(runs["adam-s1"]), read_run(tmp_path / "again")])
+    assert cli.main(["compare", str(runs["adam-s0"]), str(tmp_path / "again"), "--out", str(tmp_path / "cmp")]) != 0
+    assert not (tmp_path / "cmp").exists()

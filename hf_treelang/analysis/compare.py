@@ -1,18 +1,19 @@
 """``hf-treelang compare RUN... --out DIR``: training runs of any architectures side by side against the exact oracle.
 
 Each run folder (of ``training/run_{mlm,clm,root}.py``, any ``--model_type``) gives one row: its architecture, its
-number of parameters (read from the weights' headers, nothing is loaded), its training speed, the path of the closest
-BP_k along training and the climb times t_k (:meth:`hf_treelang.analysis.dynamics.DynamicsResult.climb_times`: the
-first evaluation step from which the closest BP stays at level k or below), the final KL to the matched BP_{k_train},
-the final accuracy next to BP's on every k_test, the final probability on non-symbol ids, and a causal run's excess
-loss. Runs that differ only in their model seed form one group: everything else that produced them — the data,
-the model and every training argument of a run's identity (:data:`hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`:
-optimiser, learning rate, schedule, batch, weight decay, label smoothing, ...), a ``--config_name`` file by its
-content — is equal (:func:`setting_of`). A group is reported as mean ± sample standard deviation over its seeds, with
-every seed's path, and a cell that averages fewer runs than the group has says so ("2 of 3": the climb times average
-the seeds that reached the level). Groups of one task and architecture that differ in their settings are separate
-rows, labelled by what differs (``bert (learning_rate=0.003)``), and the console says in one line that they were kept
-apart. Every run's record carries its learning rate and the command that trains it alone.
+number of parameters (read from the weights' headers, nothing is loaded), its training speed (a stacked ensemble's
+member says how many runs its steps trained at once), the path of the closest BP_k along training and the climb times
+t_k (:meth:`hf_treelang.analysis.dynamics.DynamicsResult.climb_times`: the first evaluation step from which the closest
+BP stays at level k or below), the final KL to the matched BP_{k_train}, the final accuracy next to BP's on every
+k_test, the final probability on non-symbol ids, and a causal run's excess loss. Runs that differ only in their model
+seed form one group: everything else that produced them — the data, the model and every training argument of a run's
+identity (:data:`hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`: optimiser, learning rate, schedule, batch, weight
+decay, label smoothing, ...), a ``--config_name`` file by its content — is equal (:func:`setting_of`). A group is
+reported as mean ± sample standard deviation over its seeds, with every seed's path, and a cell that averages fewer runs
+than the group has says so ("2 of 3": the climb times average the seeds that reached the level). Groups of one task and
+architecture that differ in their settings are separate rows, labelled by what differs (``bert (learning_rate=0.003)``),
+and the console says in one line that they were kept apart. Every run's record carries its learning rate and the command
+that trains it alone.
 
 Outputs in DIR: ``compare.md`` (the table), ``compare.json`` (every row and group), ``compare.csv`` (one line per
 run: its settings, climb times, every final metric and its command) with ``README.md``, a dataset card whose
@@ -71,6 +72,7 @@ class RunRow:
     parameters: int
     steps: int
     steps_per_second: float | None
+    stacked_members: int  # the runs trained at once as one stacked model with this one (1: alone)
     k_train: int
     path_of_closest: list
     climb_times: dict
@@ -174,13 +176,16 @@ def read_run(run) -> RunRow:
     if runtime is not None and (isinstance(runtime, bool) or not isinstance(runtime, (int, float))):
         raise ValueError(f"{str(folder / 'metrics.json')!r}: train_runtime_s must be a number, got {runtime!r}")
     steps = _integer(metrics.get("global_step", 0), "global_step", folder / "metrics.json")
+    completion = _read_json(folder / "run_complete.json")
+    stacked = completion.get("stacked_members", 1 if "ensemble" not in completion else 0)
     levels = sorted(dynamics.accuracy)
     return RunRow(
         path=str(folder), task=str(task), architecture=architecture, seed=seed, group=group, setting=setting,
         grammar=grammar_of(setting),
         learning_rate=training.get("learning_rate"), command=command_of(folder, run_config),
         parameters=count_parameters(folder), steps=steps,
-        steps_per_second=steps / runtime if runtime else None, k_train=k_train,
+        steps_per_second=steps / runtime if runtime else None,
+        stacked_members=_integer(stacked, "stacked_members", folder / "run_complete.json"), k_train=k_train,
         path_of_closest=dynamics.alignment_sequence, climb_times=dynamics.climb_times(),
         final_kl_matched=final.get(f"eval_kl_bp_k{k_train}"),
         accuracy={k: final.get(f"eval_acc_ktest{k}") for k in levels},
@@ -191,6 +196,19 @@ def read_run(run) -> RunRow:
         final={key: value for key, value in sorted(final.items())
                if isinstance(value, (int, float)) and not isinstance(value, bool)},
     )
+
+
+def count_stacked(rows) -> list:
+    """``rows`` with the stacked model's size of every run trained in a stacked ensemble that did not record it (0:
+    written before the count was): the runs given that name the same ensemble folder in ``run_complete.json``."""
+    rows = list(rows)
+    shared: dict = {}
+    for row in rows:
+        shared.setdefault(_read_json(Path(row.path) / "run_complete.json").get("ensemble"), []).append(row)
+    for row in rows:
+        if row.stacked_members == 0:
+            row.stacked_members = len(shared[_read_json(Path(row.path) / "run_complete.json").get("ensemble")])
+    return rows
 
 
 def _spread(values: list) -> dict:
@@ -230,9 +248,14 @@ def differences(settings: list) -> list:
 def group_rows(rows: list) -> list:
     """The rows grouped by everything but the seed: one dict per group, in the order of first appearance. Groups of
     one task, grammar and architecture with different settings get a ``label`` naming what differs (else the
-    architecture) and ``differs_in`` (the fields)."""
+    architecture) and ``differs_in`` (the fields). Two runs of one setting and seed are refused: the same run
+    trained twice is not two seeds."""
     groups: dict = {}
     for row in rows:
+        twin = next((other for other in groups.get(row.group, []) if other.seed == row.seed), None)
+        if twin is not None:  # pooled, one run would count twice as two seeds
+            raise ValueError(f"runs {twin.path!r} and {row.path!r} have the same setting and the same seed "
+                             f"({row.seed}): one run trained twice; pass one of them")
         groups.setdefault(row.group, []).append(row)
     by_kind: dict = {}
     for key, members in groups.items():
@@ -256,6 +279,7 @@ def group_rows(rows: list) -> list:
             "seeds": [row.seed for row in members],
             "runs": [row.path for row in members], "parameters": first.parameters, "steps": first.steps,
             "steps_per_second": _spread([row.steps_per_second for row in members]),
+            "stacked_members": max(row.stacked_members for row in members),
             "paths_of_closest": [row.path_of_closest for row in members],
             "climb_times": {k: _spread([row.climb_times.get(k) for row in members]) for k in sorted(first.climb_times)},
             "final_kl_matched": _spread([row.final_kl_matched for row in members]),
@@ -288,11 +312,18 @@ def markdown_table(groups: list) -> str:
         per_level = " ".join(_shown(group["accuracy"][k], 2).split(" ± ")[0] for k in levels)
         lines.append(
             f"| {TASK_TITLES.get(group['task'], group['task'])} | {group['grammar']} | {group['label']} | {n} | "
-            f"{group['parameters']:,} | {group['steps']:,} | {_shown(group['steps_per_second'], 1, n)} | {paths} | "
+            f"{group['parameters']:,} | {group['steps']:,} | {_speed(group, n)} | {paths} | "
             f"{times} | "
             f"{_shown(group['final_kl_matched'], of=n)} | {accuracy0} | {per_level} | "
             f"{_shown(group['mass_on_special_tokens'], of=n)} | {_shown(group['excess_loss'], of=n)} |")
     return "\n".join(lines) + "\n"
+
+
+def _speed(group: dict, runs: int) -> str:
+    """The steps/s cell: a stacked ensemble's steps/s train all its members at once, and the cell says how many."""
+    shown = _shown(group["steps_per_second"], 1, runs)
+    stacked = group.get("stacked_members", 1)
+    return shown if stacked <= 1 or shown == "–" else f"{shown} (×{stacked} stacked)"
 
 
 def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
@@ -346,7 +377,7 @@ def compare(runs: list, out_dir, *, title: str = "") -> dict:
     if not runs:
         raise ValueError("compare needs at least one run folder")
     check_output_dir(out_dir)
-    rows = [read_run(run) for run in runs]
+    rows = count_stacked(read_run(run) for run in runs)
     groups = group_rows(rows)
     figure = plot_comparison(rows, title, {row.group: group["label"] for group in groups for row in rows
                                            if row.path in group["runs"]})
@@ -381,7 +412,9 @@ DATASET_COLUMNS = {
     "learning_rate": "the learning rate it was trained at",
     "parameters": "the model's parameters (from the weights' header)",
     "steps": "optimizer steps trained",
-    "steps_per_second": "its training speed on the machine that trained it (not a speed comparison)",
+    "steps_per_second": "its training speed on the machine that trained it (not a speed comparison; a stacked "
+                        "ensemble's steps train all its members at once)",
+    "stacked_members": "how many runs trained at once as one stacked model with this one (1: alone)",
     "k_train": "the filter level of its training data",
     "path_of_closest": "the closest BP_k along training, repeats collapsed (e.g. 4-3-2-0)",
     "command": "the command that trains this run alone",
@@ -397,7 +430,8 @@ def dataset_records(rows: list, groups: list) -> list:
         record = {"run": row.path, "task": row.task, "grammar": row.grammar, "architecture": row.architecture,
                   "group": label[row.path],
                   "seed": row.seed, "learning_rate": row.learning_rate, "parameters": row.parameters,
-                  "steps": row.steps, "steps_per_second": row.steps_per_second, "k_train": row.k_train,
+                  "steps": row.steps, "steps_per_second": row.steps_per_second,
+                  "stacked_members": row.stacked_members, "k_train": row.k_train,
                   "path_of_closest": "-".join(map(str, row.path_of_closest)), "command": row.command}
         record.update({f"t_{k}": time for k, time in sorted(row.climb_times.items(), reverse=True)})
         record.update(row.final)

@@ -649,6 +649,7 @@ def _write_member(trainer, index: int, state: MemberState, final: dict, history:
     write_outputs(run.task, run.data_args, run.model_args, run.training_args, state.bp_callback, final,
                   history, runtime, TrainOutput(global_step, train_loss, {}), global_step)
     write_run_complete(output_dir, task=run.task, global_step=global_step, member=run.name,
+                       stacked_members=len(trainer.members),
                        **({"ensemble": os.path.abspath(ensemble_dir)} if os.path.isdir(ensemble_dir) else {}))
 
 
