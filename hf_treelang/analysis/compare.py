@@ -202,12 +202,10 @@ def count_stacked(rows) -> list:
     """``rows`` with the stacked model's size of every run trained in a stacked ensemble that did not record it (0:
     written before the count was): the runs given that name the same ensemble folder in ``run_complete.json``."""
     rows = list(rows)
-    shared: dict = {}
-    for row in rows:
-        shared.setdefault(_read_json(Path(row.path) / "run_complete.json").get("ensemble"), []).append(row)
-    for row in rows:
+    ensembles = [_read_json(Path(row.path) / "run_complete.json").get("ensemble") for row in rows]
+    for row, ensemble in zip(rows, ensembles):
         if row.stacked_members == 0:
-            row.stacked_members = len(shared[_read_json(Path(row.path) / "run_complete.json").get("ensemble")])
+            row.stacked_members = ensembles.count(ensemble)
     return rows
 
 
