@@ -289,6 +289,21 @@ def test_runs_differing_in_seed_and_k_train_only_are_packed_into_one_ensemble_jo
         ["learning_rate=0.0001,k_train=2,seed=0"]]
 
 
+def test_a_run_keeps_one_job_name_and_log_whether_it_starts_alone_resumes_or_trains_causally(tmp_path):
+    """A run named ``main/a`` logs to ``OUT/logs/main_a.log`` fresh, resumed from its checkpoint and without packing;
+    a causal run of the same name likewise (a job name is a file name: no ``/``)."""
+    root = engine.sweep_run("root", TINY, tmp_path, "main/a")
+    clm = engine.sweep_run("clm", TINY, tmp_path / "clm", "main/a")
+    fresh, resumed = folders.FolderState("new"), folders.FolderState("resume", checkpoint=tmp_path / "checkpoint-1")
+    names = {"fresh": engine.pack_jobs([root], {"main/a": fresh}, device="cpu"),
+             "resumed": engine.pack_jobs([root], {"main/a": resumed}, device="cpu"),
+             "one job per run": engine.pack_jobs([root], {"main/a": fresh}, together=False),
+             "causal": engine.pack_jobs([clm], {"main/a": fresh}, device="cpu")}
+    assert {how: [job.name for job in jobs] for how, jobs in names.items()} == {how: ["main_a"] for how in names}
+    payload = engine.job_payload(names["resumed"][0], 1, tmp_path / engine.LOGS_DIR / "main_a.log", tmp_path)
+    assert payload["name"] == "main_a" and payload["log_file"].endswith("logs/main_a.log")
+
+
 def test_runs_that_would_train_one_after_another_get_a_job_each(tmp_path):
     bert_base = {key: value for key, value in {**TINY, **BERT}.items() if value is not None}
     others = engine.spec_runs(spec.load_spec({"task": "root", "base": bert_base, "grid": {"seed": [0, 1, 2]}}),

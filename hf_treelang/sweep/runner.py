@@ -67,10 +67,17 @@ CLUSTER_EXTRA = "pip install 'hf-treelang[cluster]'"
 
 @dataclass
 class Job:
-    """Runs trained by one worker: one run, or runs differing only in seed / k_train, trained together."""
+    """Runs trained by one worker: one run, or runs differing only in seed / k_train, trained together.
+
+    ``name`` is also a file name (``OUT/logs/<name>.log``, ``OUT/ensembles/<name>``): a run name's ``/`` become
+    ``_``, whatever made the job, so that a run that starts alone and later resumes alone writes one log.
+    """
 
     name: str
     runs: list
+
+    def __post_init__(self):
+        self.name = self.name.replace("/", "_")
 
 
 @dataclass
@@ -201,7 +208,7 @@ def pack_jobs(runs: list, states: dict, together: bool = True, device: str | Non
         parts = [piece for part in parts for piece in ([part] if trains_stacked(part, device) else [[r] for r in part])]
         for part in parts:
             name = part[0].name if len(part) == 1 else f"ensemble-{part[0].name}-x{len(part)}"
-            jobs.append(Job(name.replace("/", "_"), part))
+            jobs.append(Job(name, part))
     order = {run.name: i for i, run in enumerate(runs)}
     return sorted(jobs, key=lambda job: min(order[r.name] for r in job.runs))
 
