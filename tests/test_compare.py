@@ -2,7 +2,9 @@
 averages, and gives every run its learning rate and the command that trains it alone."""
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -97,12 +99,16 @@ def test_a_stacked_ensembles_steps_per_second_say_how_many_runs_they_trained_at_
     train_together(members, mode="stacked", ensemble_dir=ensemble.output_dir)
     stacked = [tmp_path / "ens" / "members" / name for name in ("seed0-k0", "seed1-k0")]
     assert [json.loads((f / "run_complete.json").read_text())["stacked_members"] for f in stacked] == [2, 2]
-    older = []
-    for name in ("adam-s0", "adam-s1"):  # as written before the count: an ensemble path, no count
+    named = [json.loads((f / "run_complete.json").read_text())["ensemble"] for f in stacked]
+    assert named == [os.path.join("..", "..")] * 2  # relative to the member's folder: the folders move together
+    assert all((f / e).resolve() == Path(ensemble.output_dir).resolve() for f, e in zip(stacked, named))
+    older, gone = [], "/tmp/hf-treelang-ensemble-gone"
+    for name in ("adam-s0", "adam-s1"):  # as written before the count: an ensemble path (absolute or not), no count
         shutil.copytree(runs[name], tmp_path / name)
         marker = tmp_path / name / "run_complete.json"
         record = json.loads(marker.read_text())
-        marker.write_text(json.dumps({**record, "ensemble": "/tmp/hf-treelang-ensemble-gone"}))
+        path = gone if name == "adam-s0" else os.path.relpath(gone, tmp_path / name)
+        marker.write_text(json.dumps({**record, "ensemble": path}))
         older.append(tmp_path / name)
     alone = runs["smooth-s0"]
     assert cli.main(["compare", *map(str, [*stacked, *older, alone]), "--out", str(tmp_path / "cmp")]) == 0

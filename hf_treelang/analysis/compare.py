@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,9 +201,11 @@ def read_run(run) -> RunRow:
 
 def count_stacked(rows) -> list:
     """``rows`` with the stacked model's size of every run trained in a stacked ensemble that did not record it (0:
-    written before the count was): the runs given that name the same ensemble folder in ``run_complete.json``."""
+    written before the count was): the runs given that name the same ensemble folder in ``run_complete.json`` (a
+    path relative to the run's folder, or an absolute one)."""
     rows = list(rows)
     ensembles = [_read_json(Path(row.path) / "run_complete.json").get("ensemble") for row in rows]
+    ensembles = [None if e is None else os.path.normpath(os.path.join(row.path, e)) for row, e in zip(rows, ensembles)]
     for row, ensemble in zip(rows, ensembles):
         if row.stacked_members == 0:
             row.stacked_members = ensembles.count(ensemble)

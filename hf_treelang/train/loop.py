@@ -650,7 +650,7 @@ def _write_member(trainer, index: int, state: MemberState, final: dict, history:
                   history, runtime, TrainOutput(global_step, train_loss, {}), global_step)
     write_run_complete(output_dir, task=run.task, global_step=global_step, member=run.name,
                        stacked_members=len(trainer.members),
-                       **({"ensemble": os.path.abspath(ensemble_dir)} if os.path.isdir(ensemble_dir) else {}))
+                       **({"ensemble": os.path.relpath(ensemble_dir, output_dir)} if os.path.isdir(ensemble_dir) else {}))
 
 
 # ---------------------------------------------------------------- the scripts
