@@ -11,6 +11,7 @@ import torch
 from transformers import Trainer
 
 from hf_treelang import BeliefPropagation, Grammar, TreeLangConfig, TreeLangForSequenceClassification, sample_trees
+from hf_treelang.core.next_leaf import next_leaf_distributions
 from hf_treelang.train.callbacks import (
     BPKLCallback,
     LogSpacedScheduleCallback,
@@ -36,6 +37,30 @@ class OracleModel(torch.nn.Module):
     def forward(self, input_ids):
         marginals = self.bp.root_marginals(input_ids) if self.task == "root" else self.bp.leaf_marginals(input_ids)
         return SimpleNamespace(logits=torch.log(marginals))
+
+
+class NextLeafBPModel(torch.nn.Module):
+    """A causal 'model' whose logits are BP_k's next-leaf distributions: row i reads BOS and x_0 .. x_{i-1} only."""
+
+    def __init__(self, grammar, depth, filter_level):
+        super().__init__()
+        self.bp = BeliefPropagation(grammar, depth, filter_level)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids):
+        leaves = torch.cat([input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])], 1)  # (b, L): BOS dropped
+        return SimpleNamespace(logits=torch.log(next_leaf_distributions(self.bp, leaves).probabilities))
+
+
+class Softened(torch.nn.Module):
+    """``model``'s logits times ``factor``: its distributions flattened towards uniform."""
+
+    def __init__(self, model, factor):
+        super().__init__()
+        self.model, self.factor = model, factor
+
+    def forward(self, input_ids):
+        return SimpleNamespace(logits=self.factor * self.model(input_ids).logits)
 
 
 def _callback(task, k_train, grammar):
@@ -70,6 +95,29 @@ def test_the_kl_standard_error_is_the_spread_of_the_per_sequence_kl_over_root_n(
     assert values["eval_kl_se_bp_k0"] == pytest.approx(expected, rel=1e-9) and expected > 0
     assert values["eval_kl_bp_k0"] == pytest.approx(float(per_sequence.mean()), rel=1e-9)
     assert values["eval_kl_se_bp_k3"] == pytest.approx(0.0, abs=1e-12)  # the model is BP_3: zero on every sequence
+
+
+@pytest.mark.parametrize("task", ["root", "clm"])
+def test_the_gap_standard_error_is_the_spread_of_the_paired_per_sequence_difference_to_the_closest_bp(task):
+    grammar = Grammar.random(Q, 1.0, 0)
+    callback = _callback(task, 1, grammar)
+    exact = OracleModel(grammar, DEPTH, 2, "root") if task == "root" else NextLeafBPModel(grammar, DEPTH, 2)
+    model = Softened(exact, 0.7)  # near BP_2 but at none: every level's KL varies by sequence
+    values = callback.compute(model)
+    targets = callback.prepare()
+    log_model = callback.model_log_probabilities(model, targets.in_sample.inputs, targets.in_sample.positions)
+    per_sequence = {}
+    for k, p in targets.marginals.items():  # (n, [2**l,] q)
+        kl = (p * (torch.log(p.clamp_min(1e-300)) - log_model)).sum(-1)
+        per_sequence[k] = kl.reshape(kl.shape[0], -1).mean(-1)  # (n,)
+    closest = min(per_sequence, key=lambda k: float(per_sequence[k].mean()))
+    assert closest == 2 and values[f"eval_kl_gap_se_bp_k{closest}"] == 0.0 and values["eval_kl_bp_k2"] > 1e-3
+    for k in range(DEPTH + 1):
+        gap = per_sequence[k] - per_sequence[closest]
+        assert values[f"eval_kl_gap_se_bp_k{k}"] == pytest.approx(float(gap.std() / gap.numel() ** 0.5), rel=1e-9)
+    # paired, not the two levels' own errors combined (the same sequences behind both means)
+    spread = (values["eval_kl_se_bp_k1"] ** 2 + values["eval_kl_se_bp_k2"] ** 2) ** 0.5
+    assert values["eval_kl_gap_se_bp_k1"] > 0 and abs(values["eval_kl_gap_se_bp_k1"] / spread - 1) > 0.01
 
 
 def test_bp_targets_are_computed_once_and_reused():

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from hf_treelang import cli
-from hf_treelang.analysis.compare import RunRow, group_rows, markdown_table, plot_comparison, read_run
+from hf_treelang.analysis.compare import (RunRow, closest_paths, group_rows, markdown_table, plot_comparison,
+                                          read_run)
+from hf_treelang.analysis.dynamics import learning_dynamics
 from hf_treelang.train.loop import train_together
 from hf_treelang.train.run import runs_from_command_line
 from tiny_run import TINY, run_tiny
@@ -72,11 +74,28 @@ def test_runs_of_another_grammar_are_their_own_group_and_panel_labelled_by_the_g
     assert [axis.get_title().splitlines()[-1] for axis in figure.axes[:2]] == [g["grammar"] for g in groups]
 
 
+def test_levels_not_told_apart_from_the_last_closest_bp_are_recorded_and_shown_beside_its_path(runs, tmp_path):
+    names = ("adam-s0", "adam-s1")
+    assert cli.main(["compare", *(str(runs[name]) for name in names), "--out", str(tmp_path / "cmp")]) == 0
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    for record, name in zip(saved["runs"], names):
+        within = learning_dynamics(runs[name]).within_noise_of_closest()[-1]  # the callback logged its errors
+        assert record["within_noise_at_end"] == within and record["path_of_closest"][-1] in within
+    assert saved["groups"][0]["within_noise_at_end"] == [record["within_noise_at_end"] for record in saved["runs"]]
+    header, *lines = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()
+    assert "within_noise_at_end" in header.split(",")
+    shown = closest_paths({"paths_of_closest": [[4, 3, 2, 1], [4, 3, 2, 1, 0], [4, 3]],
+                           "within_noise_at_end": [[0, 1, 2], [0], None]})
+    assert shown == "4 → 3 → 2 → 1 (≈ 0, 2); 4 → 3 → 2 → 1 → 0; 4 → 3"
+    assert closest_paths({"paths_of_closest": [[4, 2, 0]]}) == "4 → 2 → 0"  # a compare.json written before
+
+
 def _row(seed: int, climb: dict, final: float | None) -> RunRow:
     return RunRow(path=f"run{seed}", task="mlm", architecture="bert", seed=seed, group="g", setting={}, grammar="g",
                   learning_rate=1e-3, command=None, parameters=10, steps=100, steps_per_second=None,
                   stacked_members=1, k_train=0,
-                  path_of_closest=[4, 3], climb_times=climb, final_kl_matched=final, accuracy={0: 0.5},
+                  path_of_closest=[4, 3], within_noise_at_end=None, climb_times=climb, final_kl_matched=final,
+                  accuracy={0: 0.5},
                   bp_accuracy={0: 0.7}, mass_on_special_tokens=None, excess_loss=None, dynamics=None)
 
 

@@ -146,3 +146,27 @@ def test_cli_reads_every_run_before_writing(tmp_path, capsys):
     assert run_command("dynamics", [str(first), str(missing), "--out", str(out)]) == 2
     assert str(missing) in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_levels_within_two_paired_standard_errors_of_the_closest_bp_are_told_apart_from_the_others(tmp_path):
+    """KL to BP_0, BP_1, BP_2 and the paired errors of each less the closest's: BP_1 within noise of BP_0 (a gap of
+    0.005 against an error of 0.004), BP_2 not; an evaluation without the errors, or with errors taken against another
+    closest BP, says None."""
+    rows = [{"step": 1, "eval_kl_bp_k0": 0.5, "eval_kl_bp_k1": 0.3, "eval_kl_bp_k2": 0.2},  # written before the errors
+            {"step": 2, "eval_kl_bp_k0": 0.20, "eval_kl_bp_k1": 0.10, "eval_kl_bp_k2": 0.104,
+             "eval_kl_gap_se_bp_k0": 0.01, "eval_kl_gap_se_bp_k1": 0.0, "eval_kl_gap_se_bp_k2": 0.001},
+            {"step": 3, "eval_kl_bp_k0": 0.100, "eval_kl_bp_k1": 0.105, "eval_kl_bp_k2": 0.3,
+             "eval_kl_gap_se_bp_k0": 0.0, "eval_kl_gap_se_bp_k1": 0.004, "eval_kl_gap_se_bp_k2": 0.01},
+            {"step": 4, "eval_kl_bp_k0": 0.100, "eval_kl_bp_k1": 0.105, "eval_kl_bp_k2": 0.3,
+             "eval_kl_gap_se_bp_k0": 0.003, "eval_kl_gap_se_bp_k1": 0.0, "eval_kl_gap_se_bp_k2": 0.01}]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "eval_history.json").write_text(json.dumps(rows))
+    result = dynamics.learning_dynamics(tmp_path / "run" / "eval_history.json")
+    assert result.closest_bp == [2, 1, 0, 0]
+    assert result.within_noise_of_closest() == [None, [1], [0, 1], None]
+    assert result.within_noise_of_closest(z=6.0)[1] == [1, 2]  # a gap of 0.004 is 4 errors of 0.001
+    assert result.within_noise_of_closest(z=1.0)[2] == [0]
+    assert result.to_dict()["within_noise_of_closest"] == [None, [1], [0, 1], None]
+    assert "within_noise_of_closest" not in _result(tmp_path, STRICT, "older").to_dict()  # no errors logged
+    with pytest.raises(ValueError, match=r"`z` must be a finite number >= 0.*got -1"):
+        result.within_noise_of_closest(z=-1)

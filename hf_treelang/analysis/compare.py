@@ -2,7 +2,9 @@
 
 Each run folder (of ``training/run_{mlm,clm,root}.py``, any ``--model_type``) gives one row: its architecture, its
 number of parameters (read from the weights' headers, nothing is loaded), its training speed (a stacked ensemble's
-member says how many runs its steps trained at once), the path of the closest BP_k along training and the climb times
+member says how many runs its steps trained at once), the path of the closest BP_k along training (with the levels
+not told apart from the last one: within two paired standard errors, :meth:`~hf_treelang.analysis.dynamics.
+DynamicsResult.within_noise_of_closest`, where the run logged them) and the climb times
 t_k (:meth:`hf_treelang.analysis.dynamics.DynamicsResult.climb_times`: the first evaluation step from which the closest
 BP stays at level k or below), the final KL to the matched BP_{k_train}, the final accuracy next to BP's on every
 k_test, the final probability on non-symbol ids, and a causal run's excess loss. Runs that differ only in their model
@@ -76,6 +78,7 @@ class RunRow:
     stacked_members: int  # the runs trained at once as one stacked model with this one (1: alone)
     k_train: int
     path_of_closest: list
+    within_noise_at_end: list | None  # levels within 2 paired standard errors of the last closest BP (None: unknown)
     climb_times: dict
     final_kl_matched: float | None
     accuracy: dict
@@ -187,7 +190,8 @@ def read_run(run) -> RunRow:
         parameters=count_parameters(folder), steps=steps,
         steps_per_second=steps / runtime if runtime else None,
         stacked_members=_integer(stacked, "stacked_members", folder / "run_complete.json"), k_train=k_train,
-        path_of_closest=dynamics.alignment_sequence, climb_times=dynamics.climb_times(),
+        path_of_closest=dynamics.alignment_sequence, within_noise_at_end=_last(dynamics.within_noise_of_closest()),
+        climb_times=dynamics.climb_times(),
         final_kl_matched=final.get(f"eval_kl_bp_k{k_train}"),
         accuracy={k: final.get(f"eval_acc_ktest{k}") for k in levels},
         bp_accuracy={k: final.get(f"eval_bp_acc_ktest{k}") for k in levels},
@@ -197,6 +201,10 @@ def read_run(run) -> RunRow:
         final={key: value for key, value in sorted(final.items())
                if isinstance(value, (int, float)) and not isinstance(value, bool)},
     )
+
+
+def _last(values: list):
+    return values[-1] if values else None
 
 
 def count_stacked(rows) -> list:
@@ -282,6 +290,7 @@ def group_rows(rows: list) -> list:
             "steps_per_second": _spread([row.steps_per_second for row in members]),
             "stacked_members": max(row.stacked_members for row in members),
             "paths_of_closest": [row.path_of_closest for row in members],
+            "within_noise_at_end": [row.within_noise_at_end for row in members],
             "climb_times": {k: _spread([row.climb_times.get(k) for row in members]) for k in sorted(first.climb_times)},
             "final_kl_matched": _spread([row.final_kl_matched for row in members]),
             "accuracy": {k: _spread([row.accuracy.get(k) for row in members]) for k in levels},
@@ -302,7 +311,7 @@ def markdown_table(groups: list) -> str:
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for group in groups:
         n = len(group["seeds"])
-        paths = "; ".join(" → ".join(map(str, path)) for path in group["paths_of_closest"])
+        paths = closest_paths(group)
         times = ", ".join("–" if t["mean"] is None else f"{t['mean']:.0f}" + ("" if t["runs"] >= n else
                                                                              f" ({t['runs']} of {n})")
                           for _, t in sorted(group["climb_times"].items(), reverse=True))
@@ -318,6 +327,18 @@ def markdown_table(groups: list) -> str:
             f"{_shown(group['final_kl_matched'], of=n)} | {accuracy0} | {per_level} | "
             f"{_shown(group['mass_on_special_tokens'], of=n)} | {_shown(group['excess_loss'], of=n)} |")
     return "\n".join(lines) + "\n"
+
+
+def closest_paths(group: dict) -> str:
+    """Each run's closest BP_k along training, ``; ``-separated; where other levels are within two paired standard
+    errors of the last one, they follow it in parentheses (``4 → 3 → 2 → 1 (≈ 0)``: BP_1 closest at the end, BP_0
+    not told apart from it)."""
+    shown = []
+    for index, path in enumerate(group["paths_of_closest"]):
+        noise = (group.get("within_noise_at_end") or [None] * (index + 1))[index]
+        others = [k for k in (noise or []) if not path or k != path[-1]]
+        shown.append(" → ".join(map(str, path)) + (f" (≈ {', '.join(map(str, others))})" if others else ""))
+    return "; ".join(shown)
 
 
 def _speed(group: dict, runs: int) -> str:
@@ -418,6 +439,8 @@ DATASET_COLUMNS = {
     "stacked_members": "how many runs trained at once as one stacked model with this one (1: alone)",
     "k_train": "the filter level of its training data",
     "path_of_closest": "the closest BP_k along training, repeats collapsed (e.g. 4-3-2-0)",
+    "within_noise_at_end": "the levels k whose KL at the last evaluation is within two paired standard errors of the "
+                           "closest BP's (e.g. 0-1: BP_0 and BP_1 not told apart; empty: errors not logged)",
     "command": "the command that trains this run alone",
 }
 
@@ -433,7 +456,8 @@ def dataset_records(rows: list, groups: list) -> list:
                   "seed": row.seed, "learning_rate": row.learning_rate, "parameters": row.parameters,
                   "steps": row.steps, "steps_per_second": row.steps_per_second,
                   "stacked_members": row.stacked_members, "k_train": row.k_train,
-                  "path_of_closest": "-".join(map(str, row.path_of_closest)), "command": row.command}
+                  "path_of_closest": "-".join(map(str, row.path_of_closest)),
+                  "within_noise_at_end": "-".join(map(str, row.within_noise_at_end or [])), "command": row.command}
         record.update({f"t_{k}": time for k, time in sorted(row.climb_times.items(), reverse=True)})
         record.update(row.final)
         records.append(record)
@@ -493,7 +517,7 @@ def run(args) -> int:
     for line in result["kept_apart"]:
         print(line)
     for group in result["groups"]:
-        paths = "; ".join(" → ".join(map(str, path)) for path in group["paths_of_closest"])
+        paths = closest_paths(group)
         print(f"{group['task']:>4} {group['label']:<12} {len(group['seeds'])} seed(s) · "
               f"{group['parameters']:,} parameters · closest BP_k {paths} · final KL to BP_{group['k_train']} "
               f"{_shown(group['final_kl_matched'])}")

@@ -21,6 +21,7 @@ folder holding either. Several runs (the same training over several model seeds)
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ _ACC = re.compile(r"^(?:eval_)?acc_ktest(\d+)$")
 _BP_ACC = re.compile(r"^(?:eval_)?bp_acc_ktest(\d+)$")
 _MATCH = re.compile(r"^(?:eval_)?match_bp_k(\d+)$")
 _KL_SE = re.compile(r"^(?:eval_)?kl_se_bp_k(\d+)$")
+_KL_GAP_SE = re.compile(r"^(?:eval_)?kl_gap_se_bp_k(\d+)$")  # hf_treelang.train.callbacks.KL_GAP_SE_KEY
 _SPEARMAN = re.compile(r"^(?:eval_)?spearman_bp_k(\d+)$")
 _POSITION = re.compile(r"^(?:eval_)?kl_position(\d+)$")  # hf_treelang.train.callbacks.KL_POSITION_KEY
 _IMPOSSIBLE = re.compile(r"^(?:eval_)?impossible_bp_k(\d+)$")  # hf_treelang.train.callbacks.IMPOSSIBLE_KEY
@@ -56,6 +58,9 @@ class DynamicsResult:
         kl: k_bp -> (E,) mean D_KL(BP_k ‖ model) on in-sample inputs.
         kl_se: k_bp -> (E,) the standard error of that mean over the in-sample sequences (``kl_se_bp_k{k}``; empty
             for a history that does not log it): how far two KL curves can be apart by sampling alone.
+        kl_gap_se: k_bp -> (E,) the paired standard error of KL_k less the closest BP's KL at that evaluation, over
+            the same sequences (``kl_gap_se_bp_k{k}``, 0 for the closest; empty for a history that does not log it):
+            whether the closest BP is closer than another by more than sampling (:meth:`within_noise_of_closest`).
         accuracy: k_test -> (E,) the model's accuracy on test data of filter level k_test.
         bp_accuracy: k_test -> the matched BP accuracy on the same data (the dashed reference lines).
         match: k_bp -> (E,) argmax agreement with BP_k (App. E.4), when logged.
@@ -90,6 +95,7 @@ class DynamicsResult:
     match: dict = field(default_factory=dict)
     spearman: dict = field(default_factory=dict)
     kl_se: dict = field(default_factory=dict)
+    kl_gap_se: dict = field(default_factory=dict)
     source: str = ""
     num_test: int | None = None
     reference_sizes: dict = field(default_factory=dict)
@@ -161,6 +167,24 @@ class DynamicsResult:
             raise ValueError(f"`count` must be an int >= 1, got {count!r}")
         return self.closest_bp[-count:]
 
+    def within_noise_of_closest(self, z: float = 2.0) -> list:
+        """At each evaluation, the levels k whose KL exceeds the closest BP's by at most ``z`` paired standard errors
+        (:attr:`kl_gap_se`), the closest among them, sorted: the BP_k a run is not told apart from at this sample
+        size. ``None`` at an evaluation without the paired errors (a history written before they were logged, one
+        in-sample sequence) or whose errors were taken against another closest BP."""
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
+            raise ValueError(f"`z` must be a finite number >= 0 (standard errors), got {z!r}")
+        out = []
+        for i, closest in enumerate(self.closest_bp):
+            errors = {k: float(values[i]) for k, values in self.kl_gap_se.items() if not np.isnan(values[i])}
+            candidates = [k for k in self.kl if k in errors]
+            if errors.get(closest) != 0.0 or not candidates or any(not math.isfinite(e) for e in errors.values()):
+                out.append(None)
+                continue
+            base = self.kl[closest][i]
+            out.append(sorted(k for k in candidates if self.kl[k][i] - base <= z * errors[k]))
+        return out
+
     def to_dict(self) -> dict:
         return {
             "source": self.source,
@@ -168,6 +192,8 @@ class DynamicsResult:
             "epochs": self.epochs,
             "kl_bp": {f"k{k}": v for k, v in sorted(self.kl.items())},
             **({"kl_bp_se": {f"k{k}": v for k, v in sorted(self.kl_se.items())}} if self.kl_se else {}),
+            **({"kl_bp_gap_se": {f"k{k}": v for k, v in sorted(self.kl_gap_se.items())},
+                "within_noise_of_closest": self.within_noise_of_closest()} if self.kl_gap_se else {}),
             "accuracy_ktest": {f"k{k}": v for k, v in sorted(self.accuracy.items())},
             "bp_accuracy_ktest": {f"k{k}": v for k, v in sorted(self.bp_accuracy.items())},
             "match_bp": {f"k{k}": v for k, v in sorted(self.match.items())},
@@ -295,6 +321,7 @@ def learning_dynamics(run) -> DynamicsResult:
         match=series(_MATCH),
         spearman=series(_SPEARMAN),
         kl_se=series(_KL_SE),
+        kl_gap_se=series(_KL_GAP_SE),
         source=str(source),
         num_test=num_test,
         reference_sizes=reference_sizes,

@@ -2,7 +2,10 @@
 
 * :class:`BPKLCallback` — at every evaluation, on fixed held-out inputs whose BP targets are computed once in
   ``on_train_begin``: mean D_KL(BP_k || model) for every k in 0..ℓ on in-sample inputs (``eval_kl_bp_k{k}``) with
-  its standard error over the sequences (``eval_kl_se_bp_k{k}``: what tells two KL curves apart from sampling), argmax
+  its standard error over the sequences (``eval_kl_se_bp_k{k}``: what tells two KL curves apart from sampling), the
+  paired standard error of each level's KL less the closest level's over the same sequences
+  (``eval_kl_gap_se_bp_k{k}``, 0 for the closest BP_k: whether the closest BP is closer than sampling can tell; the
+  per-level errors cannot say it, the levels' means being over the same sequences), argmax
   agreement and Spearman correlation with every BP_k (``eval_match_bp_k{k}``, ``eval_spearman_bp_k{k}``, and the
   matched BP_{k_train} as ``eval_match_bp`` / ``eval_spearman_bp``), and for every k_test set the network's accuracy
   and the matched BP_{k_train} accuracy on the same inputs (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``).
@@ -72,6 +75,7 @@ SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model pu
 IMPOSSIBLE_KEY = "impossible_bp_k"  # a grammar other than the paper's: eval_impossible_bp_k{k}, the in-sample rows
 # BP_k gives probability zero (left out of its KL, agreement and Spearman means)
 KL_POSITION_KEY = "kl_position"  # next-leaf prediction: eval_kl_position{i}, the KL to BP_{k_train} at position i
+KL_GAP_SE_KEY = "kl_gap_se_bp_k"  # eval_kl_gap_se_bp_k{k}: the paired standard error of KL(BP_k) - KL(closest BP)
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
 
@@ -157,6 +161,22 @@ def _evaluation_set(value, default_seed: int) -> tuple:
         leaves, roots, *seed = value
         return leaves, roots, seed[0] if seed else default_seed
     return value, None, default_seed
+
+
+def _gap_standard_errors(per_level: dict, means: dict, prefix: str) -> dict:
+    """``{prefix}kl_gap_se_bp_k{k}`` for every level of ``per_level`` (k -> (n,) per-sequence KL to BP_k, all over
+    the same sequences): the standard error of the mean of KL_k - KL_c per sequence, c the level of smallest mean KL
+    in ``means`` (the closest BP; 0 for it). The levels' means are over the same sequences, so this paired error,
+    not the levels' own errors combined, says whether the closest BP is closer than another by more than sampling."""
+    if len(per_level) < 2:
+        return {}
+    closest = min(sorted(means), key=lambda k: means[k] if math.isfinite(means[k]) else math.inf)
+    out = {}
+    for k, per_sequence in per_level.items():
+        gap = per_sequence - per_level[closest]  # (n,)
+        out[f"{prefix}{KL_GAP_SE_KEY}{k}"] = (float(gap.std() / math.sqrt(gap.numel())) if gap.numel() > 1
+                                              else float("nan"))
+    return out
 
 
 class BPKLCallback(TrainerCallback):
@@ -321,6 +341,7 @@ class BPKLCallback(TrainerCallback):
             per_position = kl_divergence(matched, log_model.reshape(-1, q)).reshape(n, num_leaves).mean(0)  # (2**l,)
             for i, value in enumerate(per_position.tolist()):
                 out[f"{prefix}{KL_POSITION_KEY}{i}"] = value
+        per_level = {}  # k -> (n,) the per-sequence KL of the BP_k defined on every in-sample row
         for k, marginals in targets.marginals.items():
             rows = targets.defined.get(k)  # (n,) bool, or None: BP_k is defined on every row
             if rows is not None:
@@ -337,11 +358,14 @@ class BPKLCallback(TrainerCallback):
                 mine.shape[0], -1).mean(-1)  # (n,)
             out[f"{prefix}kl_se_bp_k{k}"] = (float(per_sequence.std() / math.sqrt(per_sequence.numel()))
                                               if per_sequence.numel() > 1 else float("nan"))
+            if rows is None or bool(rows.all()):
+                per_level[k] = per_sequence
             out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
             out[f"{prefix}spearman_bp_k{k}"] = result["spearman"]
             if k == self.k_train:
                 out[f"{prefix}match_bp"] = result["argmax_agreement"]
                 out[f"{prefix}spearman_bp"] = result["spearman"]
+        out.update(_gap_standard_errors(per_level, {k: out[f"{prefix}kl_bp_k{k}"] for k in per_level}, prefix))
         for k_test, data in targets.tests.items():
             log_test = self.model_log_probabilities(model, data.inputs, data.positions)  # (n, [2**l,] q)
             out[f"{prefix}acc_ktest{k_test}"] = accuracy(log_test.reshape(-1, log_test.shape[-1]),
