@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
@@ -153,8 +154,10 @@ def command_of(folder: Path, run_config: dict) -> str | None:
     return command_line(str(record.get("task")), record.get("arguments") or {}, folder)
 
 
-def read_run(run) -> RunRow:
-    """The comparison row of one finished run folder."""
+def read_run(run, *, reevaluate: bool = False, cache=None) -> RunRow:
+    """The comparison row of one finished run folder; with ``reevaluate``, the paired errors of a last evaluation
+    whose history lacks them are recomputed from the saved weights
+    (:func:`~hf_treelang.analysis.final_noise.complete_last_evaluation`, ``cache`` sharing the data of runs)."""
     folder = Path(run)
     if not folder.is_dir():
         raise ValueError(f"run {str(folder)!r} is not a folder: compare reads the output folders of the training "
@@ -174,6 +177,10 @@ def read_run(run) -> RunRow:
     setting = setting_of(run_config, folder)
     group = json.dumps({**setting, "shape": shape, "steps": metrics.get("global_step")}, sort_keys=True, default=str)
     dynamics = learning_dynamics(folder)
+    if reevaluate:
+        from .final_noise import complete_last_evaluation  # lazy: builds data and loads models
+
+        complete_last_evaluation(dynamics, folder, cache=cache)
     final = metrics.get("final") or {}
     k_train = _integer(data.get("k_train", 0), "data_args.k_train", folder / "run_config.json")
     runtime = metrics.get("train_runtime_s")
@@ -394,12 +401,21 @@ def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
     return figure
 
 
-def compare(runs: list, out_dir, *, title: str = "") -> dict:
-    """Read every run, then write ``compare.{md,json,csv,png}`` into ``out_dir``; returns the paths and groups."""
+def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, progress: bool = True) -> dict:
+    """Read every run, then write ``compare.{md,json,csv,png}`` into ``out_dir``; returns the paths and groups.
+
+    ``reevaluate``: recompute the last evaluation of every run whose history lacks the paired errors that tell the
+    closest BP_k from the others (:func:`read_run`), with a progress bar over the runs (``progress``)."""
     if not runs:
         raise ValueError("compare needs at least one run folder")
     check_output_dir(out_dir)
-    rows = count_stacked(read_run(run) for run in runs)
+    cache = None
+    if reevaluate:
+        from hf_treelang.train.trainer import RunDataCache  # lazy: only a re-evaluation builds data
+
+        cache = RunDataCache()
+    listed = tqdm(runs, desc="re-evaluating", unit="run", leave=False, disable=not (reevaluate and progress))
+    rows = count_stacked(read_run(run, reevaluate=reevaluate, cache=cache) for run in listed)
     groups = group_rows(rows)
     figure = plot_comparison(rows, title, {row.group: group["label"] for group in groups for row in rows
                                            if row.path in group["runs"]})
@@ -511,7 +527,7 @@ def kept_apart_lines(groups: list) -> list:
 def run(args) -> int:
     """``hf-treelang compare`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
-        result = compare(list(args.runs), args.out, title=args.title)
+        result = compare(list(args.runs), args.out, title=args.title, reevaluate=args.reevaluate)
     except (ValueError, TypeError) as error:
         return cli_error("compare", error)
     for line in result["kept_apart"]:
