@@ -150,9 +150,9 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="figure title (default: none)")
     parser.add_argument("--reevaluate", action="store_true",
                         help="recompute the last evaluation of runs whose history lacks the paired standard errors "
-                             "of the KL to each BP_k less the closest's (runs trained before they were logged), from "
-                             "their saved weights, so that the table says which levels the closest BP_k is not told "
-                             "apart from (default: off; builds each distinct data set once)")
+                             "of the KL to each BP_k less the closest's (no eval_kl_gap_se_bp_k* keys), from their "
+                             "saved weights, so that the table says which levels the closest BP_k is not told apart "
+                             "from (default: off; builds each distinct data set once)")
 
 
 def _prune_arguments(parser: argparse.ArgumentParser) -> None:

@@ -121,6 +121,11 @@ def test_a_stacked_ensembles_steps_per_second_say_how_many_runs_they_trained_at_
     named = [json.loads((f / "run_complete.json").read_text())["ensemble"] for f in stacked]
     assert named == [os.path.join("..", "..")] * 2  # relative to the member's folder: the folders move together
     assert all((f / e).resolve() == Path(ensemble.output_dir).resolve() for f, e in zip(stacked, named))
+    alone, _ = runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "tmp-ens"), "--num_checkpoints",
+                                                      "0", "--ensemble_seeds", "0", "1"])
+    train_together(alone, mode="stacked")  # a temporary ensemble folder, removed at the end: not named
+    records = [json.loads((Path(run.output_dir) / "run_complete.json").read_text()) for run in alone]
+    assert [r["stacked_members"] for r in records] == [2, 2] and not any("ensemble" in r for r in records)
     older, gone = [], "/tmp/hf-treelang-ensemble-gone"
     for name in ("adam-s0", "adam-s1"):  # as written before the count: an ensemble path (absolute or not), no count
         shutil.copytree(runs[name], tmp_path / name)

@@ -75,3 +75,29 @@ def test_compare_reevaluates_only_runs_without_the_errors_to_the_same_levels(run
     assert cli.main(["compare", str(older), "--reevaluate", "--out", str(tmp_path / "again")]) == 0
     (again,) = json.loads((tmp_path / "again" / "compare.json").read_text())["runs"]
     assert again["within_noise_at_end"] == expected
+
+
+def test_runs_of_two_tasks_on_the_same_data_are_reevaluated_each_against_its_own_task(runs, tmp_path):
+    """The root and next-leaf runs share their data arguments: one re-evaluation gives each its own task's errors."""
+    folders = [_without_errors(runs / task, tmp_path / task) for task in ("clm", "root")]
+    assert cli.main(["compare", *map(str, folders), "--reevaluate", "--out", str(tmp_path / "cmp")]) == 0
+    saved = {record["task"]: record for record in json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]}
+    for task in ("clm", "root"):
+        assert saved[task]["within_noise_at_end"] == learning_dynamics(runs / task).within_noise_of_closest()[-1]
+
+
+def test_a_run_whose_weights_do_not_give_its_logged_kl_is_named_and_the_others_are_compared(runs, tmp_path, capsys):
+    broken = _without_errors(runs / "root", tmp_path / "broken")
+    path = broken / "eval_history.json"
+    document = json.loads(path.read_text())
+    rows = document["history"] if isinstance(document, dict) else document
+    rows[-1]["eval_kl_bp_k0"] *= 1.5  # not what the weights give
+    path.write_text(json.dumps(document))
+    record = json.loads((broken / RUN_COMPLETE).read_text())
+    write_run_complete(broken, **{key: value for key, value in record.items() if key not in ("files", "digests")})
+    good = _without_errors(runs / "clm", tmp_path / "good")
+    assert cli.main(["compare", str(broken), str(good), "--reevaluate", "--out", str(tmp_path / "cmp")]) == 0
+    printed = capsys.readouterr().out
+    assert "not re-evaluated (its paths show no ≈)" in printed and str(broken) in printed
+    saved = {record["task"]: record for record in json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]}
+    assert saved["root"]["within_noise_at_end"] is None and saved["clm"]["within_noise_at_end"] is not None

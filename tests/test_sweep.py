@@ -302,6 +302,9 @@ def test_a_run_keeps_one_job_name_and_log_whether_it_starts_alone_resumes_or_tra
     assert {how: [job.name for job in jobs] for how, jobs in names.items()} == {how: ["main_a"] for how in names}
     payload = engine.job_payload(names["resumed"][0], 1, tmp_path / engine.LOGS_DIR / "main_a.log", tmp_path)
     assert payload["name"] == "main_a" and payload["log_file"].endswith("logs/main_a.log")
+    other = engine.sweep_run("root", {**TINY, "seed": 1}, tmp_path, "main_a")  # the same file name: refused
+    with pytest.raises(ValueError, match=r"runs 'main/a' and 'main_a' would share the job name 'main_a'"):
+        engine.pack_jobs([root, other], {"main/a": fresh, "main_a": fresh}, together=False)
 
 
 def test_runs_that_would_train_one_after_another_get_a_job_each(tmp_path):

@@ -154,10 +154,12 @@ def command_of(folder: Path, run_config: dict) -> str | None:
     return command_line(str(record.get("task")), record.get("arguments") or {}, folder)
 
 
-def read_run(run, *, reevaluate: bool = False, cache=None) -> RunRow:
+def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None = None) -> RunRow:
     """The comparison row of one finished run folder; with ``reevaluate``, the paired errors of a last evaluation
     whose history lacks them are recomputed from the saved weights
-    (:func:`~hf_treelang.analysis.final_noise.complete_last_evaluation`, ``cache`` sharing the data of runs)."""
+    (:func:`~hf_treelang.analysis.final_noise.complete_last_evaluation`, ``cache`` sharing the data of runs). A run
+    whose weights do not give its logged KLs raises, or, given a ``skipped`` list, is read without the errors and
+    the reason appended there."""
     folder = Path(run)
     if not folder.is_dir():
         raise ValueError(f"run {str(folder)!r} is not a folder: compare reads the output folders of the training "
@@ -180,7 +182,12 @@ def read_run(run, *, reevaluate: bool = False, cache=None) -> RunRow:
     if reevaluate:
         from .final_noise import complete_last_evaluation  # lazy: builds data and loads models
 
-        complete_last_evaluation(dynamics, folder, cache=cache)
+        try:
+            complete_last_evaluation(dynamics, folder, cache=cache)
+        except ValueError as error:
+            if skipped is None:
+                raise
+            skipped.append(str(error))
     final = metrics.get("final") or {}
     k_train = _integer(data.get("k_train", 0), "data_args.k_train", folder / "run_config.json")
     runtime = metrics.get("train_runtime_s")
@@ -405,7 +412,9 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
     """Read every run, then write ``compare.{md,json,csv,png}`` into ``out_dir``; returns the paths and groups.
 
     ``reevaluate``: recompute the last evaluation of every run whose history lacks the paired errors that tell the
-    closest BP_k from the others (:func:`read_run`), with a progress bar over the runs (``progress``)."""
+    closest BP_k from the others (:func:`read_run`), with a progress bar over the runs (``progress``); a run whose
+    weights do not give its logged KLs (trained on another device's arithmetic, say) keeps none, and
+    ``not_reevaluated`` says why."""
     if not runs:
         raise ValueError("compare needs at least one run folder")
     check_output_dir(out_dir)
@@ -415,7 +424,8 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
 
         cache = RunDataCache()
     listed = tqdm(runs, desc="re-evaluating", unit="run", leave=False, disable=not (reevaluate and progress))
-    rows = count_stacked(read_run(run, reevaluate=reevaluate, cache=cache) for run in listed)
+    skipped: list = []
+    rows = count_stacked(read_run(run, reevaluate=reevaluate, cache=cache, skipped=skipped) for run in listed)
     groups = group_rows(rows)
     figure = plot_comparison(rows, title, {row.group: group["label"] for group in groups for row in rows
                                            if row.path in group["runs"]})
@@ -432,7 +442,7 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
         writer.writerows(records)
     (out / "README.md").write_text(dataset_card(columns, len(records), title))
     save_figure(figure, out / "compare.png")
-    return {"groups": groups, "kept_apart": kept_apart_lines(groups),
+    return {"groups": groups, "kept_apart": kept_apart_lines(groups), "not_reevaluated": skipped,
             "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "README.md",
                                                 "compare.png")]}
 
@@ -456,7 +466,8 @@ DATASET_COLUMNS = {
     "k_train": "the filter level of its training data",
     "path_of_closest": "the closest BP_k along training, repeats collapsed (e.g. 4-3-2-0)",
     "within_noise_at_end": "the levels k whose KL at the last evaluation is within two paired standard errors of the "
-                           "closest BP's (e.g. 0-1: BP_0 and BP_1 not told apart; empty: errors not logged)",
+                           "closest BP's (e.g. 0-1: BP_0 and BP_1 not told apart; empty: errors not logged), among "
+                           "the BP_k defined on every evaluation input",
     "command": "the command that trains this run alone",
 }
 
@@ -532,6 +543,8 @@ def run(args) -> int:
         return cli_error("compare", error)
     for line in result["kept_apart"]:
         print(line)
+    for reason in result["not_reevaluated"]:
+        print(f"not re-evaluated (its paths show no ≈): {reason}")
     for group in result["groups"]:
         paths = closest_paths(group)
         print(f"{group['task']:>4} {group['label']:<12} {len(group['seeds'])} seed(s) · "

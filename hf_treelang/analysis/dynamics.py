@@ -170,8 +170,10 @@ class DynamicsResult:
     def within_noise_of_closest(self, z: float = 2.0) -> list:
         """At each evaluation, the levels k whose KL exceeds the closest BP's by at most ``z`` paired standard errors
         (:attr:`kl_gap_se`), the closest among them, sorted: the BP_k a run is not told apart from at this sample
-        size. ``None`` at an evaluation without the paired errors (a history written before they were logged, one
-        in-sample sequence) or whose errors were taken against another closest BP."""
+        size. Only the BP_k defined on every in-sample input are candidates (as for :attr:`closest_bp`): a Random
+        Hierarchy Model's BP_k below k_train is never listed. ``None`` at an evaluation without the paired errors (a
+        history without ``kl_gap_se_bp_k*``, one in-sample sequence) or whose errors were taken against another
+        closest BP."""
         if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
             raise ValueError(f"`z` must be a finite number >= 0 (standard errors), got {z!r}")
         out = []

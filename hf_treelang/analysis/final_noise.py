@@ -1,7 +1,7 @@
 """The noise of a finished run's last evaluation, recomputed from its weights: which BP_k it is not told apart from.
 
 The BP-KL callback logs, at every evaluation, the paired standard error of each level's KL less the closest level's
-(``eval_kl_gap_se_bp_k{k}``, :mod:`hf_treelang.train.callbacks`). A run trained before that key was logged has its
+(``eval_kl_gap_se_bp_k{k}``, :mod:`hf_treelang.train.callbacks`). A run whose history has no such key still has its
 final weights and everything that made its evaluation set (``run_config.json``): :func:`final_gap_errors` rebuilds the
 run's data and BP-KL callback as training did (:func:`hf_treelang.train.loop.bp_callback_for`), evaluates the saved
 model once, and returns the paired errors of that last evaluation, after checking that the recomputed KL to every BP_k
@@ -64,7 +64,7 @@ def final_gap_errors(run, logged_kl: dict, *, cache: RunDataCache | None = None,
     data = cache.run_data(data_args)
     training = run_config.get("training_args") or {}
     batch_size = int(training.get("per_device_eval_batch_size") or 256)
-    callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task, batch_size))
+    callback = cache.bp_callback(data_args, task, lambda: bp_callback_for(data, data_args, task, batch_size))
     model = load_checkpoint(folder, task=task, device=device).model
     with torch.no_grad():
         values = callback.compute(model)
@@ -80,8 +80,10 @@ def final_gap_errors(run, logged_kl: dict, *, cache: RunDataCache | None = None,
 
 def complete_last_evaluation(dynamics, run, *, cache: RunDataCache | None = None, device: str = "cpu") -> bool:
     """Give ``dynamics`` (the run's :class:`~hf_treelang.analysis.dynamics.DynamicsResult`) the paired errors of its
-    last evaluation where its history did not log them (:func:`final_gap_errors`; the earlier evaluations stay
-    without). Returns whether it recomputed them."""
+    last evaluation where its history has none (:func:`final_gap_errors`; the earlier evaluations stay without).
+    Returns whether it recomputed them. The errors are taken against the closest level of the recomputed KLs; where
+    two levels are within float rounding of each other that may be another level than the logged KLs' closest, and
+    :meth:`~hf_treelang.analysis.dynamics.DynamicsResult.within_noise_of_closest` then says None (unknown)."""
     if not len(dynamics.steps) or any(not np.isnan(values[-1]) for values in dynamics.kl_gap_se.values()):
         return False
     logged = {k: float(values[-1]) for k, values in dynamics.kl.items() if np.isfinite(values[-1])}

@@ -189,7 +189,7 @@ def pack_jobs(runs: list, states: dict, together: bool = True, device: str | Non
     resumes from the job's checkpoint (:func:`stacked_resume_point`). Without ``together``, one job per run.
     """
     if not together:
-        return [Job(run.name, [run]) for run in runs]
+        return _distinct([Job(run.name, [run]) for run in runs])
     jobs, groups = [], {}
     for run in runs:
         state = states[run.name]
@@ -210,7 +210,18 @@ def pack_jobs(runs: list, states: dict, together: bool = True, device: str | Non
             name = part[0].name if len(part) == 1 else f"ensemble-{part[0].name}-x{len(part)}"
             jobs.append(Job(name, part))
     order = {run.name: i for i, run in enumerate(runs)}
-    return sorted(jobs, key=lambda job: min(order[r.name] for r in job.runs))
+    return _distinct(sorted(jobs, key=lambda job: min(order[r.name] for r in job.runs)))
+
+
+def _distinct(jobs: list) -> list:
+    """``jobs``, refused where two share a name: a job's name is a file name (its log), which two must not share."""
+    named: dict = {}
+    for job in jobs:
+        if job.name in named:
+            raise ValueError(f"runs {named[job.name]!r} and {job.runs[0].name!r} would share the job name "
+                             f"{job.name!r} and its log file ({LOGS_DIR}/{job.name}.log): rename one of them")
+        named[job.name] = job.runs[0].name
+    return jobs
 
 
 def trains_stacked(runs: list, device: str | None = None) -> bool:

@@ -369,8 +369,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
         collator, mask_epochs = RootClassificationCollator(), []
     callbacks = [*schedule_callbacks(args), *mask_epochs,
                  MetricsHistoryCallback(os.path.join(output_dir, "eval_history.json")), *extra_callbacks]
-    bp_callback = cache.bp_callback(data_args, lambda: bp_callback_for(data, data_args, task,
-                                                                       args.per_device_eval_batch_size))
+    bp_callback = cache.bp_callback(data_args, task, lambda: bp_callback_for(data, data_args, task,
+                                                                             args.per_device_eval_batch_size))
     resuming = args.resume_from_checkpoint is not None
     if resuming:
         check_checkpoint_fits(model, args.resume_from_checkpoint)
@@ -508,7 +508,8 @@ def _train_together_owned(runs: list, mode: str, ensemble_dir, resume_from_check
                 results[run.name] = _train(run, cache, callbacks)
         elif runs:
             with _ensemble_folder(ensemble_dir) as folder:
-                trained, global_step = _train_stacked(runs, folder, cache, resume_from_checkpoint, callbacks)
+                trained, global_step = _train_stacked(runs, folder, cache, resume_from_checkpoint, callbacks,
+                                                      kept=ensemble_dir is not None)
             results.update(trained)
     except BaseException as error:
         for run in runs:
@@ -552,7 +553,8 @@ class _ensemble_folder:
             self.temporary.cleanup()
 
 
-def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, extra_callbacks=()) -> tuple:
+def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, extra_callbacks=(), *,
+                   kept: bool = True) -> tuple:
     """Train ``runs`` as one :class:`~hf_treelang.models.stacked.StackedTreeLang`; returns ``({name: result},
     global_step)``."""
     first = runs[0]
@@ -567,7 +569,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
     states = []
     for run in runs:
         data = cache.run_data(run.data_args)
-        callback = cache.bp_callback(run.data_args, lambda run=run, data=data: bp_callback_for(
+        callback = cache.bp_callback(run.data_args, task, lambda run=run, data=data: bp_callback_for(
             data, run.data_args, task, run.training_args.per_device_eval_batch_size))
         callback.prepare()  # the BP targets, once per distinct data config
         _, validation = to_datasets(task, data, run.data_args.num_symbols)
@@ -625,14 +627,16 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
             if final_logs:
                 suffix = "/" + state.name
                 final.update({key[: -len(suffix)]: value for key, value in final_logs.items() if key.endswith(suffix)})
-            _write_member(trainer, index, state, final, history, runtime, losses[index], global_step, ensemble_dir)
+            _write_member(trainer, index, state, final, history, runtime, losses[index], global_step,
+                          ensemble_dir if kept else None)
             results[state.name] = TrainingResult(str(state.run.output_dir), final, history, runtime, global_step)
     return results, global_step
 
 
 def _write_member(trainer, index: int, state: MemberState, final: dict, history: list, runtime: float,
-                  train_loss: float, global_step: int, ensemble_dir: str) -> None:
-    """Member ``index``'s complete run folder (what a single run writes at its end)."""
+                  train_loss: float, global_step: int, ensemble_dir: str | None) -> None:
+    """Member ``index``'s complete run folder (what a single run writes at its end); its ``run_complete.json`` names
+    the ensemble's folder relative to its own where that folder is kept (``ensemble_dir``; None: a temporary one)."""
     run = state.run
     output_dir = str(run.output_dir)
     stacked = trainer.accelerator.unwrap_model(trainer.model)
@@ -650,7 +654,7 @@ def _write_member(trainer, index: int, state: MemberState, final: dict, history:
                   history, runtime, TrainOutput(global_step, train_loss, {}), global_step)
     write_run_complete(output_dir, task=run.task, global_step=global_step, member=run.name,
                        stacked_members=len(trainer.members),
-                       **({"ensemble": os.path.relpath(ensemble_dir, output_dir)} if os.path.isdir(ensemble_dir) else {}))
+                       **({"ensemble": os.path.relpath(ensemble_dir, output_dir)} if ensemble_dir is not None else {}))
 
 
 # ---------------------------------------------------------------- the scripts

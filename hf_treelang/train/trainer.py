@@ -604,8 +604,9 @@ class RunDataCache:
     """The data and BP-KL callbacks of the runs of one process, built once per distinct data config.
 
     ``run_data(data_args)`` is :func:`hf_treelang.train.data.load_run_data` memoised on :func:`data_key`;
-    ``bp_callback(data_args, make)`` returns the callback ``make()`` built for the first run with that data (its BP
-    targets are computed once, in its first ``prepare``).
+    ``bp_callback(data_args, task, make)`` returns the callback ``make()`` built for the first run of that model task
+    (``"root"``, ``"mlm"``, ``"clm"``: what the callback compares) with that data (its BP targets are computed once, in
+    its first ``prepare``).
     """
 
     def __init__(self):
@@ -618,8 +619,8 @@ class RunDataCache:
             self._data[key] = load_run_data(data_args)
         return self._data[key]
 
-    def bp_callback(self, data_args, make):
-        key = data_key(data_args)
+    def bp_callback(self, data_args, task: str, make):
+        key = (data_key(data_args), task)
         if key not in self._callbacks:
             self._callbacks[key] = make()
         return self._callbacks[key]
