@@ -204,7 +204,8 @@ def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None 
         parameters=count_parameters(folder), steps=steps,
         steps_per_second=steps / runtime if runtime else None,
         stacked_members=_integer(stacked, "stacked_members", folder / "run_complete.json"), k_train=k_train,
-        path_of_closest=dynamics.alignment_sequence, within_noise_at_end=_last(dynamics.within_noise_of_closest()),
+        path_of_closest=dynamics.alignment_sequence,
+        within_noise_at_end=(dynamics.within_noise_of_closest() or [None])[-1],
         climb_times=dynamics.climb_times(),
         final_kl_matched=final.get(f"eval_kl_bp_k{k_train}"),
         accuracy={k: final.get(f"eval_acc_ktest{k}") for k in levels},
@@ -215,10 +216,6 @@ def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None 
         final={key: value for key, value in sorted(final.items())
                if isinstance(value, (int, float)) and not isinstance(value, bool)},
     )
-
-
-def _last(values: list):
-    return values[-1] if values else None
 
 
 def count_stacked(rows) -> list:
@@ -347,10 +344,10 @@ def closest_paths(group: dict) -> str:
     """Each run's closest BP_k along training, ``; ``-separated; where other levels are within two paired standard
     errors of the last one, they follow it in parentheses (``4 → 3 → 2 → 1 (≈ 0)``: BP_1 closest at the end, BP_0
     not told apart from it)."""
+    paths = group["paths_of_closest"]
     shown = []
-    for index, path in enumerate(group["paths_of_closest"]):
-        noise = (group.get("within_noise_at_end") or [None] * (index + 1))[index]
-        others = [k for k in (noise or []) if not path or k != path[-1]]
+    for path, noise in zip(paths, group.get("within_noise_at_end") or [None] * len(paths)):
+        others = [k for k in noise or [] if k not in path[-1:]]
         shown.append(" → ".join(map(str, path)) + (f" (≈ {', '.join(map(str, others))})" if others else ""))
     return "; ".join(shown)
 

@@ -17,7 +17,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from hf_treelang.jsonio import read_json_object
 from hf_treelang.train.arguments import DataArguments
@@ -66,8 +65,7 @@ def final_gap_errors(run, logged_kl: dict, *, cache: RunDataCache | None = None,
     batch_size = int(training.get("per_device_eval_batch_size") or 256)
     callback = cache.bp_callback(data_args, task, lambda: bp_callback_for(data, data_args, task, batch_size))
     model = load_checkpoint(folder, task=task, device=device).model
-    with torch.no_grad():
-        values = callback.compute(model)
+    values = callback.compute(model)  # no gradients, eval mode: as at every evaluation of training
     for k, logged in sorted(logged_kl.items()):
         found = values.get(f"eval_kl_bp_k{k}")
         if found is None or abs(found - logged) > KL_ATOL + KL_RTOL * abs(logged):
