@@ -234,9 +234,11 @@ def trains_stacked(runs: list, device: str | None = None) -> bool:
         check_together(runs)
     except ValueError:
         return False
+    first = runs[0]
+    if first.training_args.early_stopping_patience is not None:  # each run stops at its own step
+        return False
     if device is None:
         return True
-    first = runs[0]
     return choose_ensemble_mode(first.model_args.config(first.data_args),
                                 first.training_args.per_device_train_batch_size, device) == "stacked"
 

@@ -526,6 +526,24 @@ class TreeLangTrainingArguments(TrainingArguments):
                   "--preset; 0 disables evaluation)."},
     )
     num_checkpoints: int = field(default=6, metadata={"help": "Checkpoints at log-spaced steps (last included)."})
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "The validation stopping rule (hf_treelang.train.stopping): check the accuracy on the "
+                  "num_eval validation sequences (held out from the training distribution; never a test set) every "
+                  "--early_stopping_eval_steps steps and stop once this many checks in a row did not improve on the "
+                  "best by more than --early_stopping_threshold; num_train_epochs / max_steps is then the longest "
+                  "the run may train (default: none, train to the end)."},
+    )
+    early_stopping_threshold: float = field(
+        default=0.0,
+        metadata={"help": "δ of the validation stopping rule: a check improves when its accuracy exceeds the best so "
+                  "far by more than δ (default 0)."},
+    )
+    early_stopping_eval_steps: int | None = field(
+        default=None,
+        metadata={"help": "Optimizer steps between the checks of the validation stopping rule (default: one "
+                  "epoch)."},
+    )
     resume_checkpoint_steps: int = field(
         default=0,
         metadata={"help": "Also checkpoint every this many steps only to resume from: the newest such checkpoint is "
@@ -622,6 +640,7 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_int("num_evaluations", self.num_evaluations, 0, MAX_SIZE)
         check_int("num_checkpoints", self.num_checkpoints, 0, MAX_SIZE)
         check_int("resume_checkpoint_steps", self.resume_checkpoint_steps, 0, MAX_SIZE)
+        self.check_stopping_rule()
         if self.max_steps <= 0 and self.num_train_epochs == 0:
             raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
         if self.fp16 and self.device.type != "cuda":  # transformers accepts it there and trains in fp32
@@ -629,6 +648,19 @@ class TreeLangTrainingArguments(TrainingArguments):
                              f"{self.device.type!r}, where it would train in fp32 unannounced: leave it off (--bf16 "
                              "true autocasts on a CPU)")
         self.check_engine()
+
+    def check_stopping_rule(self) -> None:
+        """The validation stopping rule's arguments: each must be set with ``early_stopping_patience``."""
+        if self.early_stopping_patience is None:
+            for name, default in (("early_stopping_threshold", 0.0), ("early_stopping_eval_steps", None)):
+                if getattr(self, name) != default:
+                    raise ValueError(f"`{name}` {getattr(self, name)!r} needs --early_stopping_patience (the "
+                                     "validation stopping rule is off without it)")
+            return
+        check_int("early_stopping_patience", self.early_stopping_patience, 1, MAX_SIZE)
+        check_real("early_stopping_threshold", self.early_stopping_threshold, 0.0, 1.0)
+        if self.early_stopping_eval_steps is not None:
+            check_int("early_stopping_eval_steps", self.early_stopping_eval_steps, 1, MAX_SIZE)
 
     def check_schedule(self, steps: int) -> None:
         """The learning-rate schedule's arguments against the run's ``steps`` optimiser steps: with

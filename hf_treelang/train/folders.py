@@ -671,7 +671,8 @@ def finished_run(output_dir, identity: str | None = None) -> dict | None:
     Returns:
         ``accuracy`` and ``bp_accuracy`` (the model's and the matched BP's accuracy on the first k_test set),
         ``final`` (every numeric final metric: ``eval_kl_bp_k*``, ``eval_acc_ktest*``, ...), ``global_step``,
-        ``train_runtime_s`` (from ``metrics.json``), ``identity``, ``task``, ``resumed_from``, ``output_dir``.
+        ``train_runtime_s`` (from ``metrics.json``), ``identity``, ``task``, ``resumed_from``, ``output_dir``,
+        ``early_stopping`` (the validation stopping rule's record, None for a run without it).
     """
     folder = Path(output_dir)
     record = read_identity(folder)
@@ -693,6 +694,7 @@ def finished_run(output_dir, identity: str | None = None) -> dict | None:
         "identity": record.get("identity"),
         "task": record.get("task"),
         "resumed_from": record.get("resumed_from"),
+        "early_stopping": metrics.get("early_stopping"),
     }
 
 

@@ -38,7 +38,8 @@ from .optimizers import CUSTOM_OPTIMIZERS
 HONOURED_BY_BOTH = frozenset({
     # the package's own
     "preset", "num_evaluations", "num_checkpoints", "resume_checkpoint_steps", "cpu_threads", "checkpoint_epochs", "overwrite_output_dir",
-    "train_engine", "step_mode", "qk_learning_rate_multiplier",
+    "train_engine", "step_mode", "qk_learning_rate_multiplier", "early_stopping_patience", "early_stopping_threshold",
+    "early_stopping_eval_steps",
     # folders
     "output_dir", "resume_from_checkpoint",
     # the optimisation (Trainer.create_optimizer_and_scheduler; the step clips and smooths)

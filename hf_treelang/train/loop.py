@@ -71,6 +71,7 @@ from .callbacks import (
     reference_count,
     write_history,
 )
+from .stopping import ValidationStoppingCallback
 from .collators import (
     EXAMPLE_INDEX,
     MaskedLeafCollator,
@@ -397,6 +398,14 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                               eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
                               preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks, **other)
         bp_callback.attach(trainer)
+        stopping = None
+        if args.early_stopping_patience is not None:
+            columns = validation_set.with_format("numpy")
+            stopping = ValidationStoppingCallback(
+                torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
+                torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64),
+                patience=args.early_stopping_patience, threshold=args.early_stopping_threshold,
+                every=args.early_stopping_eval_steps, batch_size=args.per_device_eval_batch_size).attach(trainer)
         ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
         start = time.perf_counter()
         train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
@@ -414,7 +423,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                 write_json_atomic(os.path.join(output_dir, ARCHITECTURE_FILE),
                                   run.model_args.patched_config(data_args, task).summary())
             write_outputs(run.task, data_args, run.model_args, args, bp_callback, final, history,
-                          train_runtime, train_output, trainer.state.global_step, model_config=model.config)
+                          train_runtime, train_output, trainer.state.global_step, model_config=model.config,
+                          stopping=None if stopping is None else stopping.record.to_dict())
             write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
     return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
 
@@ -452,6 +462,8 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
     This process owns the ensemble's folder and every run's folder from start to end, as :func:`train` does.
     """
     check_together(runs, mode=mode, resume_from_checkpoint=resume_from_checkpoint)
+    if mode == "auto" and any(run.training_args.early_stopping_patience is not None for run in runs):
+        mode = "sequential"  # each run stops at its own step: one model each
     if mode == "auto":
         first = runs[0]
         mode = choose_ensemble_mode(first.model_args.config(first.data_args),

@@ -390,9 +390,10 @@ def write_tokenizer(output_dir, num_symbols: int, task: str) -> None:
 
 
 def write_outputs(task, data_args, model_args, training_args, bp_callback, final, history, train_runtime,
-                   train_output, global_step, model_config=None) -> None:
+                   train_output, global_step, model_config=None, stopping: dict | None = None) -> None:
     """Write ``metrics.json``, ``curves.png``, ``kl_curves.png`` and the model card into
-    ``training_args.output_dir``."""
+    ``training_args.output_dir``; ``stopping``: the validation stopping rule's record
+    (:meth:`hf_treelang.train.stopping.StoppingRecord.to_dict`), kept as ``early_stopping``."""
     output_dir = training_args.output_dir
     targets = bp_callback.prepare()
     summary = {
@@ -407,6 +408,8 @@ def write_outputs(task, data_args, model_args, training_args, bp_callback, final
         "num_eval": data_args.num_eval,
         "history": history,
     }
+    if stopping is not None:
+        summary["early_stopping"] = stopping
     if targets.exact_loss is not None:  # next-leaf prediction: -log P_{k_train}(x) / 2**l of the in-sample sequences
         summary["exact_loss_per_leaf"] = targets.exact_loss
     with open(os.path.join(output_dir, "metrics.json"), "w") as handle:

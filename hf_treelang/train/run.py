@@ -84,9 +84,11 @@ IDENTITY_TRAINING_FIELDS = (
     "torch_compile", "gradient_checkpointing", "train_engine", "step_mode", "num_evaluations", "num_checkpoints",
     "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-    "ignore_data_skip", "average_tokens_across_devices", "qk_learning_rate_multiplier",
+    "ignore_data_skip", "average_tokens_across_devices", "qk_learning_rate_multiplier", "early_stopping_patience",
+    "early_stopping_threshold", "early_stopping_eval_steps",
 )
-NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0}  # at these values a run's identity is what it always was
+NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0, "early_stopping_patience": None,
+                       "early_stopping_threshold": 0.0, "early_stopping_eval_steps": None}  # at these values a run's identity is what it always was
 # Training fields that cannot change a run's weights or metrics (logging, reporting, the Hub, data-loading workers,
 # the process layout, what the runner or the scripts set): given in a run description, they are not in its identity.
 # A field in neither this list nor IDENTITY_TRAINING_FIELDS (mixed precision of evaluation only, a compiler backend,
@@ -668,6 +670,9 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
                  f"--qk_learning_rate_multiplier {args.qk_learning_rate_multiplier}")
         raise ValueError(f"{given} trains a single model's weights, and a stacked ensemble's are stacked: pass "
                          f"--ensemble_mode sequential")
+    if mode == "stacked" and args.early_stopping_patience is not None:
+        raise ValueError("--early_stopping_patience stops each run at its own step, and a stacked ensemble trains "
+                         "its members in one model: pass --ensemble_mode sequential (or auto)")
     if resume_from_checkpoint is not None:
         if mode == "sequential":
             raise ValueError("`resume_from_checkpoint` resumes a stacked ensemble (its OUTPUT_DIR/checkpoint-<step>); "
