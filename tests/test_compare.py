@@ -150,3 +150,78 @@ def test_the_same_run_given_twice_is_not_pooled_as_two_seeds(runs, tmp_path):
         group_rows([read_run(runs["adam-s0"]), read_run(runs["adam-s1"]), read_run(tmp_path / "again")])
     assert cli.main(["compare", str(runs["adam-s0"]), str(tmp_path / "again"), "--out", str(tmp_path / "cmp")]) != 0
     assert not (tmp_path / "cmp").exists()
+
+
+UNSET = object()  # a field the record lacks
+
+
+def _rewrite(folder: Path, name: str, record: dict) -> None:
+    """Replace a run folder's JSON file ``name`` with ``record``, its size in the completion marker with it."""
+    (folder / name).write_text(json.dumps(record))
+    marker = json.loads((folder / "run_complete.json").read_text())
+    marker["files"][name] = (folder / name).stat().st_size
+    (folder / "run_complete.json").write_text(json.dumps(marker))
+
+
+def _edited(run, folder, **sections) -> Path:
+    """A copy of ``run`` in ``folder`` whose ``run_config.json`` has the given fields of each section (``data_args``,
+    ``model_args``, ``training_args``) replaced, or removed where the value is :data:`UNSET`."""
+    shutil.copytree(run, folder)
+    record = json.loads((folder / "run_config.json").read_text())
+    for section, values in sections.items():
+        for name, value in values.items():
+            if value is UNSET:
+                record[section].pop(name, None)
+            else:
+                record[section][name] = value
+    _rewrite(folder, "run_config.json", record)
+    return folder
+
+
+@pytest.mark.parametrize("field, value", [("torch_compile_mode", "max-autotune"), ("torch_compile_backend", "eager"),
+                                          ("use_cpu", True)])
+def test_runs_that_differ_in_a_training_field_outside_the_identity_are_not_pooled(runs, tmp_path, field, value):
+    """A field the run identity leaves out but that may change what is trained (a compiler mode or backend, the
+    device) keeps two runs apart like any other setting."""
+    other = _edited(runs["adam-s1"], tmp_path / "other", training_args={field: value})
+    groups = group_rows([read_run(runs["adam-s0"]), read_run(other)])
+    assert [group["seeds"] for group in groups] == [[0], [1]]
+    assert [name.split(".")[-1] for name in groups[0]["differs_in"]] == [field]
+
+
+@pytest.mark.parametrize("section, field, value", [
+    ("training_args", "qk_learning_rate_multiplier", UNSET),  # recorded before the field existed: its default 1.0
+    ("training_args", "qk_learning_rate_multiplier", None),
+    ("training_args", "learning_rate", 1),  # the same number as the other run's 1.0
+    ("data_args", "use_dataset_builder", True),  # the builder and sample_trees draw the same bytes
+    ("data_args", "k_test", [0, 1, 2]),  # what k_test None means at depth 2
+    ("model_args", "num_hidden_layers", None),  # one layer per level: the other run's 2 at depth 2
+    ("training_args", "cpu_threads", 2),  # threads, logging: cannot change what is trained
+    ("training_args", "logging_steps", 7),
+])
+def test_runs_whose_records_differ_only_in_how_an_equal_setting_is_written_pool_as_seeds(runs, tmp_path, section,
+                                                                                         field, value):
+    first = _edited(runs["adam-s0"], tmp_path / "first", training_args={"learning_rate": 1.0})
+    edits = {"training_args": {"learning_rate": 1.0}}
+    edits.setdefault(section, {})[field] = value
+    other = _edited(runs["adam-s1"], tmp_path / "other", **edits)
+    (group,) = group_rows([read_run(first), read_run(other)])
+    assert group["seeds"] == [0, 1] and group["differs_in"] == []
+
+
+def test_a_relative_config_name_identifies_the_model_its_run_trained_not_the_file_it_names_today(runs, tmp_path,
+                                                                                                monkeypatch):
+    """Two runs started with ``--config_name cfg.json`` from different folders trained different models: read from a
+    third folder, the same relative name must not pool them as seeds."""
+    first = _edited(runs["adam-s0"], tmp_path / "first", model_args={"config_name": "cfg.json"})
+    other = _edited(runs["adam-s1"], tmp_path / "other", model_args={"config_name": "cfg.json"})
+    config = json.loads((other / "config.json").read_text())
+    _rewrite(other, "config.json", {**config, "hidden_act": "gelu"})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.json").write_text((first / "config.json").read_text())
+    groups = group_rows([read_run(first), read_run(other)])
+    assert [group["seeds"] for group in groups] == [[0], [1]]
+    assert [name.split(".")[-1] for name in groups[0]["differs_in"]] == ["config_name"]
+    same = _edited(runs["adam-s1"], tmp_path / "same", model_args={"config_name": "elsewhere/cfg.json"})
+    (group,) = group_rows([read_run(first), read_run(same)])  # the same model, named from another folder
+    assert group["seeds"] == [0, 1]

@@ -8,9 +8,10 @@ DynamicsResult.within_noise_of_closest`, where the run logged them) and the clim
 t_k (:meth:`hf_treelang.analysis.dynamics.DynamicsResult.climb_times`: the first evaluation step from which the closest
 BP stays at level k or below), the final KL to the matched BP_{k_train}, the final accuracy next to BP's on every
 k_test, the final probability on non-symbol ids, and a causal run's excess loss. Runs that differ only in their model
-seed form one group: everything else that produced them — the data, the model and every training argument of a run's
-identity (:data:`hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`: optimiser, learning rate, schedule, batch, weight
-decay, label smoothing, ...), a ``--config_name`` file by its content — is equal (:func:`setting_of`). A group is
+seed, and in arguments that cannot change what is trained (:data:`POOLED_FIELDS`: threads, logging, folders, the data's
+``use_dataset_builder``), form one group: every other recorded argument — the data, the model, the optimiser, rate,
+schedule, batch, a compiler mode or backend, the device, ... — is equal once equal settings are written alike
+(:func:`setting_of`; a ``--config_name`` model by the configuration its run holds). A group is
 reported as mean ± sample standard deviation over its seeds, with every seed's path, and a cell that averages fewer runs
 than the group has says so ("2 of 3": the climb times average the seeds that reached the level). Groups of one task and
 architecture that differ in their settings are separate rows, labelled by what differs (``bert (learning_rate=0.003)``),
@@ -26,10 +27,12 @@ dataset), and ``compare.png`` (the KL to the matched BP along training, one pane
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import os
 import struct
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +41,8 @@ from tqdm.auto import tqdm
 
 from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.folders import check_run_complete
-from hf_treelang.train.run import IDENTITY_TRAINING_FIELDS, command_line
+from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
+from hf_treelang.train.run import UNKEYED_TRAINING_FIELDS, command_line, config_file_hash
 
 from .dynamics import DynamicsResult, learning_dynamics
 from .io import check_output_dir, cli_error, prepare_output, write_json
@@ -125,21 +129,77 @@ def _integer(value, name: str, path: Path) -> int:
     return int(number)
 
 
+# Recorded arguments that cannot change what a run trains, so that runs differing in them still pool as seeds: the
+# model seed, the training fields that a run's identity leaves out because they cannot change its result
+# (UNKEYED_TRAINING_FIELDS: folders, logging, threads, the Hub, ...), and the data's use_dataset_builder (the dataset
+# builder and sample_trees draw the same bytes, hf_treelang.train.data). Every other recorded argument, keyed by the
+# identity or not (a compiler mode or backend, the device, a field a new transformers release adds), may change the
+# result and keeps runs apart.
+POOLED_FIELDS = {"data_args": ("use_dataset_builder",), "model_args": (),
+                 "training_args": ("seed", *UNKEYED_TRAINING_FIELDS)}
+ARGUMENT_CLASSES = {"data_args": DataArguments, "model_args": ModelArguments,
+                    "training_args": TreeLangTrainingArguments}
+MODEL_CONFIG_UNSET = ("transformers_version", "_name_or_path")  # config.json keys that do not define the model
+
+
+def _default(spec: dataclasses.Field):
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    if spec.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return spec.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _admits_none(hint) -> bool:
+    return hint is None or type(None) in typing.get_args(hint)
+
+
+def recorded_arguments(kind: str, values: dict) -> dict:
+    """One argument dataclass's recorded values (``kind``: ``data_args``, ``model_args`` or ``training_args`` of
+    ``run_config.json``) with the :data:`POOLED_FIELDS` left out and equal settings written alike: a field the record
+    lacks, or holds as None where the field takes no None, at its default (a record written before the field
+    existed trained at it); numbers of float fields as floats (``1`` and ``1.0``)."""
+    cls = ARGUMENT_CLASSES[kind]
+    hints = typing.get_type_hints(cls)
+    fields = {spec.name: spec for spec in dataclasses.fields(cls) if spec.init}
+    out = {}
+    for name in sorted(set(fields) | set(values)):
+        if name in POOLED_FIELDS[kind]:
+            continue
+        value = values.get(name)
+        if name in fields and value is None and (name not in values or not _admits_none(hints.get(name))):
+            value = _default(fields[name])
+        options = typing.get_args(hints.get(name)) or (hints.get(name),)
+        if float in options and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        out[name] = value
+    return out
+
+
+def model_config_identity(folder: Path) -> str:
+    """``sha256:<hex>`` of the model a run folder holds (its ``config.json``, but for the keys that name no property of
+    the model: :data:`MODEL_CONFIG_UNSET`): what a ``--config_name`` file built, wherever the run was started from."""
+    config = _read_json(folder / "config.json")
+    kept = {key: value for key, value in config.items() if key not in MODEL_CONFIG_UNSET}
+    return "sha256:" + hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def setting_of(run_config: dict, folder: Path | None = None) -> dict:
-    """Everything of a run's recorded arguments that decides its result except the model seed: the data and model
-    arguments, the training arguments of the run identity (:data:`~hf_treelang.train.run.IDENTITY_TRAINING_FIELDS`),
-    and a ``--config_name`` file's content hash in place of its path."""
-    data = dict(run_config.get("data_args") or {})
-    model = dict(run_config.get("model_args") or {})
-    training = run_config.get("training_args") or {}
-    config_name = model.get("config_name")
-    if config_name:
-        candidates = [Path(config_name), Path(config_name) / "config.json"]
-        files = [path for path in candidates if path.is_file()]
-        model["config_name"] = (f"sha256:{hashlib.sha256(files[0].read_bytes()).hexdigest()[:16]}" if files
-                                else f"missing:{config_name}")
-    kept = {name: training.get(name) for name in IDENTITY_TRAINING_FIELDS if name != "seed"}
-    return {"task": run_config.get("task"), "data_args": data, "model_args": model, "training_args": kept}
+    """Everything of a run's recorded arguments that may change what it trains but the model seed: every data, model
+    and training argument but the :data:`POOLED_FIELDS`, equal settings written alike (:func:`recorded_arguments`:
+    ``qk_learning_rate_multiplier`` absent and 1.0 are one setting); the number of layers and the test levels as the
+    run resolved them; and a ``--config_name`` model by the configuration the run folder holds
+    (:func:`model_config_identity`; without ``folder``, by the file's content), never by a path that a relative name
+    would resolve against the working folder."""
+    data, model, training = (recorded_arguments(kind, run_config.get(kind) or {}) for kind in ARGUMENT_CLASSES)
+    if data.get("k_test") is None and isinstance(data.get("depth"), int):
+        data["k_test"] = list(range(data["depth"] + 1))  # DataArguments.test_levels: every level 0..ℓ
+    if model.get("num_hidden_layers") is None:
+        model["num_hidden_layers"] = data.get("depth")  # ModelArguments.model_kwargs: one layer per level
+    if model.get("config_name"):
+        model["config_name"] = (model_config_identity(folder) if folder is not None
+                                else config_file_hash(model["config_name"]))
+    return {"task": run_config.get("task"), "data_args": data, "model_args": model, "training_args": training}
 
 
 def command_of(folder: Path, run_config: dict) -> str | None:
