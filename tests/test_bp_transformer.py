@@ -13,6 +13,7 @@ from hf_treelang.analysis.construction import write_bp_transformer
 from hf_treelang.core.attention_template import template_similarity
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.metrics import kl_divergence
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.models.bp_transformer import build_bp_transformer
 
@@ -47,6 +48,61 @@ def test_the_construction_is_bp0_to_float_rounding_with_depth_attention_layers(q
     assert probabilities.shape == reference.shape
     assert (probabilities - reference).abs().max() <= 1e-5  # float64 (measured: ~1e-15)
     assert (single.double() - reference).abs().max() <= 1e-4  # float32 (measured: ~1e-6)
+
+
+def _near_deterministic(q: int, seed: int, concentration: float = 0.02) -> Grammar:
+    """Rules M[a] ~ Dirichlet(0.02) over the q² child pairs: most of each row's mass on one or two pairs, the other
+    rules down to 1e-90 and below (under float32's smallest number), some exactly 0."""
+    rng = np.random.default_rng(seed)
+    return Grammar(rng.dirichlet(np.full(q * q, concentration), size=q).reshape(q, q, q))
+
+
+# (q, ℓ, grammar seed) of near-deterministic grammars
+NEAR_DETERMINISTIC = [(4, 3, 0), (3, 3, 1), (4, 4, 2), (2, 3, 3), (3, 2, 4)]
+# |log m - log p| on every entry BP_0 gives probability p > 0: the dtype's rounding of log-values up to |log p|
+LOG_TOLERANCE = {torch.float64: 1e-11, torch.float32: 1e-4}
+
+
+@pytest.mark.parametrize("q, depth, seed", NEAR_DETERMINISTIC)
+@pytest.mark.parametrize("task", ["root", "mlm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_construction_gives_bp0s_log_probabilities_on_near_deterministic_grammars(q, depth, seed, task, dtype):
+    grammar = _near_deterministic(q, seed)
+    inputs = _inputs(grammar, depth, n=32, seed=seed)
+    bp = BeliefPropagation(grammar, depth)
+    reference = (bp.root_marginals(inputs) if task == "root" else bp.leaf_marginals(inputs)).reshape(-1, q)
+    with torch.no_grad():
+        logits = build_bp_transformer(grammar, depth, task=task, dtype=dtype)(input_ids=inputs).logits
+    log_model = torch.log_softmax(logits.double(), -1).reshape(-1, q)
+    possible = reference > 0
+    assert bool(torch.isfinite(logits).all())
+    error = (log_model[possible] - reference[possible].log()).abs().max()
+    assert error <= LOG_TOLERANCE[dtype], (error, reference[possible].min())
+    assert bool((log_model[~possible].exp() == 0).all())  # what BP_0 rules out, the construction rules out
+    assert float(kl_divergence(reference, log_model).max()) <= 1e-10
+
+
+def test_the_bp_kl_callback_finds_the_float32_construction_at_bp0_on_a_near_deterministic_grammar():
+    from hf_treelang.train.callbacks import BPKLCallback
+
+    grammar, depth = _near_deterministic(4, 0), 3
+    in_sample = sample_trees(grammar, 200, depth, 0, 11)
+    tests = {k: (lambda s: (s.leaves, s.roots))(sample_trees(grammar, 64, depth, k, 12)) for k in range(depth + 1)}
+    callback = BPKLCallback(grammar, depth, 0, "mlm", in_sample.leaves, tests, seed=0, batch_size=64)
+    values = callback.compute(build_bp_transformer(grammar, depth, task="mlm"))
+    kls = {k: values[f"eval_kl_bp_k{k}"] for k in range(depth + 1)}
+    assert kls[0] <= 1e-6 and min(kls, key=kls.get) == 0, kls
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("task", ["root", "mlm"])
+def test_every_logit_and_hidden_state_of_the_construction_is_finite_in_half_precision(dtype, task):
+    grammar = _near_deterministic(3, 1)
+    inputs = _inputs(grammar, 3, n=8)
+    with torch.no_grad():
+        output = build_bp_transformer(grammar, 3, task=task, dtype=dtype)(input_ids=inputs, output_hidden_states=True)
+    assert output.logits.dtype == dtype and bool(torch.isfinite(output.logits).all())
+    assert all(bool(torch.isfinite(state).all()) for state in output.hidden_states)
 
 
 def test_a_random_hierarchy_model_with_rules_per_level_is_built_too():

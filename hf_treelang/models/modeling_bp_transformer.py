@@ -24,41 +24,51 @@ accumulated one factor per step, bottom up, from the same sibling messages. The 
 ``∝ p0 ⊙ up_root``. So step h needs, at every token, four things: its ancestor's message, the sibling's message (the
 attention), its chain so far and bit h of its position: ℓ layers of one head.
 
-The token (d = 3q + q² + 2ℓ: App. F's d = q² + 2q + ℓ with the leaf's own evidence kept for the marginal and each
-bit held as two gates, which makes the routing below exact)::
+Every quantity is held as its natural logarithm (the log semiring): a product of ℓ rules of a near-deterministic
+grammar, or a rule itself (a Dirichlet(0.02) grammar has rules of 1e-90), lies far below float32's smallest number,
+while its logarithm is an ordinary float32 number. Probability zero is the finite :data:`LOG_ZERO` (−10⁴, whose exp
+is 0 in every dtype): every hidden state and logit is finite in every dtype, float16's range included, and a
+log-probability below it is held at it.
 
-    [ u (q): the leaf's evidence | o (q): up_{anc_h} | s (q): up_{sib_h} | C (q²): the chain | g (ℓ) | h (ℓ) ]
+The token (d = 4q + 2q² + 2ℓ: App. F's d = q² + 2q + ℓ with the leaf's own evidence kept for the marginal, a second
+slot for the message and the chain so that each layer replaces them exactly, and each bit held as two gates)::
 
-with ``λ_t = 1`` where anc_t(i) is a left child (bit t of i is 0), ``g_t = λ_t - 1`` and ``h_t = -λ_t`` (each 0
-or -1), so that the ±1 bit is ``b_t = g_t - h_t``. Embedding: a symbol x gives ``u = o = e_x``, the mask ``u = 1``,
-``o = 1/q``; ``C = I / q``, ``s = 0``; the position table adds g and h.
+    [ u (q) | o (2 × q) | s (q) | C (2 × q²) | g (ℓ) | h (ℓ) ]
+
+u the leaf's log evidence, o the log of ``up_{anc_h}``, s the log of ``up_{sib_h}`` (the attention's output), C the
+log of the chain (row-major q × q); ``λ_t = 1`` where anc_t(i) is a left child (bit t of i is 0), ``g_t = λ_t - 1``
+and ``h_t = -λ_t`` (each 0 or -1), so that the ±1 bit is ``b_t = g_t - h_t``, and ``λ_t = -h_t``, ``1 - λ_t = -g_t``.
+Embedding: a symbol x gives ``u = o = log e_x`` (0 at x, LOG_ZERO elsewhere), the mask ``u = 0``, ``o = -log q``;
+``C = log(I / q)``; ``s = 0``; the position table adds g and h. Step m reads slot ``m % 2`` of o and C and writes slot
+``(m + 1) % 2``: the residual stream adds ``-old`` to the slot read and ``new`` to the other, which holds 0, and
+``x + (-x) = 0``, ``0 + y = y`` exactly in floating point, so no entry is lost to the rounding of a difference.
 
 Layer m + 1 (m = 0 .. ℓ - 1), post-norm like the paper's blocks:
 
 * **attention** (one head, reading positions only): query ``√β (b_{m+1}, .., b_{ℓ-1}, -b_m, 0, .., 0)``, key
   ``√β b``: the score ``β (Σ_{t>m} b_t(i) b_t(j) - b_m(i) b_m(j))`` is largest, ``β (ℓ - m)``, exactly on the
-  complementary subtree of height m, and at least 2β lower elsewhere. Value: the o block; output: into the s block.
-  With β finite the weight leaking off the 2^m target leaves is at most ``2**ℓ exp(-2 β)`` of the total: 3e-33 at
-  the default β = 40 for ℓ = 10, below float64's resolution.
-* **feed-forward**, two stages. (1) ReLU units that route the two messages by bit m: ``L = relu(o + g_m) +
-  relu(s + h_m)`` is ``o`` where the ancestor is the left child and ``s`` where it is the right one, ``R = relu(o +
-  h_m) + relu(s + g_m)`` the other — exactly, since a gate adds 0.0 where it opens and -1 where it closes, and every
-  entry of o and s lies in [0, 1] (the messages are normalised); ``S_R = relu(s + g_m)`` is the sibling as a right
-  child (zero unless the ancestor is a left one), ``S_L = relu(s + h_m)`` as a left one. (2) Bilinear (gated) units
-  with the rules
-  of level ℓ - m - 1 as weights: ``o' = Σ_bc M[·, b, c] L(b) R(c)`` and ``C' = C A`` with
-  ``A[y, a] = Σ_c M[a, y, c] S_R(c) + Σ_b M[a, b, y] S_L(b)``; the block writes o', clears s, writes C'.
-* **norm**: o and C are divided by their sums (a norm layer without parameters, in place of LayerNorm): messages
-  are defined up to a factor, and this keeps every entry in [0, 1] at any depth. The residual stream replaces o and
-  C by adding ``new - old``, which is exact to the dtype's resolution: an entry below eps times the largest of its
-  block rounds to 0 (the norm clamps the -eps it can leave).
+  complementary subtree of height m, and at least 2β lower elsewhere. Value: the o slot read; output: into s. Every
+  target leaf holds the same message, so their average is it; with β finite the weight leaking off the 2^m target
+  leaves is at most ``2**ℓ exp(-2 β)`` of the total and moves a log-message by at most that times ``|LOG_ZERO|``,
+  below float64's resolution for β in the config's range (:data:`~.configuration_bp_transformer.MIN_BETA` and up).
+* **feed-forward**, two stages. (1) Gated (bilinear) units route the two messages by bit m: ``L = λ_m o + (1 - λ_m)
+  s`` is o where the ancestor is the left child and s where it is the right one, ``R = (1 - λ_m) o + λ_m s`` the
+  other (a gate is exactly 0 or 1). (2) Log-sum-exp units with the log-rules of level ℓ - m - 1 as weights:
+  ``o'[a] = log Σ_bc exp(log M[a, b, c] + L[b] + R[c])`` and ``C' = log (exp C · exp A)`` (a log-domain matrix
+  product) with the transfer matrix ``A = λ_m A_R + (1 - λ_m) A_L``, ``A_R[y, a] = log Σ_c exp(log M[a, y, c] +
+  s[c])`` (the sibling is the right child) and ``A_L[y, a] = log Σ_b exp(log M[a, b, y] + s[b])``; each sum is
+  shifted by its largest term, so nothing underflows. The block clears the slots read and s, and writes o', C'.
+* **norm**: o' and C' are shifted to log-probabilities (minus their log-sum-exp; messages are defined up to a factor)
+  and held at LOG_ZERO from below.
 
-Heads: root classification ``logits = log(p0 ⊙ o)`` (token 0: every token holds up_root after ℓ layers); masked
-leaf ``logits_i = log(u_i ⊙ C_i p0)`` at every position (one-hot for an observed leaf). ``softmax(logits)`` equals
-BP_0's root posterior and leaf marginals to float rounding (tests/test_bp_transformer.py: ≤ 1e-5 in float64, with
-any set of masked leaves).
+Heads: root classification ``logits = log p0 + o`` (token 0: every token holds up_root after ℓ layers); masked
+leaf ``logits_i[x] = u_i[x] + log Σ_a exp(C_i[x, a] + log p0[a])`` at every position (LOG_ZERO but at the symbol of an
+observed leaf). ``softmax(logits)`` equals BP_0's root posterior and leaf marginals, and ``log_softmax(logits)``
+BP_0's log-probabilities, to the dtype's rounding relative to their size (tests/test_bp_transformer.py states the
+tolerances, in float64 and float32, on the paper's grammars and near-deterministic ones). Evidence of probability
+zero under the grammar (where BP_0 is undefined) gives a finite output that means nothing.
 
-Worked ℓ = 2, q = 2 example (leaves 0, 1 | 2, 3; leaf 1 masked): layer 1 (m = 0) lets leaf 0 and leaf 1 attend to
+Worked ℓ = 2, q = 2 example, in probabilities (the tokens hold their logarithms; leaves 0, 1 | 2, 3; leaf 1 masked): layer 1 (m = 0) lets leaf 0 and leaf 1 attend to
 each other (``0 XOR 1 = 1``), leaf 2 and 3 likewise; leaf 0 is a left child (b_0 = +1), so ``L = o_0 = e_{x_0}``,
 ``R = s = o_1 = (1/2, 1/2)`` and ``o' ∝ Σ_bc M[·, b, c] e_{x_0}(b) / 2 = up`` of node (1, 0); its chain becomes
 ``A[y, a] = Σ_c M[a, y, c] / 2``. Leaf 1 (a right child) computes the same o' and ``A[y, a] = M[a, x_0, y]``: the
@@ -70,7 +80,8 @@ The model follows the transformers single-file layout and depends on torch and t
 to saved weights for ``trust_remote_code=True``). ``output_attentions=True`` returns the maps (they are real: the
 analyses read them), ``output_hidden_states=True`` the token vectors after the embedding and each layer.
 
-Dimension glossary: ``B`` batch, ``T = 2**ℓ`` positions, ``q`` symbols, ``d = 3q + q² + 2ℓ`` token size.
+Dimension glossary: ``B`` batch, ``T = 2**ℓ`` positions, ``q`` symbols, ``d = 4q + 2q² + 2ℓ`` token size, ``N``
+the B T tokens of a batch taken as rows.
 """
 
 from __future__ import annotations
@@ -84,21 +95,32 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
-from .configuration_bp_transformer import BPTransformerConfig
+from .configuration_bp_transformer import BPTransformerConfig, token_size
+
+
+LOG_ZERO = -1.0e4  # the log of probability zero: finite in every dtype (float16 included), exp() = 0 in all
+
+
+def _log(values: torch.Tensor) -> torch.Tensor:
+    """Elementwise natural log with probability zero (and anything below exp(LOG_ZERO)) held at LOG_ZERO."""
+    return torch.log(values.clamp_min(0.0)).clamp_min(LOG_ZERO)
 
 
 class Layout:
-    """The slices of the token's blocks: u, o, s, C (row-major q × q), and the two gates of every bit, g and h."""
+    """The slices of the token's blocks: u, the two slots of o, s, the two slots of C (row-major q × q), and the two
+    gates of every bit, g and h. Step m reads slot ``m % 2`` of o and C and writes the other."""
 
     def __init__(self, q: int, depth: int):
         self.q, self.depth = q, depth
         self.u = slice(0, q)
-        self.o = slice(q, 2 * q)
-        self.s = slice(2 * q, 3 * q)
-        self.chain = slice(3 * q, 3 * q + q * q)
-        self.open_left = slice(3 * q + q * q, 3 * q + q * q + depth)  # g_t = λ_t - 1: 0 where anc_t is a left child
-        self.open_right = slice(3 * q + q * q + depth, 3 * q + q * q + 2 * depth)  # h_t = -λ_t: 0 where it is right
-        self.size = 3 * q + q * q + 2 * depth
+        self.o = (slice(q, 2 * q), slice(2 * q, 3 * q))
+        self.s = slice(3 * q, 4 * q)
+        self.chain = (slice(4 * q, 4 * q + q * q), slice(4 * q + q * q, 4 * q + 2 * q * q))
+        gates = 4 * q + 2 * q * q
+        self.open_left = slice(gates, gates + depth)  # g_t = λ_t - 1: 0 where anc_t is a left child
+        self.open_right = slice(gates + depth, gates + 2 * depth)  # h_t = -λ_t: 0 where it is a right child
+        self.size = gates + 2 * depth
+        assert self.size == token_size(q, depth)
 
 
 def _rules(config: BPTransformerConfig) -> torch.Tensor:
@@ -122,9 +144,14 @@ def _left(depth: int) -> torch.Tensor:
     return (1 - ((positions.unsqueeze(1) >> torch.arange(depth)) & 1)).to(torch.float64)
 
 
+def _held(log_values: torch.Tensor) -> torch.Tensor:
+    """Log-values held at LOG_ZERO from below (a sum of LOG_ZERO terms is still probability zero)."""
+    return log_values.clamp_min(LOG_ZERO)
+
+
 class BPAttention(nn.Module):
-    """One head whose query and key read the position gates only (b = g - h); value o, output into s (see the module
-    docstring)."""
+    """One head whose query and key read the position gates only (b = g - h); value the o slot the step reads,
+    output into s (see the module docstring)."""
 
     def __init__(self, config: BPTransformerConfig, layer: int):
         super().__init__()
@@ -148,8 +175,8 @@ class BPAttention(nn.Module):
         for gate, sign in ((left, 1.0), (right, -1.0)):  # b_t = g_t - h_t = 2 λ_t - 1 = ±1
             self.query.weight[rows, gate] = sign * root_beta * signs
             self.key.weight[rows, gate] = sign * root_beta
-        q = config.num_symbols
-        self.value.weight[torch.arange(q), torch.arange(layout.o.start, layout.o.stop)] = 1.0
+        q, read = config.num_symbols, layout.o[m % 2]
+        self.value.weight[torch.arange(q), torch.arange(read.start, read.stop)] = 1.0
         self.output.weight[torch.arange(layout.s.start, layout.s.stop), torch.arange(q)] = 1.0
 
     def forward(self, hidden: torch.Tensor) -> tuple:
@@ -158,65 +185,88 @@ class BPAttention(nn.Module):
         return self.output(weights @ self.value(hidden)), weights  # (B, T, d), (B, T, T)
 
 
+ROWS_PER_CHUNK_ELEMENTS = 2**24  # the log-sum-exp units hold q³ terms per token: at most this many at once
+
+
 class BPFeedForward(nn.Module):
-    """The two-stage block of one BP step: ReLU units that route o and s by bit m, then bilinear units weighted by the
-    level's rules (the new message and the chain's next factor), written back by a linear map."""
+    """The two-stage block of one BP step: gated units that route o and s by bit m, then log-sum-exp units weighted
+    by the level's log-rules (the new message and the chain's next factor); a linear map reads the token and another
+    writes the update (each row of both has a single ±1, so both are exact)."""
 
     def __init__(self, config: BPTransformerConfig, layer: int):
         super().__init__()
         q, layout = config.num_symbols, Layout(config.num_symbols, config.depth)
         self.layer = layer
-        self.route = nn.Linear(layout.size, 4 * q, bias=False)  # L_own, L_sib (= S_L), R_own, R_sib (= S_R)
-        self.rules = nn.Parameter(torch.zeros(q, q, q), requires_grad=False)  # (q, q, q) M of the parents' level
-        self.write = nn.Linear(4 * q + q + q * q, layout.size, bias=False)  # [routed, o', C'] -> the token's update
+        self.read = nn.Linear(layout.size, 2 * q + q * q + 2, bias=False)  # [o, s, C, λ_m, 1 - λ_m]
+        self.log_rules = nn.Parameter(torch.zeros(q, q, q), requires_grad=False)  # (q, q, q) log M of the level
+        self.write = nn.Linear(2 * q + q * q + q + q * q, layout.size, bias=False)  # [o, s, C, o', C'] -> update
 
     @torch.no_grad()
     def build(self, config: BPTransformerConfig, rules: torch.Tensor) -> None:
         q, layout, m = config.num_symbols, Layout(config.num_symbols, config.depth), self.layer
-        self.rules.copy_(rules.to(self.rules.dtype))
-        self.route.weight.zero_()
-        left, right = layout.open_left.start + m, layout.open_right.start + m
-        sources = [(layout.o, left), (layout.s, right), (layout.o, right), (layout.s, left)]  # relu(x + gate)
-        for group, (block, gate) in enumerate(sources):
-            rows = torch.arange(group * q, (group + 1) * q)
-            self.route.weight[rows, torch.arange(block.start, block.stop)] = 1.0
-            self.route.weight[rows, gate] = 1.0
+        read, written = m % 2, (m + 1) % 2
+        self.log_rules.copy_(_log(rules).to(self.log_rules.dtype))
+        self.read.weight.zero_()
+        sources = [layout.o[read], layout.s, layout.chain[read]]
+        row = 0
+        for block in sources:
+            size = block.stop - block.start
+            self.read.weight[torch.arange(row, row + size), torch.arange(block.start, block.stop)] = 1.0
+            row += size
+        self.read.weight[row, layout.open_right.start + m] = -1.0  # λ_m = -h_m
+        self.read.weight[row + 1, layout.open_left.start + m] = -1.0  # 1 - λ_m = -g_m
         self.write.weight.zero_()
-        routed = 4 * q
-        for group, block in enumerate((layout.o, layout.s, layout.o, layout.s)):  # minus o and s: o = L_own + R_own
-            self.write.weight[torch.arange(block.start, block.stop), torch.arange(group * q, (group + 1) * q)] = -1.0
-        self.write.weight[torch.arange(layout.o.start, layout.o.stop), torch.arange(routed, routed + q)] = 1.0
-        self.write.weight[torch.arange(layout.chain.start, layout.chain.stop),
-                          torch.arange(routed + q, routed + q + q * q)] = 1.0
+        targets = [(layout.o[read], -1.0), (layout.s, -1.0), (layout.chain[read], -1.0),  # cleared: x + (-x) = 0
+                   (layout.o[written], 1.0), (layout.chain[written], 1.0)]  # written into slots holding 0
+        column = 0
+        for block, sign in targets:
+            size = block.stop - block.start
+            self.write.weight[torch.arange(block.start, block.stop), torch.arange(column, column + size)] = sign
+            column += size
 
     def forward(self, hidden: torch.Tensor, layout: Layout) -> torch.Tensor:
         q = layout.q
-        routed = torch.relu(self.route(hidden))  # (B, T, 4q)
-        own_left, sib_left, own_right, sib_right = routed.split(q, dim=-1)  # 4 x (B, T, q)
-        left, right = own_left + sib_left, own_right + sib_right  # (B, T, q) each
-        rules = self.rules.to(hidden.dtype)  # (q, q, q)
-        message = torch.einsum("abc,ntb,ntc->nta", rules, left, right)  # (B, T, q)
-        chain = hidden[..., layout.chain].unflatten(-1, (q, q))  # (B, T, q, q)
-        factor = (torch.einsum("ayc,ntc->ntya", rules, sib_right)
-                  + torch.einsum("aby,ntb->ntya", rules, sib_left))  # (B, T, q, q): A[y, a]
-        chained = (chain @ factor).flatten(-2)  # (B, T, q²): C A
-        old_chain = hidden[..., layout.chain]  # replaced, not added: the write map adds C' and the residual keeps C
-        update = self.write(torch.cat([routed, message, chained], dim=-1))  # (B, T, d)
-        update[..., layout.chain] -= old_chain
-        return update
+        read = self.read(hidden)  # (B, T, 2q + q² + 2)
+        own, sibling, chain, gates = read.split([q, q, q * q, 2], dim=-1)
+        flat = [part.reshape(-1, part.shape[-1]) for part in (own, sibling, chain, gates)]  # (N, ·) each
+        step = max(1, ROWS_PER_CHUNK_ELEMENTS // q**3)
+        updates = [self._update(*(part[start : start + step] for part in flat)) for start in range(0, len(flat[0]),
+                                                                                                   step)]
+        message, chained = (torch.cat(parts).reshape(*read.shape[:2], -1) for parts in zip(*updates))
+        return self.write(torch.cat([own, sibling, chain, message, chained], dim=-1))  # (B, T, d)
+
+    def _update(self, own, sibling, chain, gates) -> tuple:
+        """(o', C') of N tokens from their o, s (N, q), C (N, q²) and gates [λ_m, 1 - λ_m] (N, 2), in log space."""
+        q = own.shape[-1]
+        rules = self.log_rules.to(own.dtype)  # (q, q, q): log M[a, b, c]
+        left_gate, right_gate = gates[:, :1], gates[:, 1:]  # (N, 1): λ_m, 1 - λ_m, each exactly 0 or 1
+        left = left_gate * own + right_gate * sibling  # (N, q): the left child's message
+        right = right_gate * own + left_gate * sibling  # (N, q)
+        # o'[a] = log Σ_bc exp(log M[a,b,c] + left[b] + right[c])
+        message = _held(torch.logsumexp(rules + left[:, None, :, None] + right[:, None, None, :], dim=(-2, -1)))
+        # A_R[y,a] = log Σ_c exp(log M[a,y,c] + s[c]);  A_L[y,a] = log Σ_b exp(log M[a,b,y] + s[b])
+        as_right = _held(torch.logsumexp(rules + sibling[:, None, None, :], dim=-1)).transpose(1, 2)  # (N, q, q)
+        as_left = _held(torch.logsumexp(rules + sibling[:, None, :, None], dim=-2)).transpose(1, 2)  # (N, q, q)
+        factor = left_gate[..., None] * as_right + right_gate[..., None] * as_left  # (N, q, q): A[y, a]
+        # C'[y,a] = log Σ_z exp(C[y,z] + A[z,a])
+        chained = _held(torch.logsumexp(chain.view(-1, q, q, 1) + factor[:, None], dim=-2))  # (N, q, q)
+        return message, chained.flatten(1)
 
 
 class BlockNorm(nn.Module):
-    """Divide the o block and the chain by their sums (messages are defined up to a factor): every entry stays in
-    [0, 1] at any depth, which the next layer's ReLU routing needs. A sum of zero (evidence of probability zero
-    under the grammar) is kept at the smallest positive number, so the logits say -inf rather than NaN."""
+    """Shift the o and C slots written by step m to log-probabilities (minus their log-sum-exp: messages are
+    defined up to a factor), held at LOG_ZERO from below."""
+
+    def __init__(self, layer: int):
+        super().__init__()
+        self.layer = layer
 
     def forward(self, hidden: torch.Tensor, layout: Layout) -> torch.Tensor:
-        tiny = torch.finfo(hidden.dtype).tiny
+        written = (self.layer + 1) % 2
         out = hidden.clone()
-        for block in (layout.o, layout.chain):
-            part = hidden[..., block].clamp_min(0.0)  # the residual's rounding can leave -eps where a term is 0
-            out[..., block] = part / part.sum(-1, keepdim=True).clamp_min(tiny)
+        for block in (layout.o[written], layout.chain[written]):
+            part = hidden[..., block]  # (B, T, q) or (B, T, q²)
+            out[..., block] = _held(part - torch.logsumexp(part, dim=-1, keepdim=True))
         return out
 
 
@@ -227,11 +277,11 @@ class BPLayer(nn.Module):
         super().__init__()
         self.attention = BPAttention(config, layer)
         self.feed_forward = BPFeedForward(config, layer)
-        self.norm = BlockNorm()
+        self.norm = BlockNorm(layer)
 
     def forward(self, hidden: torch.Tensor, layout: Layout) -> tuple:
         attended, weights = self.attention(hidden)
-        hidden = hidden + attended  # (B, T, d)
+        hidden = hidden + attended  # (B, T, d): s held 0, so it now holds the average exactly
         hidden = hidden + self.feed_forward(hidden, layout)
         return self.norm(hidden, layout), weights
 
@@ -283,12 +333,12 @@ class BPTransformerModel(BPTransformerPreTrainedModel):
         config = self.config
         q, depth = config.num_symbols, config.depth
         layout = Layout(q, depth)
+        one_hot = _log(torch.eye(q, dtype=torch.float64))  # (q, q): log e_x
         tokens = torch.zeros(q + 1, layout.size, dtype=torch.float64)
-        tokens[torch.arange(q), torch.arange(q)] = 1.0  # u = e_x
-        tokens[torch.arange(q), layout.o.start + torch.arange(q)] = 1.0  # o = e_x
-        tokens[q, layout.u] = 1.0  # the mask: no evidence
-        tokens[q, layout.o] = 1.0 / q
-        tokens[:, layout.chain] = (torch.eye(q, dtype=torch.float64) / q).flatten()  # C = I / q
+        tokens[:q, layout.u] = one_hot  # u = log e_x; the mask's u = 0: no evidence
+        tokens[:q, layout.o[0]] = one_hot  # o = log e_x
+        tokens[q, layout.o[0]] = -math.log(q)  # the mask: the uniform message
+        tokens[:, layout.chain[0]] = (one_hot - math.log(q)).clamp_min(LOG_ZERO).flatten()  # C = log(I / q)
         self.token_embeddings.weight.copy_(tokens)
         positions = torch.zeros(2**depth, layout.size, dtype=torch.float64)
         left = _left(depth)  # (T, ℓ)
@@ -323,7 +373,7 @@ class BPTransformerWithPrior(BPTransformerPreTrainedModel):
     def __init__(self, config: BPTransformerConfig):
         super().__init__(config)
         self.bp = BPTransformerModel(config)
-        self.root_prior = nn.Parameter(torch.zeros(config.num_symbols), requires_grad=False)
+        self.log_root_prior = nn.Parameter(torch.zeros(config.num_symbols), requires_grad=False)  # log p0
         self.post_init()
         self.build()
 
@@ -332,19 +382,19 @@ class BPTransformerWithPrior(BPTransformerPreTrainedModel):
         """Write every weight from the config's grammar, in the model's current dtype (after ``.double()``, so that
         a float64 model holds the grammar's float64 numbers)."""
         self.bp.build()
-        self.root_prior.copy_(_prior(self.config))
+        self.log_root_prior.copy_(_log(_prior(self.config)))
 
 
 class BPTransformerForSequenceClassification(BPTransformerWithPrior):
-    """Root classification: ``logits = log(p0 ⊙ o)`` of token 0 after ℓ layers, BP_0's root posterior."""
+    """Root classification: ``logits = log p0 + o`` of token 0 after ℓ layers, BP_0's root posterior."""
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
                 return_dict: bool | None = None, **unused):
         layout = Layout(self.config.num_symbols, self.config.depth)
         encoded = self.bp(input_ids, output_attentions=output_attentions, output_hidden_states=output_hidden_states)
-        root = encoded.last_hidden_state[:, 0, layout.o]  # (B, q): up_root at every token
-        logits = torch.log(self.root_prior.to(root.dtype) * root)  # (B, q)
+        root = encoded.last_hidden_state[:, 0, layout.o[self.config.depth % 2]]  # (B, q): log up_root, every token
+        logits = _held(self.log_root_prior.to(root.dtype) + root)  # (B, q)
         loss = None if labels is None else nn.functional.cross_entropy(logits, labels.long())
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=encoded.hidden_states,
                                           attentions=encoded.attentions)
@@ -352,7 +402,8 @@ class BPTransformerForSequenceClassification(BPTransformerWithPrior):
 
 
 class BPTransformerForMaskedLM(BPTransformerWithPrior):
-    """Masked leaf: ``logits_i = log(u_i ⊙ C_i p0)`` at every position, BP_0's marginal of leaf i given the others."""
+    """Masked leaf: ``logits_i = u_i + log(exp(C_i) p0)`` at every position, BP_0's marginal of leaf i given the
+    others."""
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
@@ -361,9 +412,10 @@ class BPTransformerForMaskedLM(BPTransformerWithPrior):
         layout = Layout(q, self.config.depth)
         encoded = self.bp(input_ids, output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         hidden = encoded.last_hidden_state
-        chain = hidden[..., layout.chain].unflatten(-1, (q, q))  # (B, T, q, q)
-        joint = hidden[..., layout.u] * (chain @ self.root_prior.to(hidden.dtype))  # (B, T, q)
-        logits = torch.log(joint)  # (B, T, q)
+        chain = hidden[..., layout.chain[self.config.depth % 2]].unflatten(-1, (q, q))  # (B, T, q, q): log C
+        # logits[x] = u[x] + log Σ_a exp(C[x,a] + log p0[a])
+        joint = torch.logsumexp(chain + self.log_root_prior.to(hidden.dtype), dim=-1)  # (B, T, q)
+        logits = _held(hidden[..., layout.u] + joint)  # (B, T, q)
         loss = None
         if labels is not None:
             loss = nn.functional.cross_entropy(logits.reshape(-1, q), labels.long().reshape(-1), ignore_index=-100)
