@@ -225,3 +225,19 @@ def test_a_relative_config_name_identifies_the_model_its_run_trained_not_the_fil
     same = _edited(runs["adam-s1"], tmp_path / "same", model_args={"config_name": "elsewhere/cfg.json"})
     (group,) = group_rows([read_run(first), read_run(same)])  # the same model, named from another folder
     assert group["seeds"] == [0, 1]
+
+
+@pytest.mark.parametrize("inside", ["", "figures"])
+def test_an_out_folder_that_is_or_lies_inside_a_run_is_refused_before_anything_is_written(runs, tmp_path, capsys,
+                                                                                       inside):
+    first = shutil.copytree(runs["adam-s0"], tmp_path / "a")
+    before = {path.name: path.read_bytes() for path in first.iterdir() if path.is_file()}
+    out = first / inside if inside else first
+    assert cli.main(["compare", str(first), str(runs["adam-s1"]), "--out", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert f"is {'inside ' if inside else ''}the compared run {str(first)!r}" in said and said.count("\n") == 1
+    assert {path.name: path.read_bytes() for path in first.iterdir() if path.is_file()} == before
+    assert not (first / "figures").exists()
+    other = runs["muon-s0"]  # a run folder that is not compared is a run's folder all the same
+    assert cli.main(["compare", str(first), "--out", str(other / "cmp")]) == 2
+    assert "the run or model folder" in capsys.readouterr().err and not (other / "cmp").exists()

@@ -40,7 +40,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.train.folders import check_run_complete
+from hf_treelang.train.folders import WEIGHT_FILES, check_run_complete, is_run_folder
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 from hf_treelang.train.run import UNKEYED_TRAINING_FIELDS, command_line, config_file_hash
 
@@ -465,6 +465,23 @@ def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
     return figure
 
 
+def check_out_holds_no_run(out_dir, runs: list) -> None:
+    """Refuse an output folder that is, or lies inside, one of the compared ``runs`` or any run folder, or that holds a
+    model: compare's ``README.md`` (the dataset card) would replace the model card there."""
+    out = Path(out_dir).expanduser().resolve()
+    compared = {Path(run).expanduser().resolve(): str(run) for run in runs}
+    for folder in (out, *out.parents):
+        if folder in compared:
+            raise ValueError(f"--out {str(out_dir)!r} is {'' if folder == out else 'inside '}the compared run "
+                             f"{compared[folder]!r}: its README.md (the model card) would be replaced; write the "
+                             f"comparison elsewhere")
+        model = folder == out and any((folder / name).is_file() for name in ("config.json", *WEIGHT_FILES))
+        if is_run_folder(folder) or model:
+            raise ValueError(f"--out {str(out_dir)!r} is {'' if folder == out else 'inside '}the run or model "
+                             f"folder {str(folder)!r}: its README.md (the model card) would be replaced; write the "
+                             f"comparison elsewhere")
+
+
 def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, progress: bool = True) -> dict:
     """Read every run, then write ``compare.{md,json,csv,png}`` into ``out_dir``; returns the paths and groups.
 
@@ -475,6 +492,7 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
     if not runs:
         raise ValueError("compare needs at least one run folder")
     check_output_dir(out_dir)
+    check_out_holds_no_run(out_dir, runs)
     cache = None
     if reevaluate:
         from hf_treelang.train.trainer import RunDataCache  # lazy: only a re-evaluation builds data
