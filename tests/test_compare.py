@@ -241,3 +241,21 @@ def test_an_out_folder_that_is_or_lies_inside_a_run_is_refused_before_anything_i
     other = runs["muon-s0"]  # a run folder that is not compared is a run's folder all the same
     assert cli.main(["compare", str(first), "--out", str(other / "cmp")]) == 2
     assert "the run or model folder" in capsys.readouterr().err and not (other / "cmp").exists()
+
+
+def test_load_dataset_of_a_compare_folder_returns_its_current_rows_whatever_it_held_before(runs, tmp_path):
+    """datasets' cache is keyed by the card, not by the files' content: the card's config is named by the table's
+    content, so a rewritten folder, or another folder of the same name, never serves a table cached before."""
+    import datasets
+
+    cache = str(tmp_path / "cache")
+    names = ("adam-s0", "adam-s1", "smooth-s0")
+    assert cli.main(["compare", *(str(runs[name]) for name in names), "--out", str(tmp_path / "one" / "compare")]) == 0
+    assert datasets.load_dataset(str(tmp_path / "one" / "compare"), cache_dir=cache)["train"].num_rows == 3
+    assert cli.main(["compare", str(runs["muon-s0"]), "--out", str(tmp_path / "one" / "compare")]) == 0
+    table = datasets.load_dataset(str(tmp_path / "one" / "compare"), cache_dir=cache)["train"]
+    assert list(table["run"]) == [str(runs["muon-s0"])]
+    assert cli.main(["compare", *(str(runs[name]) for name in names[:2]), "--out",
+                     str(tmp_path / "two" / "compare")]) == 0
+    table = datasets.load_dataset(str(tmp_path / "two" / "compare"), cache_dir=cache)["train"]
+    assert list(table["run"]) == [str(runs[name]) for name in names[:2]]

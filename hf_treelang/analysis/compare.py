@@ -515,7 +515,8 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(records)
-    (out / "README.md").write_text(dataset_card(columns, len(records), title))
+    (out / "README.md").write_text(dataset_card(columns, len(records), title,
+                                                 table_config_name((out / "compare.csv").read_bytes())))
     save_figure(figure, out / "compare.png")
     return {"groups": groups, "kept_apart": kept_apart_lines(groups), "not_reevaluated": skipped,
             "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "README.md",
@@ -573,9 +574,18 @@ def dataset_columns(records: list) -> list:
     return [*DATASET_COLUMNS, *extra]
 
 
-def dataset_card(columns: list, num_runs: int, title: str) -> str:
+def table_config_name(table: bytes) -> str:
+    """The name of a compare folder's one dataset config: ``runs-<sha256 of compare.csv>``. ``datasets`` keys its
+    cache by the folder's name and the card, not by the files' content, so a config named by the content is what keeps
+    ``load_dataset(DIR)`` from serving a table cached from an earlier ``compare`` into DIR (or another folder of the
+    same name)."""
+    return f"runs-{hashlib.sha256(table).hexdigest()[:16]}"
+
+
+def dataset_card(columns: list, num_runs: int, title: str, config_name: str = "default") -> str:
     """The dataset card (README.md) of a compare folder: its ``configs:`` front matter points ``load_dataset(DIR)``
-    at ``compare.csv`` (one row per run), and it says what each column holds."""
+    at ``compare.csv`` (one row per run) as its one config, ``config_name`` (:func:`table_config_name`), and it says
+    what each column holds."""
     described = []
     for column in columns:
         if column in DATASET_COLUMNS:
@@ -588,11 +598,13 @@ def dataset_card(columns: list, num_runs: int, title: str) -> str:
                              "KL(BP_k ‖ model) in nats, `eval_acc_ktest<k>` / `eval_bp_acc_ktest<k>` the model's and "
                              "the matched BP's accuracy on k_test = k)")
     return "\n".join([
-        "---", "configs:", "- config_name: default", "  data_files: compare.csv", "tags:", "- hf-treelang",
+        "---", "configs:", f"- config_name: {config_name}", "  data_files: compare.csv", "  default: true", "tags:",
+        "- hf-treelang",
         "- belief-propagation", "- results", "---", "", f"# {title or 'Architectures against the exact BP oracle'}",
         "", f"One row per training run ({num_runs} runs), written by `hf-treelang compare`; `compare.md` averages them "
         "per group (the runs that differ only in their seed). Load it with `datasets.load_dataset(\"path/to/this/"
-        "folder\")` (split `train`).", "", "## Columns", "", *described, ""])
+        "folder\")` (split `train`; its one config is named by the table's content, so that a cached earlier table "
+        "is never served).", "", "## Columns", "", *described, ""])
 
 
 def kept_apart_lines(groups: list) -> list:
