@@ -139,9 +139,12 @@ def test_a_stacked_ensembles_steps_per_second_say_how_many_runs_they_trained_at_
     records = json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]
     assert [record["stacked_members"] for record in records] == [2, 2, 2, 2, 1]
     table = (tmp_path / "cmp" / "compare.md").read_text().splitlines()[2:]  # the ensemble's, the older, alone
-    assert len(table) == 3 and all("(×2 stacked)" in line for line in table[:2]) and "stacked" not in table[2]
+    assert len(table) == 3 and "(×2 stacked)" in table[0] and "stacked" not in table[2]
+    assert "(×≥2 stacked)" in table[1]  # counted among the runs given: members not given are not counted
     header = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()[0].split(",")
-    assert "stacked_members" in header
+    assert "stacked_members" in header and "stacked_at_least" in header
+    assert cli.main(["compare", str(older[0]), "--out", str(tmp_path / "alone")]) == 0  # one member without its peers
+    assert "(×≥2 stacked)" in (tmp_path / "alone" / "compare.md").read_text().splitlines()[2]
 
 
 def test_the_same_run_given_twice_is_not_pooled_as_two_seeds(runs, tmp_path):

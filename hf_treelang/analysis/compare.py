@@ -92,6 +92,7 @@ class RunRow:
     excess_loss: float | None
     dynamics: DynamicsResult = field(repr=False)
     final: dict = field(default_factory=dict)  # every final metric of metrics.json (numbers only)
+    stacked_at_least: bool = False  # stacked_members is a lower bound: a member that did not record it, counted
 
 
 def count_parameters(folder: Path) -> int:
@@ -280,14 +281,17 @@ def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None 
 
 def count_stacked(rows) -> list:
     """``rows`` with the stacked model's size of every run trained in a stacked ensemble that did not record it (0:
-    written before the count was): the runs given that name the same ensemble folder in ``run_complete.json`` (a
-    path relative to the run's folder, or an absolute one)."""
+    written before the count was): at least the runs given that name the same ensemble folder in
+    ``run_complete.json`` (a path relative to the run's folder, or an absolute one), and at least two (a stacked
+    ensemble has two members or more); such a count is marked a lower bound (``stacked_at_least``), since members
+    that were not given are not counted."""
     rows = list(rows)
     ensembles = [_read_json(Path(row.path) / "run_complete.json").get("ensemble") for row in rows]
     ensembles = [None if e is None else os.path.normpath(os.path.join(row.path, e)) for row, e in zip(rows, ensembles)]
     for row, ensemble in zip(rows, ensembles):
         if row.stacked_members == 0:
-            row.stacked_members = ensembles.count(ensemble)
+            row.stacked_members = max(ensembles.count(ensemble), 2)
+            row.stacked_at_least = True
     return rows
 
 
@@ -360,6 +364,7 @@ def group_rows(rows: list) -> list:
             "runs": [row.path for row in members], "parameters": first.parameters, "steps": first.steps,
             "steps_per_second": _spread([row.steps_per_second for row in members]),
             "stacked_members": max(row.stacked_members for row in members),
+            "stacked_at_least": any(row.stacked_at_least for row in members),
             "paths_of_closest": [row.path_of_closest for row in members],
             "within_noise_at_end": [row.within_noise_at_end for row in members],
             "climb_times": {k: _spread([row.climb_times.get(k) for row in members]) for k in sorted(first.climb_times)},
@@ -416,7 +421,8 @@ def _speed(group: dict, runs: int) -> str:
     """The steps/s cell: a stacked ensemble's steps/s train all its members at once, and the cell says how many."""
     shown = _shown(group["steps_per_second"], 1, runs)
     stacked = group.get("stacked_members", 1)
-    return shown if stacked <= 1 or shown == "–" else f"{shown} (×{stacked} stacked)"
+    at_least = "≥" if group.get("stacked_at_least") else ""
+    return shown if stacked <= 1 or shown == "–" else f"{shown} (×{at_least}{stacked} stacked)"
 
 
 def plot_comparison(rows: list, title: str = "", labels: dict | None = None):
@@ -539,6 +545,8 @@ DATASET_COLUMNS = {
     "steps_per_second": "its training speed on the machine that trained it (not a speed comparison; a stacked "
                         "ensemble's steps train all its members at once)",
     "stacked_members": "how many runs trained at once as one stacked model with this one (1: alone)",
+    "stacked_at_least": "whether stacked_members is a lower bound (a member that did not record it, counted among "
+                        "the compared runs that name its ensemble)",
     "k_train": "the filter level of its training data",
     "path_of_closest": "the closest BP_k along training, repeats collapsed (e.g. 4-3-2-0)",
     "within_noise_at_end": "the levels k whose KL at the last evaluation is within two paired standard errors of the "
@@ -558,7 +566,8 @@ def dataset_records(rows: list, groups: list) -> list:
                   "group": label[row.path],
                   "seed": row.seed, "learning_rate": row.learning_rate, "parameters": row.parameters,
                   "steps": row.steps, "steps_per_second": row.steps_per_second,
-                  "stacked_members": row.stacked_members, "k_train": row.k_train,
+                  "stacked_members": row.stacked_members, "stacked_at_least": row.stacked_at_least,
+                  "k_train": row.k_train,
                   "path_of_closest": "-".join(map(str, row.path_of_closest)),
                   "within_noise_at_end": "-".join(map(str, row.within_noise_at_end or [])), "command": row.command}
         record.update({f"t_{k}": time for k, time in sorted(row.climb_times.items(), reverse=True)})
