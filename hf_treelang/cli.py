@@ -159,17 +159,33 @@ def _prune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", help="finished training run folders (each checked before any is pruned)")
 
 
+# The construction's ranges, repeated here so that --help can state them without importing the module that defines
+# them (hf_treelang.models.configuration_bp_transformer, which imports transformers); tests/test_bp_transformer.py
+# checks that they stay equal.
+CONSTRUCT_MAX_NUM_SYMBOLS = 16  # MAX_NUM_SYMBOLS
+CONSTRUCT_MAX_DEPTH = 10  # MAX_DEPTH
+CONSTRUCT_BETA_RANGE = (30.0, 1000.0)  # (MIN_BETA, MAX_BETA)
+
+
 def _construct_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", help="output folder (a finished run folder that every analysis reads)")
+    low, high = CONSTRUCT_BETA_RANGE
+    parser.add_argument("out", help="output folder, new or empty (it becomes a finished run folder that every "
+                                    "analysis reads)")
     parser.add_argument("--task", choices=("mlm", "root"), default="mlm",
                         help="mlm: every leaf's BP_0 marginal given the others; root: BP_0's root posterior (default: mlm)")
-    parser.add_argument("--num-symbols", type=int, default=4, help="q, in [2, 16] (default: 4)")
-    parser.add_argument("--depth", type=int, default=4, help="ℓ, in [1, 10]: the model's attention layers (default: 4)")
+    parser.add_argument("--num-symbols", type=int, default=4,
+                        help=f"q, in [2, {CONSTRUCT_MAX_NUM_SYMBOLS}] (default: 4)")
+    parser.add_argument("--depth", type=int, default=4,
+                        help=f"ℓ, in [1, {CONSTRUCT_MAX_DEPTH}]: the model's attention layers (default: 4)")
     parser.add_argument("--sigma", type=float, default=1.0, help="σ of the grammar (default: 1.0)")
     parser.add_argument("--grammar-seed", type=int, default=0, help="the grammar's seed (default: 0)")
     parser.add_argument("--beta", type=float, default=40.0,
-                        help="the attention's inverse temperature β (default: 40; the weight it leaks off the target "
-                             "leaves, at most 2**ℓ exp(-2β), is below float64's resolution)")
+                        help=f"the attention's inverse temperature β, in [{low:g}, {high:g}] (default: 40; the "
+                             "weight it leaks off the target leaves, at most 2**ℓ exp(-2β), leaves the output BP_0's "
+                             "to float64's resolution)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUT if it holds an earlier construction (and nothing else; default: off, a "
+                             "non-empty OUT is refused)")
 
 
 GENERATE_MAX_SAMPLES = 10**6  # hf_treelang.analysis.generation.MAX_SAMPLES

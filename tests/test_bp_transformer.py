@@ -205,3 +205,157 @@ def test_the_probes_find_each_ancestor_at_the_layer_that_writes_its_message_and_
         written = depth - level  # the message of the level-v ancestor is written by layer ℓ - v
         assert accuracy[written, column] >= bp[column] - 0.03, (level, accuracy[:, column], bp[column])
         assert accuracy[written - 1, column] <= accuracy[written, column] - 0.1, (level, accuracy[:, column])
+
+
+# ---------------------------------------------------------------- hf-treelang construct: folders, metadata, ranges
+
+
+def _snapshot(folder) -> dict:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def _construct(argv: list, capsys) -> tuple:
+    from hf_treelang.cli import main
+
+    status = main(["construct", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture
+def training_run(tmp_path):
+    """A folder as training leaves it: its run_config.json (written first), config, weights, grammar."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text(json.dumps({"task": "mlm", "data_args": {"num_symbols": 4, "depth": 2},
+                                                     "model_args": {"model_type": "treelang"},
+                                                     "training_args": {"output_dir": str(run)}}))
+    (run / "config.json").write_text(json.dumps({"model_type": "treelang", "num_symbols": 4}))
+    (run / "model.safetensors").write_bytes(b"trained weights")
+    Grammar.random(4, 1.0, 0).save(run / "grammar.json")
+    return run
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_construct_refuses_a_training_run_folder_before_writing_anything(training_run, overwrite, capsys):
+    before = _snapshot(training_run)
+    status, out, err = _construct([str(training_run), "--depth", "2", *overwrite], capsys)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "training run" in err and str(training_run) in err
+    assert _snapshot(training_run) == before
+
+
+def test_construct_refuses_a_folder_holding_a_users_own_files(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"mine": true}')
+    for overwrite in ([], ["--overwrite"]):
+        status, _, err = _construct([str(folder), "--depth", "2", *overwrite], capsys)
+        assert status == 2 and err.count("\n") == 1 and "not empty (config.json)" in err
+    assert _snapshot(folder) == {"config.json": b'{"mine": true}'}
+
+
+def test_construct_replaces_an_earlier_construction_only_with_overwrite_and_only_that(tmp_path, capsys):
+    folder = tmp_path / "bp"
+    assert _construct([str(folder), "--depth", "2"], capsys)[0] == 0
+    first = _snapshot(folder)
+    status, _, err = _construct([str(folder), "--depth", "3"], capsys)
+    assert status == 2 and "--overwrite" in err and _snapshot(folder) == first
+    status, out, _ = _construct([str(folder), "--depth", "3", "--overwrite"], capsys)
+    assert status == 0 and "wrote the BP_0 construction" in out
+    assert json.loads((folder / "config.json").read_text())["depth"] == 3
+    from hf_treelang.train.folders import check_run_complete
+
+    check_run_complete(folder)
+    (folder / "notes.txt").write_text("mine")
+    second = _snapshot(folder)
+    status, _, err = _construct([str(folder), "--depth", "2", "--overwrite"], capsys)
+    assert status == 2 and "notes.txt" in err and _snapshot(folder) == second
+
+
+@pytest.mark.parametrize("sigma", ["0", "0.123456789"])
+def test_construct_records_the_grammars_sigma_everywhere_and_a_command_that_rebuilds_it(tmp_path, sigma, capsys):
+    import shlex
+
+    from hf_treelang.analysis.checkpoint import load_checkpoint
+
+    folder = tmp_path / "bp"
+    assert _construct([str(folder), "--depth", "2", "--sigma", sigma, "--grammar-seed", "3"], capsys)[0] == 0
+    config = json.loads((folder / "config.json").read_text())
+    grammar = Grammar.load(folder / "grammar.json")
+    data = json.loads((folder / "run_config.json").read_text())
+    assert config["sigma"] == grammar.params["sigma"] == data["data_args"]["sigma"] == float(sigma)
+    assert config["grammar_seed"] == grammar.params["grammar_seed"] == data["data_args"]["grammar_seed"] == 3
+    assert load_checkpoint(folder).grammar == grammar  # the analyses read it
+    command = shlex.split(data["command"])
+    assert command[:3] == ["hf-treelang", "construct", str(folder)]
+    again = tmp_path / "again"
+    assert _construct([str(again), *command[3:]], capsys)[0] == 0
+    assert Grammar.load(again / "grammar.json") == grammar
+    assert (again / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_the_metadata_records_only_what_the_grammar_has(tmp_path):
+    from hf_treelang.analysis.checkpoint import load_checkpoint
+
+    rng = np.random.default_rng(0)
+    array = Grammar(rng.dirichlet(np.ones(9), size=3).reshape(3, 3, 3))
+    config = build_bp_transformer(array, 2).config
+    assert config.sigma is None and config.grammar_seed is None
+    rhm = Grammar.random_hierarchy(num_symbols=4, num_classes=2, num_rules=2, arity=2, depth=2, grammar_seed=5)
+    labelled = Grammar(array.M, params={"num_symbols": 3, "sigma": 1.0, "grammar_seed": 0})  # not that draw
+    for name, grammar in (("array", array), ("rhm", rhm), ("labelled", labelled)):
+        folder = write_bp_transformer(tmp_path / name, grammar, 2)
+        data = json.loads((folder / "run_config.json").read_text())
+        assert "command" not in data, name  # no command builds these grammars
+        assert load_checkpoint(folder).grammar == grammar
+    rhm_data = json.loads((tmp_path / "rhm" / "run_config.json").read_text())["data_args"]
+    assert "sigma" not in rhm_data
+    assert {key: rhm_data[key] for key in ("num_classes", "num_rules", "arity", "grammar_seed")} == {
+        "num_classes": 2, "num_rules": 2, "arity": 2, "grammar_seed": 5}
+    rhm_config = json.loads((tmp_path / "rhm" / "config.json").read_text())
+    assert rhm_config["sigma"] is None and rhm_config["grammar_seed"] == 5
+    array_data = json.loads((tmp_path / "array" / "run_config.json").read_text())["data_args"]
+    assert "sigma" not in array_data and "grammar_seed" not in array_data
+
+
+@pytest.mark.parametrize("beta", ["1", "29.9", "1e308", "1001", "nan"])
+def test_construct_refuses_a_beta_that_does_not_give_bp0_in_one_line(tmp_path, beta, capsys):
+    from hf_treelang.models.configuration_bp_transformer import MAX_BETA, MIN_BETA
+
+    status, out, err = _construct([str(tmp_path / "bp"), "--depth", "2", "--beta", beta], capsys)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "`beta`" in err and f"[{MIN_BETA:g}, {MAX_BETA:g}]" in err and "Traceback" not in err
+    assert not (tmp_path / "bp").exists()
+    with pytest.raises(ValueError, match="`beta` must be"):
+        build_bp_transformer(Grammar.random(4, 1.0, 0), 2, beta=True)
+
+
+def test_at_either_end_of_its_beta_range_the_construction_is_bp0():
+    from hf_treelang.models.configuration_bp_transformer import MAX_BETA, MIN_BETA
+
+    grammar, depth = Grammar.random(3, 1.0, 2), 5
+    inputs = _inputs(grammar, depth, n=16)
+    reference = BeliefPropagation(grammar, depth).leaf_marginals(inputs)
+    for beta in (MIN_BETA, MAX_BETA):
+        with torch.no_grad():
+            model = build_bp_transformer(grammar, depth, task="mlm", beta=beta, dtype=torch.float64)
+            probabilities = torch.softmax(model(input_ids=inputs).logits, -1)
+        assert (probabilities - reference).abs().max() <= 1e-12, beta
+
+
+@pytest.mark.parametrize("argv, allowed", [(["--depth", "11"], "[1, 10]"), (["--depth", "17"], "[1, 10]"),
+                                           (["--num-symbols", "17"], "[2, 16]"),
+                                           (["--num-symbols", "300"], "[2, 16]")])
+def test_construct_names_the_range_it_enforces(tmp_path, argv, allowed, capsys):
+    status, _, err = _construct([str(tmp_path / "bp"), *argv], capsys)
+    assert status == 2 and allowed in err and err.count("\n") == 1
+
+
+def test_the_command_line_states_the_construction_ranges_of_the_model():
+    from hf_treelang import cli
+    from hf_treelang.models import configuration_bp_transformer as limits
+
+    assert cli.CONSTRUCT_MAX_NUM_SYMBOLS == limits.MAX_NUM_SYMBOLS
+    assert cli.CONSTRUCT_MAX_DEPTH == limits.MAX_DEPTH
+    assert cli.CONSTRUCT_BETA_RANGE == (limits.MIN_BETA, limits.MAX_BETA)

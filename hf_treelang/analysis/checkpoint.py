@@ -58,15 +58,16 @@ class RunSetting:
         num_symbols: q.
         depth: ℓ.
         filter_level: k_train.
-        sigma: σ of the grammar, and grammar_seed: its seed (the grammar when the folder has no grammar.json).
+        sigma: σ of the grammar, and grammar_seed: its seed (the grammar when the folder has no grammar.json); None
+            where the data arguments name none (a grammar given as an array; an RHM has no σ).
         run_config: the path it was read from.
     """
 
     num_symbols: int
     depth: int
     filter_level: int
-    sigma: float
-    grammar_seed: int
+    sigma: float | None
+    grammar_seed: int | None
     run_config: Path
 
 
@@ -268,7 +269,8 @@ def _other_architecture(path) -> tuple | None:
 
 
 def _run_setting(path: Path, run_config: dict) -> RunSetting:
-    """q, ℓ, k_train, σ and the grammar seed of a run's data arguments, each checked to be present."""
+    """q, ℓ, k_train, σ and the grammar seed of a run's data arguments, each checked to be present (σ and the seed
+    may be absent: a grammar that has none, whose grammar.json the folder holds)."""
     data = run_config.get("data_args")
     data = data if isinstance(data, dict) else {}
     values = {}
@@ -276,6 +278,9 @@ def _run_setting(path: Path, run_config: dict) -> RunSetting:
                             ("filter_level", "k_train", int), ("sigma", "sigma", float),
                             ("grammar_seed", "grammar_seed", int)):
         value = data.get(key)
+        if value is None and key in ("sigma", "grammar_seed"):
+            values[name] = None
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{str(path)!r}: data_args.{key} must be a number, got {value!r}")
         values[name] = cast(value)
@@ -320,7 +325,8 @@ def _grammar_of_run(folder: Path, setting: RunSetting) -> Grammar:
                                  f"the run was trained on q={setting.num_symbols} ({str(setting.run_config)!r})")
             for name, cast in (("sigma", float), ("grammar_seed", int)):
                 saved_value = grammar.params.get(name)
-                if saved_value is not None and cast(saved_value) != getattr(setting, name):
+                if saved_value is not None and getattr(setting, name) is not None \
+                        and cast(saved_value) != getattr(setting, name):
                     raise ValueError(f"checkpoint {str(folder)!r}: {str(saved)!r} has {name}={saved_value} but the run "
                                      f"was trained on {name}={getattr(setting, name)} ({str(setting.run_config)!r})")
             return grammar
@@ -328,6 +334,10 @@ def _grammar_of_run(folder: Path, setting: RunSetting) -> Grammar:
     if data.get("num_rules") is not None:  # a Random Hierarchy Model: its data arguments do not name Grammar.random
         raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder): the grammar of its "
                          "Random Hierarchy Model cannot be rebuilt from the paper's parameters; copy the run's "
+                         "grammar.json next to its weights")
+    if setting.sigma is None or setting.grammar_seed is None:
+        raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder), and its data arguments "
+                         f"({str(setting.run_config)!r}) name no σ and seed to rebuild it; copy the run's "
                          "grammar.json next to its weights")
     return Grammar.random(num_symbols=setting.num_symbols, sigma=setting.sigma, grammar_seed=setting.grammar_seed)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hf_treelang.core.grammar import Grammar
 
-from .configuration_bp_transformer import BPTransformerConfig
+from .configuration_bp_transformer import BPTransformerConfig, check_construction
 from .modeling_bp_transformer import BPTransformerForMaskedLM, BPTransformerForSequenceClassification
 
 TASK_CLASSES = {"root": BPTransformerForSequenceClassification, "mlm": BPTransformerForMaskedLM}
@@ -14,7 +14,10 @@ TASK_CLASSES = {"root": BPTransformerForSequenceClassification, "mlm": BPTransfo
 
 def bp_transformer_config(grammar: Grammar, depth: int, filter_level: int = 0, beta: float = 40.0
                           ) -> BPTransformerConfig:
-    """The config of the construction for a binary ``grammar`` at depth ℓ: its rules per level and root prior."""
+    """The config of the construction for a binary ``grammar`` at depth ℓ: its rules per level and root prior, and
+    the σ and seed it was drawn with where its ``params`` hold them (``None`` where they do not: a grammar given as an
+    array has neither, a Random Hierarchy Model no σ)."""
+    check_construction(grammar.num_symbols, depth, beta)
     if grammar.arity != 2:
         raise ValueError(f"the BP transformer is built for binary trees (App. F); this grammar has arity "
                          f"{grammar.arity}")
@@ -23,11 +26,11 @@ def bp_transformer_config(grammar: Grammar, depth: int, filter_level: int = 0, b
                          f"{filter_level!r}")
     depth = grammar.check_depth(depth)
     rules = [grammar.rules(level).tolist() for level in range(depth)]
-    params = grammar.params
+    seed, sigma = grammar.params.get("grammar_seed"), grammar.params.get("sigma")
     return BPTransformerConfig(num_symbols=grammar.num_symbols, depth=depth, rules=rules,
-                               root_prior=[float(p) for p in grammar.root_prior], beta=float(beta),
-                               filter_level=0, grammar_seed=int(params.get("grammar_seed", 0) or 0),
-                               sigma=float(params.get("sigma", 1.0) or 1.0))
+                               root_prior=[float(p) for p in grammar.root_prior], beta=beta, filter_level=0,
+                               grammar_seed=None if seed is None else int(seed),
+                               sigma=None if sigma is None else float(sigma))
 
 
 def build_bp_transformer(grammar: Grammar, depth: int, filter_level: int = 0, task: str = "root",

@@ -9,6 +9,7 @@ This file depends on `transformers` only: it is copied next to saved models so t
 """
 
 import math
+import numbers
 
 from transformers import PreTrainedConfig
 
@@ -28,11 +29,11 @@ def token_size(num_symbols: int, depth: int) -> int:
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_construction(num_symbols, depth, beta) -> None:
