@@ -79,3 +79,23 @@ def test_prune_refuses_an_unfinished_or_foreign_folder_before_touching_any(finis
     (tmp_path / "notes").mkdir()
     assert cli.main(["prune", str(tmp_path / "notes")]) == 2
     assert "is not a training run folder" in capsys.readouterr().err
+
+
+def test_prune_refuses_a_symlinked_checkpoint_before_changing_anything(finished, tmp_path, capsys):
+    other = tmp_path / "other"
+    shutil.copytree(finished, other)
+    _, last = folders.checkpoints(finished)[-1]
+    elsewhere = tmp_path / "elsewhere" / last.name
+    elsewhere.parent.mkdir()
+    shutil.move(last, elsewhere)
+    last.symlink_to(elsewhere, target_is_directory=True)
+    marker = (finished / folders.RUN_COMPLETE).read_bytes()
+    before = {path.name for path in finished.iterdir()}
+    kept = sorted(path.name for path in elsewhere.iterdir())
+    assert cli.main(["prune", str(other), str(finished)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and last.name in error and "symbolic link" in error
+    assert (finished / folders.RUN_COMPLETE).read_bytes() == marker
+    assert {path.name for path in finished.iterdir()} == before and last.is_symlink()
+    assert sorted(path.name for path in elsewhere.iterdir()) == kept
+    assert len(folders.checkpoints(other)) == len(folders.checkpoints(finished))  # the other run is untouched too

@@ -492,14 +492,33 @@ def start_run_folder(task: str, data_args, model_args, training_args, command: s
 
 
 def check_prunable(output_dir, name: str = "run") -> Path:
-    """Refuse a folder that :func:`prune_checkpoints` must not touch: not a run folder, held by a live process, or not
-    a complete run (:func:`check_run_complete`). Returns the folder."""
+    """Refuse a folder that :func:`prune_checkpoints` must not touch: not a run folder, held by a live process, not
+    a complete run (:func:`check_run_complete`), or with a checkpoint it could not remove whole (a symbolic link to a
+    folder elsewhere, or a folder this process cannot write), so that a refusal changes nothing. Returns the
+    folder."""
     folder = Path(output_dir)
     if not is_run_folder(folder):
         raise ValueError(f"`{name}` {str(folder)!r} is not a training run folder (it has no {RUN_CONFIG})")
     check_unclaimed(folder, name)
     check_run_complete(folder, name)
+    for _, path in checkpoints(folder):
+        problem = _unremovable(path)
+        if problem is not None:
+            raise ValueError(f"`{name}` {str(folder)!r}: {path.name} {problem}; nothing was pruned")
     return folder
+
+
+def _unremovable(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` (a ``checkpoint-N`` entry of a run folder) cannot be removed as the run's own folder, or
+    None."""
+    if checkpoint.is_symlink():
+        return (f"is a symbolic link to {os.readlink(checkpoint)!r}, not a folder of the run: prune removes only the "
+                "run's own checkpoint folders; replace the link by the folder it points to, or remove the link")
+    for directory in (checkpoint.parent, checkpoint, *(path for path in checkpoint.rglob("*")
+                                                       if path.is_dir() and not path.is_symlink())):
+        if not os.access(directory, os.W_OK | os.X_OK):
+            return f"cannot be removed: {str(directory)!r} is not writable by this process"
+    return None
 
 
 def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
