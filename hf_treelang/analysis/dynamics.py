@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_treelang.core.noise import Z, invalid_error, told_apart
 from hf_treelang.plotting import draw_block_boundaries, level_color, pyplot, save_figure
 from hf_treelang.jsonio import read_json_object
 from hf_treelang.train.folders import RUN_CONFIG, check_run_complete
@@ -167,24 +168,25 @@ class DynamicsResult:
             raise ValueError(f"`count` must be an int >= 1, got {count!r}")
         return self.closest_bp[-count:]
 
-    def within_noise_of_closest(self, z: float = 2.0) -> list:
-        """At each evaluation, the levels k whose KL exceeds the closest BP's by at most ``z`` paired standard errors
-        (:attr:`kl_gap_se`), the closest among them, sorted: the BP_k a run is not told apart from at this sample
-        size. Only the BP_k defined on every in-sample input are candidates (as for :attr:`closest_bp`): a Random
-        Hierarchy Model's BP_k below k_train is never listed. ``None`` at an evaluation without the paired errors (a
-        history without ``kl_gap_se_bp_k*``, one in-sample sequence) or whose errors were taken against another
-        closest BP."""
+    def within_noise_of_closest(self, z: float = Z) -> list:
+        """At each evaluation, the levels k whose KL is not told apart from the closest BP's
+        (:func:`hf_treelang.core.noise.told_apart`: within ``z`` paired standard errors, :attr:`kl_gap_se`), the
+        closest among them, sorted: the BP_k a run is not told apart from at this sample size. Only the BP_k defined
+        on every in-sample input are candidates (as for :attr:`closest_bp`): a Random Hierarchy Model's BP_k below
+        k_train is never listed. ``None`` at an evaluation without the paired errors (a history without
+        ``kl_gap_se_bp_k*``, one in-sample sequence), with an error that is not a standard error (infinite, negative) or
+        whose errors were taken against another closest BP."""
         if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
             raise ValueError(f"`z` must be a finite number >= 0 (standard errors), got {z!r}")
         out = []
         for i, closest in enumerate(self.closest_bp):
             errors = {k: float(values[i]) for k, values in self.kl_gap_se.items() if not np.isnan(values[i])}
-            candidates = [k for k in self.kl if k in errors]
-            if errors.get(closest) != 0.0 or not candidates or any(not math.isfinite(e) for e in errors.values()):
+            candidates = [k for k in self.kl if k in errors and np.isfinite(self.kl[k][i])]
+            if errors.get(closest) != 0.0 or not candidates or any(invalid_error(e) for e in errors.values()):
                 out.append(None)
                 continue
             base = self.kl[closest][i]
-            out.append(sorted(k for k in candidates if self.kl[k][i] - base <= z * errors[k]))
+            out.append(sorted(k for k in candidates if not told_apart(self.kl[k][i] - base, errors[k], z)))
         return out
 
     def to_dict(self) -> dict:
