@@ -1,7 +1,10 @@
 """The architecture comparison protocol (``hf_treelang.sweep.comparison``): its cells at TreeLang's size, the laptop
 budgets, a quarter of them for the rate search, and the rate chosen from the runs' own evaluation histories."""
 
+import json
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +114,74 @@ def test_a_recorded_search_of_todays_runs_is_reused_and_one_of_other_runs_search
     assert trained == [[run.name for run in search]]
     assert any("searching again" in line for line in lines)
     assert cell.name not in json.loads(rates_file.read_text())  # its runs have not finished: no rate yet
+
+
+def _searched(tmp_path, name: str = "rhm-root-gpt2") -> tuple:
+    """A cell, its rate search with final KLs 0.3, 0.1, 0.2 (the middle rate best) and the record choose_rate writes."""
+    cell = _cell(name)
+    search = comparison.tuning_runs(cell, tmp_path)
+    for run, final in zip(search, (0.3, 0.1, 0.2)):
+        _history(run, [1.0, final])
+    return cell, search, comparison.choose_rate(cell, search)
+
+
+@pytest.mark.parametrize("text, said", [("", "not readable JSON"), ('{"rhm-root-gpt2": {"cell": "rhm', "not readable JSON"),
+                                        ("[]", "it holds an array"), ("null", "it holds null"),
+                                        ("3", "it holds a number")])
+def test_a_damaged_rates_file_is_refused_by_name_and_never_rewritten(tmp_path, monkeypatch, text, said):
+    trained = []
+    monkeypatch.setattr(comparison, "execute_runs", lambda runs, out, **options: trained.append(runs))
+    rates_file = tmp_path / "rates.json"
+    rates_file.write_text(text)
+    for stage in ("tune", "main", "all"):
+        with pytest.raises(ValueError, match=rf"^{rates_file} is damaged .*{said}") as error:
+            comparison.run_protocol(tmp_path, stage=stage, only=["rhm-root-gpt2"], log=lambda line: None)
+        assert "\n" not in str(error.value)
+    assert rates_file.read_text() == text and trained == []
+
+
+def test_rate_records_that_are_not_what_the_search_writes_are_refused_by_cell(tmp_path, monkeypatch):
+    cell, search, record = _searched(tmp_path)
+    monkeypatch.setattr(comparison, "execute_runs", lambda runs, out, **options: None)
+    rates_file = tmp_path / "rates.json"
+    for damaged, said in ((7, "holds int 7, not a rate record"), ([record], "holds list"),
+                          ({key: value for key, value in record.items() if key != "chosen"}, "`chosen` must be"),
+                          ({**record, "candidates": []}, "a rate record has a `metric` name and `candidates`"),
+                          ({**record, "candidates": {"lr0.001": 0.001}}, "a rate record has a `metric`")):
+        text = json.dumps({cell.name: damaged})
+        rates_file.write_text(text)
+        with pytest.raises(ValueError, match=rf"^{rates_file}: cell 'rhm-root-gpt2'.*{said}"):
+            comparison.run_protocol(tmp_path, stage="main", only=[cell.name], log=lambda line: None)
+        assert rates_file.read_text() == text
+
+
+@pytest.mark.parametrize("chosen, said", [(0.01, "the chosen rate 0.01 was never searched"),
+                                          (3e-3, r"the chosen rate 0.003 is not its search's best \(the best is 0.001 "
+                                                 r"\(eval_kl_bp_k0 0.1\)\)")])
+def test_a_hand_edited_chosen_rate_is_refused_before_any_main_run_trains(tmp_path, monkeypatch, chosen, said):
+    """The main runs train the rate the search chose; a record that says another trains nothing."""
+    cell, search, record = _searched(tmp_path)
+    trained = []
+    monkeypatch.setattr(comparison, "execute_runs", lambda runs, out, **options: trained.append(runs))
+    rates_file = tmp_path / "rates.json"
+    text = json.dumps({cell.name: {**record, "chosen": chosen}})
+    rates_file.write_text(text)
+    with pytest.raises(ValueError, match=said):
+        comparison.run_protocol(tmp_path, stage="main", only=[cell.name], log=lambda line: None)
+    assert trained == [] and rates_file.read_text() == text
+
+
+def test_the_main_stage_into_a_new_folder_says_in_one_line_which_stage_runs_first(tmp_path, capsys):
+    script = runpy.run_path(str(Path(__file__).parents[1] / "training" / "compare_architectures.py"))
+    out = tmp_path / "new"
+    assert script["main"]([str(out), "--stage", "main"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "--stage main: no cell of paper-root-treelang" in said
+    assert "run --stage tune (or all) into" in said and not out.exists()
+
+
+@pytest.mark.parametrize("only", [[""], ["paper-root", " "], []])
+def test_an_empty_cell_selection_is_refused_not_read_as_every_cell(tmp_path, only):
+    with pytest.raises(ValueError, match=r"--only .*: name one cell or more"):
+        comparison.run_protocol(tmp_path, stage="tune", only=only)
+    assert not any(tmp_path.iterdir())

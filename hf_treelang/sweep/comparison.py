@@ -18,6 +18,9 @@ execute_runs`), resumable, every run a complete run folder:
   (:func:`choose_rate`); the choice and every candidate's KL and run identity are recorded in ``OUT/rates.json``.
   A cell whose record is of today's runs (:func:`is_current`) is not searched again, so an ``OUT`` kept as
   ``rates.json`` and its finished main runs (``hf-treelang prune``: without the checkpoints) resumes where it stopped.
+  A ``rates.json`` that is not a JSON object of such records, or whose ``chosen`` rate is not its search's best (a
+  hand edit), is refused before any work, naming the file (:func:`read_rates`): the main runs train only the rate
+  the search chose.
 * **Then the seeds** of :data:`SEEDS` at that rate, at the full budget (``OUT/runs/main/...``).
 
 ``hf-treelang compare OUT/runs/main/*`` tabulates them (groups pool only the seeds of one setting), and every record
@@ -29,11 +32,12 @@ Glossary: ℓ depth, q symbols, P training sequences.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.jsonio import write_json_atomic
 from hf_treelang.train.callbacks import read_history
 from hf_treelang.train.device_data import optimizer_steps
 from hf_treelang.train.folders import finished_run
@@ -209,14 +213,81 @@ def check_sizes(tolerance: float = SIZE_TOLERANCE, counts: dict | None = None) -
 
 
 def selected(cells_: list, only) -> list:
-    """The cells named in ``only`` (cell names or patterns' prefixes; None: all), refusing a name that matches none."""
-    if not only:
+    """The cells named in ``only`` (cell names or patterns' prefixes; None: all), refusing an empty selection or name
+    (an empty prefix would select every cell) and a name that matches none."""
+    if only is None:
         return list(cells_)
+    if isinstance(only, str) or not only or any(not isinstance(name, str) or not name.strip() for name in only):
+        raise ValueError(f"--only {only!r}: name one cell or more by its name or a prefix of it (an empty name would "
+                         f"select every cell; leave --only out for all); the cells: "
+                         f"{', '.join(c.name for c in cells_)}")
     chosen = [cell for cell in cells_ if any(cell.name == name or cell.name.startswith(name) for name in only)]
     unknown = [name for name in only if not any(c.name == name or c.name.startswith(name) for c in cells_)]
     if unknown:
         raise ValueError(f"--only {unknown}: no cell is named so; the cells: {', '.join(c.name for c in cells_)}")
     return chosen
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def best_rate(record: dict) -> tuple | None:
+    """``(final metric, rate)`` of the best candidate of a rate record (:func:`choose_rate`'s rule: the lowest final
+    validation KL, a candidate without one never chosen); None when no candidate has one."""
+    scored = [(entry[record["metric"]], entry["learning_rate"]) for entry in record["candidates"].values()
+              if _number(entry.get(record["metric"]))]
+    return min(scored) if scored else None
+
+
+def check_rate_record(cell: str, record, path) -> None:
+    """Refuse a record of ``rates.json`` that is not one :func:`choose_rate` writes — an object with the ``metric``,
+    the ``candidates`` (an object of objects, each with its ``learning_rate``) and the ``chosen`` rate — or whose
+    ``chosen`` rate is not its search's best (a hand edit: a rate never searched, or not the lowest final validation
+    KL). The main runs train the chosen rate, so such a record would train them at a rate the protocol did not
+    choose; the error names the file, the cell and what to do."""
+    where = f"{path}: cell {cell!r}"
+    fix = "restore the file or delete the cell's record to search its rate again"
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} holds {type(record).__name__} {record!r}, not a rate record; {fix}")
+    candidates, metric, chosen = record.get("candidates"), record.get("metric"), record.get("chosen")
+    if not isinstance(metric, str) or not isinstance(candidates, dict) or not candidates or not all(
+            isinstance(entry, dict) and _number(entry.get("learning_rate")) for entry in candidates.values()):
+        raise ValueError(f"{where}: a rate record has a `metric` name and `candidates`, an object of the searched "
+                         f"runs each with its `learning_rate`; this one has not; {fix}")
+    if not _number(chosen):
+        raise ValueError(f"{where}: `chosen` must be the rate its search chose, got {chosen!r}; {fix}")
+    best = best_rate(record)
+    searched = sorted(entry["learning_rate"] for entry in candidates.values())
+    if chosen not in searched:
+        raise ValueError(f"{where}: the chosen rate {chosen:g} was never searched (the candidates: "
+                         f"{', '.join(f'{rate:g}' for rate in searched)}); the main runs train the search's best; "
+                         f"{fix}")
+    if best is None or best[1] != chosen:
+        shown = "no candidate has a final metric" if best is None else f"the best is {best[1]:g} ({metric} {best[0]:.4g})"
+        raise ValueError(f"{where}: the chosen rate {chosen:g} is not its search's best ({shown}); the main runs "
+                         f"train the search's best; {fix}")
+
+
+def read_rates(path) -> dict:
+    """The cells' rate records of ``rates.json`` (none when the file does not exist), each checked
+    (:func:`check_rate_record`). A file that is not a JSON object — cut short, empty, a list — is refused in one line
+    naming it, never read as no records: that would search every cell again and write over the file."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        rates = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} is damaged (not readable JSON: {error}); restore it, or delete it to search every "
+                         f"cell's rate again") from None
+    if not isinstance(rates, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(rates), "a number")
+        raise ValueError(f"{path} is damaged (it holds {kind}, not an object of the cells' rate records); restore "
+                         f"it, or delete it to search every cell's rate again")
+    for cell, record in rates.items():
+        check_rate_record(cell, record, path)
+    return rates
 
 
 def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=print) -> dict:
@@ -229,13 +300,17 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
         raise ValueError(f"stage must be one of ('tune', 'main', 'all'), got {stage!r}")
     out = Path(out)
     chosen_cells = selected(cells(), only)
-    searches = {cell.name: tuning_runs(cell, out) for cell in chosen_cells}
     rates_file = out / "rates.json"
-    rates = read_json_object(rates_file) or {}
+    rates = read_rates(rates_file)
+    searches = {cell.name: tuning_runs(cell, out) for cell in chosen_cells}
     for cell in chosen_cells:  # a record of other runs than today's search is dropped, never used
         if cell.name in rates and not is_current(rates[cell.name], searches[cell.name]):
             log(f"{cell.name}: its recorded rate search is of other runs; searching again")
             del rates[cell.name]
+    if stage == "main" and not any(cell.name in rates or all(
+            finished_run(run.output_dir, run.identity) for run in searches[cell.name]) for cell in chosen_cells):
+        raise ValueError(f"--stage main: no cell of {', '.join(cell.name for cell in chosen_cells)} has a chosen rate "
+                         f"({rates_file}) or a finished rate search; run --stage tune (or all) into {out} first")
     if stage in ("tune", "all"):
         # a cell whose search is recorded needs none of its runs' folders (a published OUT keeps rates.json only)
         unsearched = [cell for cell in chosen_cells if cell.name not in rates]
@@ -245,6 +320,7 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
     for cell in chosen_cells:
         if cell.name not in rates and all(finished_run(run.output_dir, run.identity) for run in searches[cell.name]):
             rates[cell.name] = choose_rate(cell, searches[cell.name])
+    rates_file.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(rates_file, rates)
     if stage in ("main", "all"):
         ready = [cell for cell in chosen_cells if cell.name in rates]
@@ -258,5 +334,5 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
 
 
 __all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
-           "choose_rate", "final_metric", "is_current", "main_runs", "parameter_counts", "run_protocol", "selected",
-           "tuning_runs"]
+           "best_rate", "check_rate_record", "choose_rate", "final_metric", "is_current", "main_runs", "parameter_counts",
+           "read_rates", "run_protocol", "selected", "tuning_runs"]
