@@ -2,6 +2,7 @@
 or a hang, now a clear result or one line naming what to change."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -81,6 +82,20 @@ def test_fp16_on_a_cpu_is_refused_rather_than_trained_in_fp32(tmp_path):
         pytest.skip("fp16 is the GPU's")
     with pytest.raises(ValueError, match="`fp16` needs a CUDA GPU"):
         resolve("root", {**TINY, "fp16": True}, tmp_path)
+
+
+def test_the_fp16_refusal_advises_flags_that_train_on_this_machine(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("fp16 is the GPU's")
+    from hf_treelang.train.loop import runs_from_command_line
+
+    argv = ["--depth", "2", "--num_symbols", "3", "--max_steps", "4", "--report_to", "none"]
+    with pytest.raises(ValueError, match="`fp16` needs a CUDA GPU") as refused:
+        runs_from_command_line("mlm", [*argv, "--output_dir", str(tmp_path / "refused"), "--fp16", "true"])
+    advised = [part for flag in re.findall(r"(--\w+) (true|false)", str(refused.value)) for part in flag]
+    assert advised[:2] == ["--bf16", "true"]
+    (run,), _ = runs_from_command_line("mlm", [*argv, "--output_dir", str(tmp_path / "advised"), *advised])
+    assert run.training_args.bf16 and not run.training_args.fp16  # what it advises is accepted on this machine
 
 
 def test_dropping_the_last_training_batch_keeps_every_evaluation_row():

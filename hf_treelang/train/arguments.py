@@ -645,9 +645,18 @@ class TreeLangTrainingArguments(TrainingArguments):
             raise ValueError("`num_train_epochs` must be a real number > 0 (or `max_steps` > 0), got 0.0")
         if self.fp16 and self.device.type != "cuda":  # transformers accepts it there and trains in fp32
             raise ValueError(f"`fp16` needs a CUDA GPU (its autocast and gradient scaler); this run trains on "
-                             f"{self.device.type!r}, where it would train in fp32 unannounced: leave it off (--bf16 "
-                             "true autocasts on a CPU)")
+                             f"{self.device.type!r}, where it would train in fp32 unannounced: leave it off, or "
+                             f"autocast in bfloat16 with {self.bf16_flags()}")
         self.check_engine()
+
+    def bf16_flags(self) -> str:
+        """The flags that train this run with bfloat16 autocast on this machine: ``--bf16 true``, with ``--use_cpu
+        true`` where transformers accepts bf16 only on the CPU (no bf16 GPU and the CPU not asked for)."""
+        from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+        if self.use_cpu or is_torch_bf16_gpu_available() or is_torch_xla_available():
+            return "--bf16 true"
+        return "--bf16 true --use_cpu true"
 
     def check_stopping_rule(self) -> None:
         """The validation stopping rule's arguments: each must be set with ``early_stopping_patience``."""
