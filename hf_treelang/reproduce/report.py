@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from hf_treelang.analysis import sample_complexity as sample_complexity_analysis
+from hf_treelang.core.noise import Z
+from hf_treelang.jsonio import read_json_object
 from hf_treelang.train.folders import finished_run
 
 from .findings import NOT_RUN, VERDICTS, describe, write_findings
@@ -18,6 +20,29 @@ DONE_DIR = ".done"
 
 def read_json(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _section(lines: list, out: Path, relative: str, render) -> None:
+    """Append ``render(data)`` (a list of lines) for the step JSON ``OUT/relative``, if present; a file that is not
+    a JSON object, or lacks what ``render`` reads, gets one line naming it instead of ending the report."""
+    path = out / relative
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:
+        lines += [f"`{relative}` is not valid JSON ({error}): not shown.", ""]
+        return
+    if not isinstance(data, dict):
+        lines += [f"`{relative}` holds a JSON {type(data).__name__}, not the object its step writes: not shown.", ""]
+        return
+    try:
+        shown = render(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        reason = f"{type(error).__name__}: {error}".replace("\n", " ")
+        lines += [f"`{relative}` does not have the shape its step writes ({reason}): not shown.", ""]
+        return
+    lines += shown
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -32,9 +57,10 @@ def _epochs(epochs) -> str:
     return f"; evaluated and saved at epochs {', '.join(map(str, epochs))}" if epochs else ""
 
 
-def _accuracy_curves(lines: list, summary: dict | None) -> None:
+def _accuracy_curves(summary: dict) -> list:
     """One table per panel of an accuracy-vs-P figure (hf_treelang.analysis.accuracy_curves JSON)."""
-    for panel in (summary or {}).get("panels", []):
+    lines = []
+    for panel in summary.get("panels", []):
         sizes = sorted({size for curve in panel["curves"] for size in curve["sizes"]})
         lines += [f"{panel['title']}:", "", "| curve | " + " | ".join(f"P={size}" for size in sizes) + " | BP |",
                   "|---|" + "---|" * (len(sizes) + 1)]
@@ -43,6 +69,7 @@ def _accuracy_curves(lines: list, summary: dict | None) -> None:
             lines.append(f"| {curve['label']} | " + " | ".join(_fmt(accuracy.get(size)) for size in sizes)
                          + f" | {_fmt(curve['bp_accuracy'])} |")
         lines.append("")
+    return lines
 
 
 def _figure(lines: list, path: Path, out: Path, caption: str) -> None:
@@ -58,8 +85,8 @@ def _findings(lines: list, out: Path, preset: Preset) -> None:
     counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
     lines += ["## What reproduced", "",
               f"One row per paper figure that this pipeline draws ({counts}): the paper's claim, the rule that tests "
-              f"it on this run, the numbers it read, each threshold's margin ± noise (a margin within 2 noise is a "
-              f"tie: the verdict it decides is inconclusive) and the verdict (rules and thresholds: "
+              f"it on this run, the numbers it read, each threshold's margin ± noise (a margin within {Z:g} noise is "
+              f"a tie: the verdict it decides is inconclusive) and the verdict (rules and thresholds: "
               f"`hf_treelang/reproduce/findings.py`; machine-readable: [{path.name}]({path.name})).", "",
               "| figure | paper's claim | check | measured | margins | verdict |", "|---|---|---|---|---|---|"]
     for f in findings:
@@ -72,14 +99,53 @@ def _findings(lines: list, out: Path, preset: Preset) -> None:
 
 
 def margins_cell(entries: list) -> str:
-    """A rule's threshold comparisons in one cell: ``test: margin ± noise (pass | fail | tie)``; "–" for none."""
+    """A rule's comparisons in one cell: ``test: margin ± noise (pass | fail | tie)``, a comparison without a usable
+    noise or number with why in its place; "–" for none."""
     if not entries:
         return "–"
     parts = []
     for entry in entries:
-        noise = "noise not recorded" if entry.get("noise") is None else f"± {entry['noise']:.3g}"
-        parts.append(f"{entry['test']}: {entry['margin']:+.3g} {noise} ({entry['decided']})")
+        margin = "–" if entry.get("margin") is None else f"{entry['margin']:+.3g}"
+        noise = f"({entry['unusable']})" if entry.get("unusable") else f"± {entry['noise']:.3g}"
+        parts.append(f"{entry['test']}: {margin} {noise} ({entry['decided']})")
     return "; ".join(parts)
+
+
+def _probe_table(summary: dict, name: str) -> list:
+    """The held-out accuracy of every (layer, ancestor level) probe of a probe JSON."""
+    where = "all positions" if name == "probe" else "first and last positions only"
+    final = summary.get("final_accuracy", summary["accuracy"])
+    lines = [f"Trained on {where}; held-out accuracy (rows: layer, 0 = embedding; columns: ancestor level):", "",
+             "| layer | " + " | ".join(f"level {m}" for m in summary["levels"]) + " |",
+             "|---|" + "---|" * len(summary["levels"])]
+    for layer, row, last in zip(summary["layers"], summary["accuracy"], final):
+        lines.append(f"| {layer} | " + " | ".join(f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(row, last)) + " |")
+    return lines + ["| BP | " + " | ".join(_fmt(a) for a in summary["bp_accuracy"]) + " |", ""]
+
+
+def _filtered_probe_table(summary: dict) -> list:
+    """App. E.7 (right): the probes of the complete encoding of the MLM of each k_train."""
+    levels = summary["models"][0]["levels"]
+    lines = ["App. E.7 (right): the complete encoding of the MLM model of each k_train, on k = 0 data:", "",
+             "| k_train | " + " | ".join(f"level {m}" for m in levels) + " |", "|---|" + "---|" * len(levels)]
+    for model in summary["models"]:
+        lines.append(f"| {model['model_filter_level']} | " + " | ".join(
+            f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(model["accuracy"][0], model["final_accuracy"][0])) + " |")
+    return lines + ["| BP | " + " | ".join(_fmt(a) for a in summary["models"][0]["bp_accuracy"]) + " |", ""]
+
+
+def _sample_complexity_table(summary: dict) -> list:
+    """Fig. 1f: the accuracy of every arm per P, the gaps to scratch (mean ± standard deviation over seeds), BP."""
+    lines = ["| arm | " + " | ".join(f"P={s}" for s in summary["sizes"]) + " |",
+             "|---|" + "---|" * len(summary["sizes"])]
+    for arm in sample_complexity_analysis.ARMS:
+        values = summary["accuracy"].get(arm)
+        if values is not None:
+            lines.append(f"| {arm} | " + " | ".join(_fmt(a) for a in values) + " |")
+    for arm, gaps in (summary.get("gap_vs_scratch") or {}).items():
+        lines.append(f"| {arm} − scratch | " + " | ".join(
+            _fmt(g["mean"]) + ("" if g["spread"] is None else f" ± {_fmt(g['spread'])}") for g in gaps) + " |")
+    return lines + [f"| BP | {_fmt(summary['bp_accuracy'])} |", ""]
 
 
 def write_report(out: Path, preset: Preset, records: list) -> Path:
@@ -103,11 +169,10 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         "",
     ]
     _findings(lines, out, p)
-    bp = read_json(out / "bp" / "bp_baselines.json")
+    bp = read_json_object(out / "bp" / "bp_baselines.json")
     runs = {task: finished_run(out / "runs" / task) for task in ("root", "mlm")}
-    reference = sorted({n for task in ("root", "mlm")
-                        for n in ((read_json(out / "runs" / task / "metrics.json") or {}).get("bp_reference_size")
-                                  or {}).values()})
+    metrics = {task: read_json_object(out / "runs" / task / "metrics.json") or {} for task in ("root", "mlm")}
+    reference = sorted({n for task in ("root", "mlm") for n in (metrics[task].get("bp_reference_size") or {}).values()})
     bp_on = f"{reference[0]} sequences per k_test of the same split stream (the test set and its continuation)" \
         if len(reference) == 1 else "the test sets"
     lines += ["## Model vs BP", "",
@@ -133,19 +198,16 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
 
     lines += ["## Learning dynamics (Fig. 1c/d, 2b, 3a)", ""]
     for task in ("root", "mlm"):
-        summary = read_json(out / "dynamics" / f"{task}.json")
-        if summary:
-            lines.append(f"{task}: closest BP_k along training {summary['alignment_sequence']}")
-            lines.append("")
+        _section(lines, out, f"dynamics/{task}.json",
+                 lambda summary: [f"{task}: closest BP_k along training {summary['alignment_sequence']}", ""])
         _figure(lines, out / "dynamics" / f"{task}.png", out, f"{task}: KL to BP_k and accuracy per k_test")
 
     lines += ["## Calibration (Fig. 1b)", "", "| task | inputs | KL | argmax match | Spearman | model acc | BP acc |",
               "|---|---|---|---|---|---|---|"]
     for task in ("mlm", "root"):
-        summary = read_json(out / "calibration" / task / "calibration.json")
-        for name, m in ((summary or {}).get("sets") or {}).items():
-            lines.append(f"| {task} | {name} | {_fmt(m['kl_mean'], 4)} | {_fmt(m['argmax_match'])} | "
-                         f"{_fmt(m['spearman_mean'])} | {_fmt(m['model_accuracy'])} | {_fmt(m['bp_accuracy'])} |")
+        _section(lines, out, f"calibration/{task}/calibration.json", lambda summary: [
+            f"| {task} | {name} | {_fmt(m['kl_mean'], 4)} | {_fmt(m['argmax_match'])} | {_fmt(m['spearman_mean'])} | "
+            f"{_fmt(m['model_accuracy'])} | {_fmt(m['bp_accuracy'])} |" for name, m in (summary["sets"] or {}).items()])
     lines.append("")
     for task in ("mlm", "root"):
         _figure(lines, out / "calibration" / task / "calibration.png", out, f"{task}: model vs BP probabilities")
@@ -162,43 +224,13 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
               f"{p.probe_validation} validation sequences, accuracy on {p.probe_test} further held-out sequences, "
               "the last epoch's in brackets.", ""]
     for name in ("probe", "probe_ends"):
-        summary = read_json(out / "probe" / f"{name}.json")
-        if summary:
-            where = "all positions" if name == "probe" else "first and last positions only"
-            final = summary.get("final_accuracy", summary["accuracy"])
-            lines += [f"Trained on {where}; held-out accuracy (rows: layer, 0 = embedding; columns: ancestor level):",
-                      "", "| layer | " + " | ".join(f"level {m}" for m in summary["levels"]) + " |",
-                      "|---|" + "---|" * len(summary["levels"])]
-            for layer, row, last in zip(summary["layers"], summary["accuracy"], final):
-                lines.append(f"| {layer} | " + " | ".join(f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(row, last)) + " |")
-            lines.append("| BP | " + " | ".join(_fmt(a) for a in summary["bp_accuracy"]) + " |")
-            lines.append("")
+        _section(lines, out, f"probe/{name}.json", lambda summary: _probe_table(summary, name))
         _figure(lines, out / "probe" / f"{name}.png", out, f"ancestor probes ({name})")
-    summary = read_json(out / "probe" / "probe_filtered.json")
-    if summary:
-        levels = summary["models"][0]["levels"]
-        lines += ["App. E.7 (right): the complete encoding of the MLM model of each k_train, on k = 0 data:", "",
-                  "| k_train | " + " | ".join(f"level {m}" for m in levels) + " |", "|---|" + "---|" * len(levels)]
-        for model in summary["models"]:
-            lines.append(f"| {model['model_filter_level']} | " + " | ".join(
-                f"{_fmt(a)} ({_fmt(b)})" for a, b in zip(model["accuracy"][0], model["final_accuracy"][0])) + " |")
-        lines += ["| BP | " + " | ".join(_fmt(a) for a in summary["models"][0]["bp_accuracy"]) + " |", ""]
+    _section(lines, out, "probe/probe_filtered.json", _filtered_probe_table)
     _figure(lines, out / "probe" / "probe_filtered.png", out, "App. E.7 (right): probes of the k_train models")
 
     lines += ["## Sample complexity (Fig. 1f)", ""]
-    summary = read_json(out / "sample_complexity" / "sample_complexity.json")
-    if summary:
-        lines += ["| arm | " + " | ".join(f"P={s}" for s in summary["sizes"]) + " |",
-                  "|---|" + "---|" * len(summary["sizes"])]
-        for arm in sample_complexity_analysis.ARMS:
-            values = summary["accuracy"].get(arm)
-            if values is None:
-                continue
-            lines.append(f"| {arm} | " + " | ".join(_fmt(a) for a in values) + " |")
-        for arm, gaps in (summary.get("gap_vs_scratch") or {}).items():  # mean ± standard deviation over seeds
-            lines.append(f"| {arm} − scratch | " + " | ".join(
-                _fmt(g["mean"]) + ("" if g["spread"] is None else f" ± {_fmt(g['spread'])}") for g in gaps) + " |")
-        lines += [f"| BP | {_fmt(summary['bp_accuracy'])} |", ""]
+    _section(lines, out, "sample_complexity/sample_complexity.json", _sample_complexity_table)
     _figure(lines, out / "sample_complexity" / "sample_complexity.png", out, "root accuracy vs labelled P")
 
     if p.figure_steps():
@@ -208,7 +240,7 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         for name, caption in (("fig2a_e3", "Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train)"),
                               ("e1_layers", "App. E.1: n_L encoder blocks"),
                               ("e2_grammar_seeds", "App. E.2: other grammars")):
-            _accuracy_curves(lines, read_json(out / "accuracy_vs_samples" / f"{name}.json"))
+            _section(lines, out, f"accuracy_vs_samples/{name}.json", _accuracy_curves)
             _figure(lines, out / "accuracy_vs_samples" / f"{name}.png", out, caption)
 
     done = {r.name: r for r in records}
