@@ -18,8 +18,10 @@ architecture that differ in their settings are separate rows, labelled by what d
 and the console says in one line that they were kept apart. Every run's record carries its learning rate and the command
 that trains it alone.
 
-Outputs in DIR: ``compare.md`` (the table), ``compare.json`` (every row and group), ``compare.csv`` (one line per
-run: its settings, climb times, every final metric and its command) with ``README.md``, a dataset card whose
+Outputs in DIR: ``compare.md`` (the table), ``compare.json`` (every row and group), ``summary.md`` (the comparison's
+sentences with their numbers, generated from ``compare.json``: :mod:`hf_treelang.analysis.compare_summary`),
+``compare.csv`` (one line per run: its settings, climb times, paired errors at the end, every final metric and its
+command) with ``README.md``, a dataset card whose
 ``configs:`` point ``datasets.load_dataset(DIR)`` at it (one row per run: the comparison shared as a results
 dataset), and ``compare.png`` (the KL to the matched BP along training, one panel per task, one colour per group).
 """
@@ -30,6 +32,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import struct
 import typing
@@ -39,15 +42,16 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from hf_treelang.core.noise import difference_error, family_z, invalid_error, told_apart
 from hf_treelang.plotting import pyplot, save_figure
 from hf_treelang.train.folders import WEIGHT_FILES, check_run_complete, is_run_folder
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
 from hf_treelang.train.run import UNKEYED_TRAINING_FIELDS, command_line, config_file_hash
 
+from .compare_summary import TASK_TITLES, summary_lines
 from .dynamics import DynamicsResult, learning_dynamics
 from .io import check_output_dir, cli_error, prepare_output, write_json
 
-TASK_TITLES = {"mlm": "masked leaf", "clm": "next leaf", "root": "root"}
 
 
 def grammar_of(setting: dict) -> str:
@@ -93,6 +97,9 @@ class RunRow:
     dynamics: DynamicsResult = field(repr=False)
     final: dict = field(default_factory=dict)  # every final metric of metrics.json (numbers only)
     stacked_at_least: bool = False  # stacked_members is a lower bound: a member that did not record it, counted
+    kl_at_end: dict = field(default_factory=dict)  # k -> KL(BP_k ‖ model) at the last evaluation
+    kl_gap_se_at_end: dict = field(default_factory=dict)  # k -> paired standard error of KL_k less the closest's there
+    returns: list = field(default_factory=list)  # back above a level reached before, beyond noise (:func:`returns_up`)
 
 
 def count_parameters(folder: Path) -> int:
@@ -215,6 +222,44 @@ def command_of(folder: Path, run_config: dict) -> str | None:
     return command_line(str(record.get("task")), record.get("arguments") or {}, folder)
 
 
+def _at(values, i: int) -> float | None:
+    value = float(values[i]) if values is not None and i < len(values) else math.nan
+    return value if math.isfinite(value) else None
+
+
+def returns_up(dynamics: DynamicsResult) -> list:
+    """The evaluations at which a run is closest to a BP_k above a level it had been closest to before, told apart
+    from that level (:func:`hf_treelang.core.noise.told_apart`): one dict per such evaluation, ``step``, ``level``
+    (the closest there), ``below`` (the lowest level closest before), ``gap`` (KL_below − KL_level, nats), ``error``
+    (its standard error: the paired one where the run logged it, else the sum of the two KLs' errors, the bound for
+    any correlation, :func:`~hf_treelang.core.noise.difference_error`) and ``paired``. Since a return at any of the
+    m evaluations after the first would count, each is tested at :func:`~hf_treelang.core.noise.family_z` (m). An
+    evaluation without either error tells nothing: no return is claimed there."""
+    closest = dynamics.closest_bp
+    z = family_z(max(len(closest) - 1, 1))
+    found = []
+    for i in range(1, len(closest)):
+        below, level = min(closest[:i]), closest[i]
+        if level <= below:
+            continue
+        kl_below, kl_level = _at(dynamics.kl.get(below), i), _at(dynamics.kl.get(level), i)
+        if kl_below is None or kl_level is None:
+            continue
+        gap = kl_below - kl_level
+        paired = _at(dynamics.kl_gap_se.get(below), i)
+        first, second = _at(dynamics.kl_se.get(below), i), _at(dynamics.kl_se.get(level), i)
+        if paired is not None and not invalid_error(paired):
+            error = paired
+        elif first is not None and second is not None and not invalid_error(first) and not invalid_error(second):
+            error = difference_error(first, second, same_inputs=True)
+        else:
+            continue
+        if told_apart(gap, error, z):
+            found.append({"step": int(dynamics.steps[i]), "level": int(level), "below": int(below),
+                          "gap": float(gap), "error": float(error), "paired": paired is not None})
+    return found
+
+
 def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None = None) -> RunRow:
     """The comparison row of one finished run folder; with ``reevaluate``, the paired errors of a last evaluation
     whose history lacks them are recomputed from the saved weights
@@ -276,6 +321,9 @@ def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None 
         dynamics=dynamics,
         final={key: value for key, value in sorted(final.items())
                if isinstance(value, (int, float)) and not isinstance(value, bool)},
+        kl_at_end={k: _at(values, len(values) - 1) for k, values in sorted(dynamics.kl.items())},
+        kl_gap_se_at_end={k: _at(values, len(values) - 1) for k, values in sorted(dynamics.kl_gap_se.items())},
+        returns=returns_up(dynamics),
     )
 
 
@@ -515,6 +563,8 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
     payload = {"groups": groups, "runs": [{key: value for key, value in vars(row).items() if key != "dynamics"}
                                           for row in rows]}
     write_json(out / "compare.json", payload)
+    summary = summary_lines(json.loads((out / "compare.json").read_text()))  # from the file: what others read
+    (out / "summary.md").write_text("\n".join(summary) + "\n")
     records = dataset_records(rows, groups)
     columns = dataset_columns(records)
     with open(out / "compare.csv", "w", newline="") as handle:
@@ -525,7 +575,7 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
                                                  table_config_name((out / "compare.csv").read_bytes())))
     save_figure(figure, out / "compare.png")
     return {"groups": groups, "kept_apart": kept_apart_lines(groups), "not_reevaluated": skipped,
-            "files": [out / name for name in ("compare.md", "compare.json", "compare.csv", "README.md",
+            "files": [out / name for name in ("compare.md", "compare.json", "summary.md", "compare.csv", "README.md",
                                                 "compare.png")]}
 
 
@@ -552,13 +602,16 @@ DATASET_COLUMNS = {
     "within_noise_at_end": "the levels k whose KL at the last evaluation is within two paired standard errors of the "
                            "closest BP's (e.g. 0-1: BP_0 and BP_1 not told apart; empty: errors not logged), among "
                            "the BP_k defined on every evaluation input",
+    "returns": "the evaluations at which the run is back at a BP_k above a level it had been closest to, told apart "
+               "from it (step:level>lowest level before, ;-separated; empty: none)",
     "command": "the command that trains this run alone",
 }
 
 
 def dataset_records(rows: list, groups: list) -> list:
     """One dict per run for the dataset file: :data:`DATASET_COLUMNS`, then ``t_k`` (the climb times, empty where a
-    level was not reached) and every final metric of ``metrics.json`` under its own key."""
+    level was not reached), ``kl_gap_se_bp_k<k>`` (the paired errors at the last evaluation) and every final metric
+    of ``metrics.json`` under its own key."""
     label = {path: group["label"] for group in groups for path in group["runs"]}
     records = []
     for row in rows:
@@ -569,17 +622,21 @@ def dataset_records(rows: list, groups: list) -> list:
                   "stacked_members": row.stacked_members, "stacked_at_least": row.stacked_at_least,
                   "k_train": row.k_train,
                   "path_of_closest": "-".join(map(str, row.path_of_closest)),
-                  "within_noise_at_end": "-".join(map(str, row.within_noise_at_end or [])), "command": row.command}
+                  "within_noise_at_end": "-".join(map(str, row.within_noise_at_end or [])),
+                  "returns": ";".join(f"{r['step']}:{r['level']}>{r['below']}" for r in row.returns),
+                  "command": row.command}
         record.update({f"t_{k}": time for k, time in sorted(row.climb_times.items(), reverse=True)})
+        record.update({f"kl_gap_se_bp_k{k}": error for k, error in row.kl_gap_se_at_end.items()})
         record.update(row.final)
         records.append(record)
     return records
 
 
 def dataset_columns(records: list) -> list:
-    """The fixed columns, then the climb times and the final metrics of every run (their union, sorted)."""
+    """The fixed columns, then the climb times, the paired errors and the final metrics of every run (their union,
+    sorted)."""
     extra = sorted({key for record in records for key in record} - set(DATASET_COLUMNS),
-                   key=lambda key: (not key.startswith("t_"), key))
+                   key=lambda key: (not key.startswith("t_"), not key.startswith("kl_gap_se_"), key))
     return [*DATASET_COLUMNS, *extra]
 
 
@@ -602,6 +659,10 @@ def dataset_card(columns: list, num_runs: int, title: str, config_name: str = "d
         elif column.startswith("t_"):
             described.append(f"- `{column}`: the first evaluation step from which the closest BP stays at level "
                              f"≤ {column[2:]} (empty: never)")
+        elif column.startswith("kl_gap_se_bp_k"):
+            described.append(f"- `{column}`: the paired standard error of KL(BP_{column[14:]} ‖ model) less the "
+                             "closest BP's at the last evaluation, over the same sequences (0 for the closest; empty: "
+                             "not logged nor recomputed)")
         else:
             described.append(f"- `{column}`: the run's final `{column}` (metrics.json; `eval_kl_bp_k<k>` mean "
                              "KL(BP_k ‖ model) in nats, `eval_acc_ktest<k>` / `eval_bp_acc_ktest<k>` the model's and "

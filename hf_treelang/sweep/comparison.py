@@ -264,15 +264,16 @@ def check_rate_record(cell: str, record, path) -> None:
                          f"{', '.join(f'{rate:g}' for rate in searched)}); the main runs train the search's best; "
                          f"{fix}")
     if best is None or best[1] != chosen:
-        shown = "no candidate has a final metric" if best is None else f"the best is {best[1]:g} ({metric} {best[0]:.4g})"
+        shown = ("no candidate has a final metric" if best is None
+                 else f"the best is {best[1]:g} ({metric} {best[0]:.4g})")
         raise ValueError(f"{where}: the chosen rate {chosen:g} is not its search's best ({shown}); the main runs "
                          f"train the search's best; {fix}")
 
 
 def read_rates(path) -> dict:
     """The cells' rate records of ``rates.json`` (none when the file does not exist), each checked
-    (:func:`check_rate_record`). A file that is not a JSON object — cut short, empty, a list — is refused in one line
-    naming it, never read as no records: that would search every cell again and write over the file."""
+    (:func:`check_rate_record`). A file that is not a JSON object — cut short, empty, a list — is refused in one
+    line naming it, never read as no records: that would search every cell again and write over the file."""
     path = Path(path)
     if not path.exists():
         return {}
@@ -334,5 +335,5 @@ def run_protocol(out, *, stage: str = "all", workers: int = 2, only=None, log=pr
 
 
 __all__ = ["CELLS", "Cell", "GRAMMARS", "LEARNING_RATES", "SEEDS", "architecture", "budget", "cells", "check_sizes",
-           "best_rate", "check_rate_record", "choose_rate", "final_metric", "is_current", "main_runs", "parameter_counts",
-           "read_rates", "run_protocol", "selected", "tuning_runs"]
+           "best_rate", "check_rate_record", "choose_rate", "final_metric", "is_current", "main_runs",
+           "parameter_counts", "read_rates", "run_protocol", "selected", "tuning_runs"]
