@@ -846,3 +846,13 @@ def test_a_bp_k_undefined_on_some_inputs_is_not_a_candidate_of_the_closest(tmp_p
     _write(tmp_path, "dynamics/root.json", data)
     finding = CHECKS["1c"](tmp_path)
     assert finding.verdict == "reproduced" and finding.measured["path"]["ends at k_train"] == "yes"
+
+
+def test_an_ancestor_read_best_by_the_embedding_is_decided_not_climbed(tmp_path):
+    # the embedding reads the root best: its gain over itself is exactly 0, one number, with no noise to hide in
+    embedding_reads_the_root = [[0.36, 0.3, 0.3]] + CLIMBING_NEAR_CHANCE[1:]
+    _write(tmp_path, "probe/probe_ends.json", _probe(embedding_reads_the_root, num_test=2048))
+    finding = CHECKS["12 (left)"](tmp_path)
+    assert finding.verdict == "not reproduced"
+    entry = next(e for e in finding.measured["margins"] if e["test"].startswith("level 0: layer 0"))
+    assert (entry["noise"], entry["decided"]) == (0.0, "fail")

@@ -1577,8 +1577,8 @@ def _check_probes_ends(data: dict, out: Path) -> tuple:
     for column, level in enumerate(data["levels"]):
         best = int(np.nanargmax(accuracy[:, column]))
         gains[f"level {level}"] = accuracy[best, column] - embedding[column]
-        noise = _difference_noise(_probe_noise(data, accuracy[best, column]), _probe_noise(data, embedding[column]),
-                                  same_inputs=True)
+        noise = 0.0 if layers[best] == 0 else _difference_noise(  # the embedding against itself: one number
+            _probe_noise(data, accuracy[best, column]), _probe_noise(data, embedding[column]), same_inputs=True)
         margins.at_least(f"level {level}: layer {layers[best]} ≥ the embedding + {CHANGE}", accuracy[best, column],
                          embedding[column] + CHANGE, noise)
     measured["gain_over_embedding"] = _round(gains, 3)
