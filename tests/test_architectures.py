@@ -271,7 +271,7 @@ def test_a_model_that_cannot_run_the_sequence_is_refused_before_training():
 
 def test_the_treelang_config_takes_any_positive_layer_norm_eps_and_an_assignable_bos_id():
     config = TreeLangConfig(layer_norm_eps=1.0)  # what transformers' eager-vs-SDPA tests set
-    config.bos_token_id = config.vocab_size - 1
+    config.bos_token_id = config.num_symbols  # q = vocab_size - 2: the symbols, then [MASK] (= BOS) and [PAD]
     config.validate()
     config.bos_token_id = 0
     with pytest.raises(ValueError, match="`bos_token_id` must be q = 4"):

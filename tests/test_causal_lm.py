@@ -66,7 +66,7 @@ def test_the_causal_model_has_causal_attention_and_leaves_the_callers_config_as_
     config = tiny_config()
     model = TreeLangForCausalLM(config)
     assert config.is_causal is False  # a copy was made
-    assert model.config.is_causal is True and model.config.bos_token_id == BOS == model.config.vocab_size - 1
+    assert model.config.is_causal is True and model.config.bos_token_id == BOS == model.config.vocab_size - 2
     assert all(layer.attention.is_causal for layer in model.treelang.layers)
     assert TreeLangSelfAttention.is_causal is False  # the class default stays bidirectional
     assert model.next_leaf_head.out_features == Q and model.get_input_embeddings().num_embeddings == Q + 1
@@ -82,7 +82,7 @@ def test_logits_have_one_row_per_position_for_every_prefix_length(length):
     model = tiny_model()
     x = with_bos(leaves())[:, :length]
     output = model(x, labels=leaves()[:, :length])
-    assert tuple(output.logits.shape) == (5, length, Q) and output.loss.shape == ()
+    assert tuple(output.logits.shape) == (5, length, Q + 2) and output.loss.shape == ()  # symbols, [MASK], [PAD]
 
 
 def test_a_prefix_gives_the_rows_of_the_full_sequence():
@@ -191,7 +191,7 @@ def test_forward_reads_no_tensor_value_off_the_cpu():
         model = TreeLangForCausalLM(tiny_config())
     x = leaves().to("meta")
     output = model(with_bos(x), labels=x, attention_mask=torch.ones(5, L, device="meta"), output_attentions=True)
-    assert output.logits.shape == (5, L, Q) and output.loss.shape == ()
+    assert output.logits.shape == (5, L, Q + 2) and output.loss.shape == ()
 
 
 # ---------------------------------------------------------------- fidelity to torch.nn.TransformerEncoder
@@ -215,7 +215,7 @@ def test_matches_torch_transformer_encoder_with_a_causal_mask(length):
         embedded = model.get_input_embeddings()(x) + sinusoidal_positional_encoding(length, 32)  # (B, T, d)
         mask = nn.Transformer.generate_square_subsequent_mask(length)  # (T, T): -inf above the diagonal
         expected = model.next_leaf_head(reference(embedded, mask=mask, is_causal=True))  # (B, T, q)
-        actual = model(x).logits
+        actual = model(x).logits[..., :Q]  # the symbols' logits
     assert torch.allclose(actual, expected, atol=1e-5), (actual - expected).abs().max()
 
 
@@ -276,7 +276,8 @@ def test_generation_config_is_bos_then_two_to_the_depth_leaves():
     model = tiny_model()
     assert isinstance(model, GenerationMixin) and model.can_generate()
     config = model.generation_config
-    assert (config.bos_token_id, config.max_new_tokens, config.use_cache) == (BOS, L, False)
+    assert (config.bos_token_id, config.max_length, config.use_cache) == (BOS, 1 + L, False)
+    assert config.suppress_tokens == [BOS, BOS + 1]  # [MASK] (= BOS) and [PAD] are never generated
     assert config.eos_token_id is None and config.pad_token_id is None
 
 
@@ -314,7 +315,7 @@ def test_sampling_follows_the_models_next_leaf_distribution():
     torch.manual_seed(0)
     sequences = model.generate(torch.full((4000, 1), BOS), do_sample=True)
     with torch.no_grad():
-        p0 = model(sequences[:1, :1]).logits[0, 0].softmax(-1)  # (q,)
+        p0 = model(sequences[:1, :1]).logits[0, 0].softmax(-1)[:Q]  # (q,): [MASK] and [PAD] get 0.0
     frequencies = torch.bincount(sequences[:, 1], minlength=Q) / 4000
     assert torch.allclose(frequencies, p0, atol=4 * math.sqrt(0.25 / 4000))
 
@@ -365,7 +366,7 @@ def test_save_and_auto_class_round_trip(tmp_path):
     assert type(loaded) is TreeLangForCausalLM
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert torch.equal(loaded.eval()(x).logits, model(x).logits)
-    assert loaded.generation_config.max_new_tokens == L and loaded.generation_config.bos_token_id == BOS
+    assert loaded.generation_config.max_length == 1 + L and loaded.generation_config.bos_token_id == BOS
     assert type(AutoModelForCausalLM.from_config(tiny_config())) is TreeLangForCausalLM
     assert hf_treelang.TreeLangForCausalLM is TreeLangForCausalLM
 

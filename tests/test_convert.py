@@ -104,7 +104,7 @@ def test_converted_checkpoint_reproduces_the_paper_model(tmp_path, task, auto_cl
     assert (config.intermediate_size, config.depth, config.num_attention_heads) == (D_FF, DEPTH, 1)
     x = tokens()
     with torch.no_grad():
-        expected, actual = paper(x), converted(x).logits[..., :Q]  # an MLM's also score [MASK] and [PAD] at -inf
+        expected, actual = paper(x), converted(x).logits[..., :Q]  # an MLM's also score [MASK] and [PAD]
     assert torch.allclose(actual, expected, atol=1e-6), (actual - expected).abs().max()
 
 
@@ -186,7 +186,7 @@ def test_root_classifier_without_mask_token_converts_with_identical_logits(tmp_p
     torch.save(paper.state_dict(), tmp_path / "root.pt")
     hf_treelang.convert(tmp_path / "root.pt", tmp_path / "out", task="root", depth=DEPTH)
     converted = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out").eval()
-    assert converted.config.vocab_size == Q + 1 and converted.config.num_symbols == Q
+    assert converted.config.vocab_size == Q + 2 and converted.config.num_symbols == Q
     assert converted.config.classifier_pooling == {"flatten": "concat", "mean": "mean"}[pooling]
     embedding = converted.treelang.embeddings.token_embeddings.weight  # (q + 1, d)
     assert torch.equal(embedding[:Q], paper.input_embedding.weight)

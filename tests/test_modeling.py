@@ -53,14 +53,14 @@ def test_default_config_is_the_paper_model():
     config = TreeLangConfig()
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (128, 4, 1)
     assert (config.intermediate_size, config.hidden_act, config.layer_norm_eps) == (2048, "relu", 1e-5)
-    assert (config.vocab_size, config.num_symbols, config.mask_token_id) == (5, 4, 4)
+    assert (config.vocab_size, config.num_symbols, config.mask_token_id, config.pad_token_id) == (6, 4, 4, 5)
     assert (config.depth, config.max_position_embeddings, config.num_labels) == (4, 16, 4)
     assert config.classifier_pooling == "concat"
 
 
-def test_from_data_sets_vocabulary_to_q_plus_one_and_records_the_data():
+def test_from_data_sets_vocabulary_to_q_plus_two_and_records_the_data():
     config = TreeLangConfig.from_data(num_symbols=6, depth=5, filter_level=2, sigma=0.5, grammar_seed=7)
-    assert (config.vocab_size, config.num_symbols, config.mask_token_id, config.num_labels) == (7, 6, 6, 6)
+    assert (config.vocab_size, config.num_symbols, config.mask_token_id, config.num_labels) == (8, 6, 6, 6)
     assert (config.depth, config.max_position_embeddings) == (5, 32)
     assert (config.filter_level, config.sigma, config.grammar_seed) == (2, 0.5, 7)
 
@@ -135,7 +135,7 @@ def test_from_data_rejects_fewer_than_two_symbols():
     [
         (TreeLangModel, (5, T, 32)),
         (TreeLangForSequenceClassification, (5, Q)),
-        (TreeLangForMaskedLM, (5, T, Q + 2)),  # the symbols, then [MASK] and [PAD] at -inf
+        (TreeLangForMaskedLM, (5, T, Q + 2)),  # the symbols, then [MASK] and [PAD] far below them
     ],
 )
 def test_output_shapes_per_head(cls, shape):

@@ -22,12 +22,12 @@ depend on ``seed``, ``batch_size`` and the device; the true sequences are ``samp
 Sampling uses the model's full next-leaf distribution (temperature 1, no top-k or top-p truncation), so Q is the
 distribution the samples come from.
 
-Any causal architecture (a ``run_clm.py --model_type gpt2|llama|mamba|...`` run): its logits also cover the special
-ids (BOS = q, padding q + 1). Q is then its distribution over the q symbols, each next-leaf row renormalised over
-the symbols' logits (:func:`hf_treelang.train.callbacks.symbol_log_probabilities`), and the samples come from that Q:
+Every causal model's logits cover the vocabulary's special ids too (BOS = q, padding q + 1; a TreeLang model scores
+them far below every symbol). Q is its distribution over the q symbols, each next-leaf row renormalised over the
+symbols' logits (:func:`hf_treelang.train.callbacks.symbol_log_probabilities`), and the samples come from that Q:
 ``generate`` suppresses the special ids (``suppress_tokens``, their logits set to −inf), which is the same
 renormalisation. What the rows put on the special ids is reported as ``mass_on_special_tokens``, the mean over the
-rows of the generated and of the true sequences (0.0 for a TreeLang model, whose logits are the q symbols). A sample
+rows of the generated and of the true sequences (at most 2 exp(-128) for a TreeLang model). A sample
 that still holds a special id (a model whose ``generate`` does not apply ``suppress_tokens``) is not a sequence of
 the language: it is counted in ``num_special_samples`` and scored log P = log Q = −inf, i.e. as a sample the grammar
 cannot produce (KL(model ‖ data) = +inf with its count), never a crash.
@@ -237,10 +237,7 @@ def _num_symbols(model, num_symbols: int | None) -> int:
 
 
 def special_token_ids(model, num_symbols: int) -> list:
-    """The ids a causal model scores beyond the q symbols (suppressed in its samples): none for a TreeLang model,
-    whose logits are the q symbols; ``q .. vocab_size - 1`` for another architecture."""
-    if model.config.model_type == TREELANG:
-        return []
+    """The ids a causal model scores beyond the q symbols (suppressed in its samples): ``q .. vocab_size - 1``."""
     return list(range(num_symbols, int(model.config.vocab_size)))
 
 
@@ -314,8 +311,8 @@ def generate_samples(model, num_samples: int, *, seed: int, batch_size: int = 40
         for start in range(0, num_samples, batch_size):
             size = min(batch_size, num_samples - start)
             prompt = torch.full((size, 1), bos, dtype=torch.long, device=device)  # (b, 1)
-            sequences = model.generate(prompt, do_sample=True, max_new_tokens=length, temperature=1.0, top_k=0,
-                                       top_p=1.0, **options)  # (b, 1 + L)
+            sequences = model.generate(prompt, do_sample=True, max_new_tokens=length, max_length=None,
+                                       temperature=1.0, top_k=0, top_p=1.0, **options)  # (b, 1 + L)
             if sequences.shape[1] != 1 + length:
                 raise ValueError(f"{model.config.model_type} generated sequences of {sequences.shape[1] - 1} tokens "
                                  f"after BOS, not the {length} leaves asked for (does its generation config stop "

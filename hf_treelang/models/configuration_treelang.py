@@ -2,8 +2,9 @@
 
 Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves, `s**l` for trees of arity `s`),
 `k` filter level, `d` hidden size,
-`d'` feed-forward size. The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q` (for the causal
-language model, `is_causal=True`, the same id `q` is the beginning-of-sequence token).
+`d'` feed-forward size. The vocabulary has `q + 2` ids (`vocab_size`), as every TreeLang tokenizer: the symbols
+`0..q-1`, the mask token `q` (for the causal language model, `is_causal=True`, the same id `q` is the
+beginning-of-sequence token) and the padding token `q + 1`.
 
 This file depends on `transformers` only: it is copied next to saved checkpoints so that they load with
 `trust_remote_code=True` where `hf_treelang` is not installed.
@@ -43,7 +44,7 @@ def num_labels_message(num_labels, num_symbols: int) -> str:
     return (
         f"`num_labels` must equal the number of symbols q = {num_symbols}, got {num_labels!r}: the root classifier "
         f"predicts the root symbol, one of the q symbols, so TreeLang derives num_labels (and id2label) from "
-        f"vocab_size = q + 1. For data with another number of symbols build the config with {other_data}; "
+        f"vocab_size = q + 2. For data with another number of symbols build the config with {other_data}; "
         f"for another set of classes, put your own head on the states of TreeLangModel."
     )
 
@@ -52,10 +53,13 @@ class TreeLangConfig(PreTrainedConfig):
     r"""Configuration of [`TreeLangModel`] and its heads. `TreeLangConfig()` is the paper's model (q=4, ℓ=4).
 
     Sizes flow from the data into the model: prefer [`TreeLangConfig.from_data`], which takes the number of symbols
-    `q` and fills `vocab_size = q + 1`.
+    `q` and fills `vocab_size = q + 2`.
 
     Args:
-        vocab_size (`int`, defaults to 5): number of token ids, `q + 1` (the last id `q` is the mask token); `q >= 2`.
+        vocab_size (`int`, defaults to 6): number of token ids, `q + 2`: the symbols `0 .. q-1`, the mask token `q`
+            and the padding token `q + 1` (the tokenizer's ids; the logits of the masked-LM and causal-LM heads cover
+            them all); `q >= 2`. A config dict of the earlier layout, `vocab_size = q + 1` with `bos_token_id = q`
+            (or without `bos_token_id`), is read as q symbols: every saved TreeLang checkpoint loads.
         depth (`int`, defaults to 4): depth ℓ of the trees; sequences have exactly `arity**depth` tokens (`2**depth`).
         arity (`int`, defaults to 2): children s of every node of the data's trees (2 for the paper's grammars, any
             s >= 2 for a Random Hierarchy Model); sequences have `arity**depth` <= 65 536 tokens.
@@ -83,8 +87,10 @@ class TreeLangConfig(PreTrainedConfig):
             have no counterpart). `"xavier"` draws every matrix and the embedding Xavier uniform with zero biases
             (what the paper's App. D says).
         filter_level (`int`, defaults to 0): filter level k of the data the checkpoint was trained on (metadata).
-        sigma (`float`, defaults to 1.0): grammar parameter σ of the training data (metadata).
-        grammar_seed (`int`, defaults to 0): seed of the grammar of the training data (metadata).
+        sigma (`float`, *optional*, defaults to 1.0): grammar parameter σ of the training data (metadata); `None`
+            for a grammar that has no σ (a Random Hierarchy Model, a grammar given by its rules).
+        grammar_seed (`int`, *optional*, defaults to 0): seed of the grammar of the training data (metadata); `None`
+            for a grammar drawn from no seed (one given by its rules).
         num_classes (`int`, *optional*): n, the root's classes `0 .. n-1` when they are fewer than the q symbols (a
             Random Hierarchy Model's root takes n <= q of its symbols): the root classifier then has n outputs
             (`num_labels` = n). `None` (the default, the paper's grammars): every symbol is a class, `num_labels` = q.
@@ -105,7 +111,7 @@ class TreeLangConfig(PreTrainedConfig):
 
     model_type = "treelang"
 
-    vocab_size: int = 5
+    vocab_size: int = 6
     depth: int = 4
     arity: int = 2
     hidden_size: int = 128
@@ -120,8 +126,8 @@ class TreeLangConfig(PreTrainedConfig):
     classifier_hidden_size: int = 0
     initializer: str = "torch"
     filter_level: int = 0
-    sigma: float = 1.0
-    grammar_seed: int = 0
+    sigma: float | None = 1.0
+    grammar_seed: int | None = 0
     num_classes: int | None = None
     is_causal: bool = False
     bos_token_id: int | None = None
@@ -130,6 +136,8 @@ class TreeLangConfig(PreTrainedConfig):
         # A derived size saved by `to_dict` of older files or passed by callers must agree with `depth`.
         max_positions = kwargs.pop("max_position_embeddings", None)
         num_labels = kwargs.pop("num_labels", None)
+        if _is_int(self.vocab_size) and _is_int(self.bos_token_id) and self.bos_token_id == self.vocab_size - 1:
+            self.vocab_size += 1  # the earlier layout, q + 1 ids with BOS = q: the same q symbols, [PAD] added
         # Checked before the base class runs: its `__post_init__` sets `num_labels`, which reads `vocab_size`.
         self._check()
         if num_labels is not None:
@@ -139,10 +147,18 @@ class TreeLangConfig(PreTrainedConfig):
                 f"max_position_embeddings must equal {self.arity}**depth = {self.sequence_length}, got {max_positions}"
             )
         if self.bos_token_id is None:
-            self.bos_token_id = self.vocab_size - 1
+            self.bos_token_id = self.num_symbols
         super().__post_init__(**kwargs)
         if self.id2label is None or len(self.id2label) != self.num_labels:
             self._name_symbol_labels()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' `from_dict`; a dict without `bos_token_id` (saved before the causal head existed) has the
+        earlier layout, `vocab_size = q + 1`, and is read as q symbols."""
+        if "bos_token_id" not in config_dict and _is_int(config_dict.get("vocab_size")):
+            config_dict = {**config_dict, "bos_token_id": config_dict["vocab_size"] - 1}
+        return super().from_dict(config_dict, **kwargs)
 
     def to_dict(self) -> dict:
         """transformers' dict, without `num_classes` when it is unset (the paper's configs keep their files)."""
@@ -158,8 +174,8 @@ class TreeLangConfig(PreTrainedConfig):
 
     def validate_bos_token_id(self):
         """The causal language model's beginning-of-sequence id is q, the mask token's id (no head uses both)."""
-        if self.bos_token_id != self.vocab_size - 1:
-            raise ValueError(f"`bos_token_id` must be q = {self.vocab_size - 1} (the mask id, which the causal "
+        if self.bos_token_id != self.num_symbols:
+            raise ValueError(f"`bos_token_id` must be q = {self.num_symbols} (the mask id, which the causal "
                              f"language model reads as the beginning of sequence), got {self.bos_token_id!r}")
 
     def _name_symbol_labels(self) -> None:
@@ -173,7 +189,7 @@ class TreeLangConfig(PreTrainedConfig):
         not stored).
 
         The root head predicts the root symbol, one of the q symbols (of the n classes), so `num_labels` follows
-        `vocab_size = q + 1` and `num_classes`. Setting it to that value is accepted (and names the labels
+        `vocab_size = q + 2` and `num_classes`. Setting it to that value is accepted (and names the labels
         `symbol_i`); any other value raises, rather than leaving `id2label` out of step with the head.
         """
         return self.num_symbols if getattr(self, "num_classes", None) is None else self.num_classes
@@ -193,8 +209,8 @@ class TreeLangConfig(PreTrainedConfig):
             return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
         rules = [
-            ("vocab_size", positive_int(self.vocab_size) and 3 <= self.vocab_size <= MAX_NUM_SYMBOLS + 1,
-             f"an integer in [3, {MAX_NUM_SYMBOLS + 1}] (q + 1 with q in [2, {MAX_NUM_SYMBOLS}])"),
+            ("vocab_size", positive_int(self.vocab_size) and 4 <= self.vocab_size <= MAX_NUM_SYMBOLS + 2,
+             f"an integer in [4, {MAX_NUM_SYMBOLS + 2}] (q + 2 with q in [2, {MAX_NUM_SYMBOLS}])"),
             ("depth", positive_int(self.depth) and self.depth <= MAX_DEPTH, f"an integer in [1, {MAX_DEPTH}]"),
             ("arity", _is_int(self.arity) and 2 <= self.arity <= MAX_ARITY, f"an integer in [2, {MAX_ARITY}]"),
             ("hidden_size", positive_int(self.hidden_size), "an integer >= 1"),
@@ -214,13 +230,14 @@ class TreeLangConfig(PreTrainedConfig):
              'None or "single_label_classification" (the root head is a q-way classifier)'),
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
              f"an integer in [0, {self.depth}] (depth)"),
-            ("sigma", _is_real(self.sigma) and 0.0 <= self.sigma <= MAX_SIGMA,
-             f"a real number in [0, {MAX_SIGMA:g}]"),
-            ("grammar_seed", _is_int(self.grammar_seed) and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED,
-             f"an integer in [0, {MAX_GRAMMAR_SEED}]"),
+            ("sigma", self.sigma is None or (_is_real(self.sigma) and 0.0 <= self.sigma <= MAX_SIGMA),
+             f"None (a grammar without σ) or a real number in [0, {MAX_SIGMA:g}]"),
+            ("grammar_seed", self.grammar_seed is None or (_is_int(self.grammar_seed)
+                                                           and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED),
+             f"None (a grammar drawn from no seed) or an integer in [0, {MAX_GRAMMAR_SEED}]"),
             ("num_classes", self.num_classes is None or (_is_int(self.num_classes)
-                                                         and 1 <= self.num_classes <= self.vocab_size - 1),
-             f"None (every symbol is a class) or an integer in [1, {self.vocab_size - 1}] (q)"),
+                                                         and 1 <= self.num_classes <= self.num_symbols),
+             f"None (every symbol is a class) or an integer in [1, {self.num_symbols}] (q)"),
             ("is_causal", isinstance(self.is_causal, bool),
              "True (causal attention, the causal language model) or False (every leaf attends to every leaf)"),
         ]
@@ -246,21 +263,22 @@ class TreeLangConfig(PreTrainedConfig):
         num_symbols: int = 4,
         depth: int = 4,
         filter_level: int = 0,
-        sigma: float = 1.0,
-        grammar_seed: int = 0,
+        sigma: float | None = 1.0,
+        grammar_seed: int | None = 0,
         arity: int = 2,
         num_classes: int | None = None,
         **model_kwargs,
     ) -> "TreeLangConfig":
         """Config for data with `num_symbols` symbols (q) on trees of depth ℓ and arity s (`arity**depth` tokens),
-        filter level k, grammar (σ, seed), and root classes (`num_classes` n <= q, None: all q symbols).
+        filter level k, grammar (σ, seed; None for a grammar without them), and root classes (`num_classes` n <= q,
+        None: all q symbols).
 
         `model_kwargs` set the architecture (e.g. `hidden_size=32, num_hidden_layers=2`).
         """
         if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or not 2 <= num_symbols <= MAX_NUM_SYMBOLS:
             raise ValueError(f"`num_symbols` must be an integer in [2, {MAX_NUM_SYMBOLS}], got {num_symbols!r}")
         return cls(
-            vocab_size=num_symbols + 1,
+            vocab_size=num_symbols + 2,
             depth=depth,
             arity=arity,
             num_classes=num_classes,
@@ -272,13 +290,24 @@ class TreeLangConfig(PreTrainedConfig):
 
     @property
     def num_symbols(self) -> int:
-        """Number of symbols q (the vocabulary without the mask token)."""
-        return self.vocab_size - 1
+        """Number of symbols q (the vocabulary without the mask and padding tokens)."""
+        return self.vocab_size - 2
 
     @property
     def mask_token_id(self) -> int:
         """Id of the mask token, q."""
+        return self.vocab_size - 2
+
+    @property
+    def pad_token_id(self) -> int:
+        """Id of the padding token, q + 1 (TreeLang sequences all have `arity**depth` leaves: none is padded)."""
         return self.vocab_size - 1
+
+    @pad_token_id.setter
+    def pad_token_id(self, pad_token_id) -> None:
+        if pad_token_id is not None and pad_token_id != self.vocab_size - 1:
+            raise ValueError(f"`pad_token_id` must be q + 1 = {self.vocab_size - 1} (the last id of the vocabulary), "
+                             f"got {pad_token_id!r}")
 
     @property
     def max_position_embeddings(self) -> int:

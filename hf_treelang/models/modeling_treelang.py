@@ -1,7 +1,7 @@
 """The TreeLang encoder: the vanilla post-LN transformer encoder of the paper (Sec. 3.1, App. C) and its heads.
 
 Glossary: `B` batch, `T = 2**l` sequence length (l = depth ℓ), `C` hidden size d, `nh` heads, `hs = C // nh`,
-`q` symbols (the vocabulary has `q + 1` ids, the last one is the mask token).
+`q` symbols (the vocabulary has `V = q + 2` ids: the symbols, the mask token q and the padding token q + 1).
 
     x⁽⁰⁾ = W_E x + p                       learned token embedding + fixed sinusoidal encoding (Vaswani et al.)
     x̃ = LayerNorm(x + SelfAttention(x))    post-LN, with biases, exactly as torch.nn.TransformerEncoderLayer
@@ -13,6 +13,14 @@ ReLU); masked language modelling applies one linear layer d -> q to every token.
 (`TreeLangForCausalLM`, next-leaf prediction) runs the same blocks with causal self-attention on
 `[BOS, x_0, ..., x_{T-2}]` (BOS = q, T <= 2**l) and applies one linear layer d -> q to every position: row i of its
 logits is the model's P(x_i | x_<i), aligned with the exact oracle `hf_treelang.core.next_leaf`'s rows.
+
+One vocabulary. `config.vocab_size` is q + 2, the tokenizer's ids, and the two language-model heads return logits
+over all of them (`special_logits.vocabulary_logits`): the q symbols' scores, then `[MASK]` and `[PAD]` a fixed
+128 nats below the row's least likely symbol, finite in every dtype. Their losses are the cross-entropy over the q
+symbols (the targets are always symbols), so the training, its gradients and its numbers are those of the q-way
+readout. The embedding holds a row for each id the data hold, the symbols and the mask (q + 1 rows): TreeLang
+sequences all have 2**l leaves, so `[PAD]`, which the tokenizer needs to pad a batch, is never an input, and an
+input that holds it is refused, saying why.
 
 Attention goes through transformers' attention interface (`config._attn_implementation`: "sdpa" by default, "eager",
 or any registered kernel), so `attn_implementation=` and `set_attn_implementation` take effect; `output_attentions=True`
@@ -45,6 +53,7 @@ from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, Maske
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_treelang import TreeLangConfig, num_labels_message
+from .special_logits import vocabulary_logits
 
 IGNORE_INDEX = -100
 INPUT_ID_DTYPES = (torch.int64, torch.int32)
@@ -107,7 +116,8 @@ def check_input_ids(
     """Check token ids: an int64/int32 tensor (batch, 2**ℓ) with values in `[0, q]` (`[0, q)` if not `allow_mask`).
 
     Args:
-        input_ids: (batch, 2**ℓ) token ids; q is the mask id.
+        input_ids: (batch, 2**ℓ) token ids; q is the mask id (the padding id q + 1 is never an input: TreeLang
+            sequences all have 2**ℓ leaves).
         num_symbols: q, the number of symbols (`config.num_symbols`).
         sequence_length: 2**ℓ (`config.sequence_length`), or None to accept any length.
         allow_mask: whether the mask id q may appear (False for unmasked leaves).
@@ -134,7 +144,10 @@ def check_input_ids(
         allowed = f"[0, q] = [0, {num_symbols}] (q is the mask token)" if allow_mask else (
             f"[0, q) = [0, {num_symbols}) (the symbols; the mask id q is added by masking)"
         )
-        raise ValueError(f"input_ids must lie in {allowed}, got values in {_value_range(input_ids)}")
+        padded = "" if not bool((input_ids == num_symbols + 1).any()) else (
+            f" with the padding id [PAD] = q + 1 = {num_symbols + 1}: every TreeLang sequence has exactly "
+            f"{input_ids.shape[1]} tokens and none is padded (a batch padded to its longest holds a shorter one)")
+        raise ValueError(f"input_ids must lie in {allowed}, got values in {_value_range(input_ids)}{padded}")
 
 
 def check_causal_input_ids(
@@ -175,9 +188,12 @@ def check_causal_input_ids(
             f"[BOS, x_0, ..., x_(T-2)]), got values in {_value_range(first)}"
         )
     if leaves.numel() and (int(leaves.min()) < 0 or int(leaves.max()) >= num_symbols):
+        doubled = bool((leaves[:, 0] == num_symbols).any())
         raise ValueError(
             f"input_ids[:, 1:] must be leaves, symbols in [0, q) = [0, {num_symbols}) (only position 0 holds the "
             f"BOS id q), got values in {_value_range(leaves)}"
+            + (" with BOS again at position 1: a causal run's tokenizer adds BOS itself, so a text prompt holds "
+               "leaves only (the empty prompt \"\" for a whole sequence)" if doubled else "")
         )
 
 
@@ -228,7 +244,8 @@ def check_labels(
 def check_attention_mask(
     attention_mask: torch.Tensor, input_shape: tuple, *, check_values: bool = True
 ) -> None:
-    """Tree sequences have no padding: an `attention_mask`, if given, has the shape of input_ids and is all ones."""
+    """Tree sequences have no padding: an `attention_mask`, if given, has the shape of input_ids and is all ones
+    (every sequence has exactly 2**ℓ tokens, so a batch padded to its longest holds a shorter one)."""
     if not isinstance(attention_mask, torch.Tensor):
         raise TypeError(f"attention_mask must be a tensor of shape {tuple(input_shape)}, got a "
                         f"{type(attention_mask).__name__}")
@@ -237,7 +254,11 @@ def check_attention_mask(
             f"attention_mask must have the shape of input_ids {tuple(input_shape)}, got {tuple(attention_mask.shape)}"
         )
     if check_values and attention_mask.numel() and not bool((attention_mask == 1).all()):
-        raise ValueError("attention_mask must be all ones: tree sequences have no padding")
+        lengths = sorted({int(length) for length in attention_mask.sum(-1).tolist()})
+        raise ValueError(
+            f"attention_mask must be all ones: every TreeLang sequence has exactly {input_shape[-1]} tokens and none "
+            f"is padded, got sequences of {', '.join(map(str, lengths))} tokens padded to {input_shape[-1]}"
+        )
 
 
 def sinusoidal_positional_encoding(num_positions: int, hidden_size: int) -> torch.Tensor:
@@ -259,7 +280,8 @@ class TreeLangEmbeddings(nn.Module):
 
     def __init__(self, config: TreeLangConfig):
         super().__init__()
-        self.token_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        # a row per id the data hold, the symbols and the mask: [PAD] (q + 1) is never an input
+        self.token_embeddings = nn.Embedding(config.num_symbols + 1, config.hidden_size)
         self.register_buffer(
             "positional_encoding",
             sinusoidal_positional_encoding(config.max_position_embeddings, config.hidden_size),
@@ -501,8 +523,8 @@ class TreeLangPreTrainedModel(PreTrainedModel):
     def _init_as_the_paper_code(self) -> None:
         """The draws of `initialize_weights` under `"torch_cloned_layers"` (see there)."""
         config, encoder = self.config, self.base_model
-        embedding = encoder.embeddings.token_embeddings.weight  # (q + 1, d)
-        drawn_rows = config.vocab_size if self._authors_embed_mask_token else config.num_symbols
+        embedding = encoder.embeddings.token_embeddings.weight  # (q + 1, d): the symbols and the mask
+        drawn_rows = config.num_symbols + 1 if self._authors_embed_mask_token else config.num_symbols
         if _needs_init(embedding):
             init.normal_(embedding[:drawn_rows])  # N(0, 1), as nn.Embedding
             init.zeros_(embedding[drawn_rows:])  # (0, d), or the root classifier's mask row
@@ -714,18 +736,10 @@ class TreeLangForSequenceClassification(TreeLangPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-def vocabulary_logits(symbol_logits: torch.Tensor) -> torch.Tensor:
-    """``(..., q)`` scores of the symbols as ``(..., q + 2)`` scores over the tokenizer's whole vocabulary — the
-    symbols, then ``[MASK]`` (q) and ``[PAD]`` (q + 1) at -inf: a masked leaf is never either, and a consumer that
-    ranks or targets any token of the vocabulary (transformers' fill-mask pipeline: its top 5, ``targets``) finds
-    every id with probability 0 off the symbols. The softmax over them equals the softmax over the symbols."""
-    special = symbol_logits.new_full((*symbol_logits.shape[:-1], 2), float("-inf"))  # (..., 2)
-    return torch.cat([symbol_logits, special], dim=-1)  # (..., q + 2)
-
-
 class TreeLangForMaskedLM(TreeLangPreTrainedModel):
     """Masked language modelling (Sec. 3.3): one linear readout d -> q on every token (the mask is never a target);
-    its `logits` cover the tokenizer's q + 2 ids (:func:`vocabulary_logits`)."""
+    its `logits` cover the vocabulary's q + 2 ids (`special_logits.vocabulary_logits`: `[MASK]` and `[PAD]` finite
+    and far below every symbol) and its loss is the cross-entropy over the q symbols."""
 
     _keys_to_ignore_on_load_unexpected = [r"classifier\..*", r"next_leaf_head\..*"]
 
@@ -741,7 +755,7 @@ class TreeLangForMaskedLM(TreeLangPreTrainedModel):
         return self.treelang.get_input_embeddings()
 
     def get_output_embeddings(self) -> None:
-        # The readout has q outputs while the vocabulary has q + 1 ids: nothing to tie.
+        # The readout has q outputs (the symbols) while the embedding has q + 1 rows: nothing to tie.
         return None
 
     def forward(
@@ -757,8 +771,8 @@ class TreeLangForMaskedLM(TreeLangPreTrainedModel):
         labels (`torch.LongTensor` of shape `(batch, 2**depth)`, optional): the true symbol in `[0, q)` at masked
             positions and -100 elsewhere; gives the cross-entropy averaged over masked positions.
 
-        Returns `logits` of shape `(batch, 2**depth, q + 2)`: the q symbols' scores, then -inf for `[MASK]` and
-        `[PAD]` (:func:`vocabulary_logits`).
+        Returns `logits` of shape `(batch, 2**depth, q + 2)` (`config.vocab_size`): the q symbols' scores, then
+        `[MASK]` and `[PAD]` 128 nats below the least likely symbol (`special_logits.vocabulary_logits`).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         self._check_inputs(input_ids, labels, mlm_labels=True)
@@ -782,9 +796,10 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
     position (`next_leaf_head`); `config.is_causal` is always True.
 
     Input layout. `input_ids = [BOS, x_0, ..., x_{T-2}]` with the beginning-of-sequence id BOS = q (the mask token's
-    id: `vocab_size` stays q + 1) and `1 <= T <= 2**ℓ`; position t has the sinusoid row t, whatever T is. Position i
-    sees BOS and the leaves x_0 .. x_{i-1}, so row i of the logits `(B, T, q)` is the model's P(x_i | x_<i): the
-    same row as `hf_treelang.core.next_leaf.next_leaf_distributions(bp, leaves).probabilities[:, i]`. A whole
+    id) and `1 <= T <= 2**ℓ`; position t has the sinusoid row t, whatever T is. Position i sees BOS and the leaves
+    x_0 .. x_{i-1}, so the first q columns of row i of the logits `(B, T, q + 2)` are the model's P(x_i | x_<i): the
+    same row as `hf_treelang.core.next_leaf.next_leaf_distributions(bp, leaves).probabilities[:, i]`; the last two,
+    `[MASK]` and `[PAD]`, are finite and far below every symbol (`special_logits.vocabulary_logits`). A whole
     sequence of 2**ℓ leaves takes T = 2**ℓ positions (its last leaf is a target, never an input).
 
     Labels are not shifted (unlike transformers' usual causal LMs, which shift them by one inside the loss): position
@@ -793,13 +808,14 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
     position of B full sequences labelled it is `-Σ_b log P_model(x_b) / (B 2**ℓ)` (nats per leaf).
 
     Generation. `generate` starts from BOS and adds one leaf per step, recomputing the whole prefix (no key/value
-    cache: at most 2**ℓ positions). A full sequence is `max_new_tokens = 2**ℓ` new tokens, the default of the model's
-    `generation_config`: from the BOS prompt `(n, 1)` the output `(n, 1 + 2**ℓ)` is BOS followed by 2**ℓ leaves, whose
-    last forward saw BOS and 2**ℓ - 1 leaves; asking for more raises, naming the length. Set the length with
-    `max_new_tokens` (it takes precedence over `max_length`): a prompt `[BOS, x_0, ..., x_{m-1}]` is completed by
-    `max_new_tokens = 2**ℓ - m`. The head has q outputs, so
-    every generated token is a symbol in [0, q). There is no end-of-sequence token (the length is fixed) and no
-    padding token (nothing is padded; generate would otherwise read the BOS prompt as padding)::
+    cache: at most 2**ℓ positions). The model's `generation_config` completes any prompt to a full sequence,
+    `max_length = 1 + 2**ℓ`: from the BOS prompt `(n, 1)` the output `(n, 1 + 2**ℓ)` is BOS followed by 2**ℓ leaves,
+    whose last forward saw BOS and 2**ℓ - 1 leaves, and a prompt `[BOS, x_0, ..., x_{m-1}]` gets the `2**ℓ - m`
+    leaves left (so does `pipeline("text-generation")`, whose prompt text holds leaves: the tokenizer adds BOS).
+    `max_new_tokens` takes precedence; asking for more than the positions left raises, naming the length. The
+    generation config suppresses `[MASK]` and `[PAD]` (`suppress_tokens`), so every generated token is a symbol in
+    [0, q). There is no end-of-sequence token (the length is fixed) and no padding token (nothing is padded;
+    generate would otherwise read the BOS prompt as padding)::
 
         bos = torch.full((n, 1), model.config.bos_token_id)
         sequences = model.generate(bos, do_sample=True)         # (n, 1 + 2**ℓ): samples of the model
@@ -820,7 +836,8 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
             self.next_leaf_head = nn.Linear(config.hidden_size, config.num_symbols)
         # BOS, then 2**ℓ leaves; no eos (fixed length), no pad; every step recomputes the prefix (no cache)
         self.generation_config = GenerationConfig(
-            bos_token_id=config.bos_token_id, max_new_tokens=config.sequence_length, use_cache=False
+            bos_token_id=config.bos_token_id, max_length=1 + config.sequence_length, use_cache=False,
+            suppress_tokens=[config.mask_token_id, config.pad_token_id],
         )
         self.post_init()
 
@@ -828,7 +845,7 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
         return self.treelang.get_input_embeddings()
 
     def get_output_embeddings(self) -> None:
-        # The readout has q outputs while the vocabulary has q + 1 ids: nothing to tie.
+        # The readout has q outputs (the symbols) while the embedding has q + 1 rows: nothing to tie.
         return None
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs) -> dict:
@@ -857,7 +874,8 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
             input is shifted by BOS), in `[0, q)`, or -100 where nothing is predicted; gives the cross-entropy
             averaged over the labelled positions.
 
-        Returns `logits` of shape `(batch, T, q)`: row i is the model's P(x_i | x_<i) (before the softmax).
+        Returns `logits` of shape `(batch, T, q + 2)` (`config.vocab_size`): the first q columns of row i are the
+        model's P(x_i | x_<i) before the softmax, `[MASK]` and `[PAD]` far below them.
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         self._check_inputs(input_ids)
@@ -870,14 +888,16 @@ class TreeLangForCausalLM(TreeLangPreTrainedModel, GenerationMixin):
                 )
             check_labels(labels, self.config.num_symbols, allow_ignored=True, check_values=can_read_values(labels))
         encoded = _encode(self, input_ids, attention_mask, output_attentions, output_hidden_states)
-        logits = self.next_leaf_head(encoded.last_hidden_state)  # (B, T, q)
+        symbol_logits = self.next_leaf_head(encoded.last_hidden_state)  # (B, T, q)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), labels.long().reshape(-1), ignore_index=IGNORE_INDEX
+                symbol_logits.reshape(-1, symbol_logits.shape[-1]), labels.long().reshape(-1),
+                ignore_index=IGNORE_INDEX
             )
         output = CausalLMOutput(
-            loss=loss, logits=logits, hidden_states=encoded.hidden_states, attentions=encoded.attentions
+            loss=loss, logits=vocabulary_logits(symbol_logits), hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions
         )
         return output if return_dict else output.to_tuple()
 

@@ -1,16 +1,21 @@
 """The TreeLang tokenizer: symbols as readable tokens, for every architecture trained on TreeLang data, built with the
 ``tokenizers`` library so that a run folder's tokenizer loads in stock transformers (and in ``tokenizers`` alone).
 
-A sequence is its symbols written as numbers separated by spaces, ``"3 0 1 [MASK] 2 ..."`` (decoding writes every
-token after a space, so that a decoded continuation appends to its prompt); the ids follow
-:class:`hf_treelang.core.vocabulary.Vocabulary` (symbol ``i`` is id ``i``, ``[MASK]`` is q, ``[PAD]`` is q + 1).
+A sequence is its symbols written as numbers separated by spaces, ``"3 0 1 [MASK] 2 ..."``; the ids follow
+:class:`hf_treelang.core.vocabulary.Vocabulary` (symbol ``i`` is id ``i``, ``[MASK]`` is q, ``[PAD]`` is q + 1):
+``len(tokenizer)`` is q + 2, the ``vocab_size`` of every model's config.
 
 The tokenizer is a ``tokenizers.Tokenizer`` (:func:`treelang_tokenizer_object`): a ``WordLevel`` model over the q
 symbols and the two special tokens, a ``WhitespaceSplit`` pre-tokenizer (spaces only: the special tokens are matched
-as added tokens, so ``"3 0[MASK]1"`` reads as ``3 0 [MASK] 1``), a decoder that writes each token after a space, and
-for a causal run a ``TemplateProcessing`` post-processor that puts the beginning-of-sequence token, ``[MASK]`` (id
-q), in front of every sequence (next-leaf prediction reads ``[BOS, x_0 .. x_{L-2}]``, so the prompt ``"3 0"``
-becomes ``[q, 3, 0]`` and ``generate`` continues it with leaves).
+as added tokens, so ``"3 0[MASK]1"`` reads as ``3 0 [MASK] 1``), a decoder, and for a causal run a
+``TemplateProcessing`` post-processor that puts the beginning-of-sequence token, ``[MASK]`` (id q), in front of
+every sequence (next-leaf prediction reads ``[BOS, x_0 .. x_{L-2}]``, so the prompt ``"3 0"`` becomes ``[q, 3, 0]``
+and ``generate`` continues it with leaves; a prompt holds leaves only, and the empty prompt ``""`` is BOS alone, from
+which ``pipeline("text-generation")`` samples a whole sequence).
+
+Decoding joins the tokens with spaces, so that one token decodes to itself (``"3"``: fill-mask's ``token_str``);
+a causal run's tokenizer writes every token after a space instead (``" 3 0"``), so that a continuation decoded
+alone appends to its prompt (``pipeline("text-generation")`` writes the prompt text, then the new tokens decoded).
 
 Every run folder holds it as ``tokenizer.json`` with a ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast``
 (:func:`save_tokenizer`), so that ``AutoTokenizer.from_pretrained(RUN)`` and ``pipeline("fill-mask" |
@@ -24,10 +29,11 @@ Example:
     >>> tokenizer = TreeLangTokenizer(num_symbols=4)
     >>> tokenizer("3 0 [MASK] 1")["input_ids"]
     [3, 0, 4, 1]
-    >>> tokenizer.decode([3, 0, 4, 1])  # each token after a space, as GPT-2's tokenizer writes words
-    ' 3 0 [MASK] 1'
-    >>> TreeLangTokenizer(num_symbols=4, causal=True)("3 0")["input_ids"]
-    [4, 3, 0]
+    >>> tokenizer.decode([3, 0, 4, 1]), tokenizer.decode([3])  # tokens joined by spaces
+    ('3 0 [MASK] 1', '3')
+    >>> causal = TreeLangTokenizer(num_symbols=4, causal=True)
+    >>> causal("3 0")["input_ids"], causal.decode([1, 2], skip_special_tokens=True)  # a continuation of "3 0"
+    ([4, 3, 0], ' 1 2')
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ STOCK_CLASS = "PreTrainedTokenizerFast"  # what tokenizer_config.json names: tra
 
 def treelang_tokenizer_object(num_symbols: int, causal: bool = False) -> Tokenizer:
     """The ``tokenizers.Tokenizer`` of q = ``num_symbols`` symbols (ids as :class:`Vocabulary`); ``causal``: every
-    encoded sequence starts with ``[MASK]`` as the beginning-of-sequence token."""
+    encoded sequence starts with ``[MASK]`` as the beginning-of-sequence token, and every decoded token follows a
+    space (module docstring)."""
     vocabulary = Vocabulary(num_symbols)
     vocab = {str(i): i for i in range(vocabulary.num_symbols)}
     vocab.update({MASK_TOKEN: vocabulary.mask_token_id, PAD_TOKEN: vocabulary.pad_token_id})
@@ -56,7 +63,10 @@ def treelang_tokenizer_object(num_symbols: int, causal: bool = False) -> Tokeniz
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens([RawAddedToken(MASK_TOKEN, special=True, normalized=False),
                                   RawAddedToken(PAD_TOKEN, special=True, normalized=False)])
-    tokenizer.decoder = decoders.Replace(Regex("^"), " ")  # each token after a space
+    if causal:
+        tokenizer.decoder = decoders.Replace(Regex("^"), " ")  # each token after a space: continuations append
+    else:
+        tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # tokens joined by spaces (none has "##")
     if causal:
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{MASK_TOKEN} $A", special_tokens=[(MASK_TOKEN, vocabulary.bos_token_id)])

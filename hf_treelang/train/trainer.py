@@ -41,7 +41,7 @@ import contextlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -49,6 +49,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.utils import logging as transformers_logging
 from transformers.integrations import TensorBoardCallback
+from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import TrainOutput, speed_metrics
 
 from hf_treelang.jsonio import write_json_atomic
@@ -284,13 +285,37 @@ def logged_loss_sum(log_history: list, global_step: int) -> RunLoss:
 
 
 def smoothed_logits(model, logits: torch.Tensor) -> torch.Tensor:
-    """The logits label smoothing averages over: a TreeLang model's q symbols (its masked-LM logits also cover the
-    tokenizer's [MASK] and [PAD] at -inf, which a mean of -log p would make infinite); another architecture's
-    logits as they are (every id it scores)."""
+    """The logits label smoothing averages over: a TreeLang model's q symbols, what it predicts (its language-model
+    heads also score [MASK] and [PAD], far below every symbol: a masked or next leaf is never either); another
+    architecture's logits as they are (every id it scores, as transformers' ``LabelSmoother`` on its own)."""
     unwrapped = getattr(model, "_orig_mod", getattr(model, "module", model))
     if isinstance(unwrapped, (TreeLangPreTrainedModel, StackedTreeLang)):
         return logits[..., : unwrapped.config.num_symbols]
     return logits
+
+
+@dataclass
+class SymbolLabelSmoother(LabelSmoother):
+    """transformers' ``LabelSmoother`` over :func:`smoothed_logits` of ``model``: (1 - ε) NLL + ε × the mean of
+    -log p over the q symbols for a TreeLang model, over every id for another architecture."""
+
+    model: object = field(default=None, repr=False)
+
+    def __call__(self, model_output, labels, shift_labels=False, num_items_in_batch=None):
+        logits = model_output["logits"] if isinstance(model_output, dict) else model_output[0]
+        return super().__call__({"logits": smoothed_logits(self.model, logits)}, labels, shift_labels=shift_labels,
+                                num_items_in_batch=num_items_in_batch)
+
+
+class SmoothsOverSymbols:
+    """A Trainer mixin: ``--label_smoothing_factor`` smooths over :func:`smoothed_logits` in every loss the Trainer
+    computes, the evaluation's included (the stock ``compute_loss`` calls ``label_smoother`` on the model's whole
+    logits)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.label_smoother is not None:
+            self.label_smoother = SymbolLabelSmoother(epsilon=self.label_smoother.epsilon, model=self.model)
 
 
 class EvaluatesEveryRow:
@@ -369,11 +394,11 @@ class ResumesWhole:
         return TrainOutput(output.global_step, loss, {**output.metrics, "train_loss": loss})
 
 
-class StockTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
+class StockTrainer(SmoothsOverSymbols, EvaluatesEveryRow, ResumesWhole, Trainer):
     """The stock ``transformers.Trainer`` (``--train_engine dataloader``), ending at ``max_steps`` on resume."""
 
 
-class TreeLangTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
+class TreeLangTrainer(SmoothsOverSymbols, EvaluatesEveryRow, ResumesWhole, Trainer):
     """``transformers.Trainer`` fed from a :class:`~hf_treelang.train.device_data.TrainingStream`, with a lean step.
 
     Args (besides the Trainer's):
@@ -476,11 +501,11 @@ class TreeLangTrainer(EvaluatesEveryRow, ResumesWhole, Trainer):
         """(the loss to differentiate, the loss to log) of one batch; an ensemble returns the members' sum and mean.
         With a ``compute_loss_func`` (a causal model of transformers, whose own loss shifts the labels) the labels go
         to that function instead of the model, as in ``Trainer.compute_loss``. Otherwise, with
-        ``label_smoothing_factor`` ε > 0 the loss is transformers' ``LabelSmoother`` on the logits, as the stock
-        ``Trainer.compute_loss`` computes it for these models (labels not shifted: a causal model's labels are
-        already aligned with its positions): (1 - ε) NLL + ε × the mean of -log p over every id the logits cover,
-        averaged over the labelled positions — the q symbols for a TreeLang model, the q + 2 ids of the vocabulary
-        (the symbols, the mask or BOS id and padding) for an architecture of transformers. ε = 0 is the model's own
+        ``label_smoothing_factor`` ε > 0 the loss is transformers' ``LabelSmoother`` on :func:`smoothed_logits`, as
+        the Trainer's ``compute_loss`` computes it in evaluation (labels not shifted: a causal model's labels are
+        already aligned with its positions): (1 - ε) NLL + ε × the mean of -log p, averaged over the labelled
+        positions, the mean over the q symbols for a TreeLang model and over the q + 2 ids of the vocabulary (the
+        symbols, the mask or BOS id and padding) for an architecture of transformers. ε = 0 is the model's own
         cross-entropy, unchanged."""
         if self.compute_loss_func is not None:
             inputs = dict(inputs)
