@@ -1,7 +1,9 @@
 """The TreeLang vocabulary: which token id means what, for every model that reads TreeLang sequences.
 
 Glossary: ``q`` symbols (``num_symbols``). The ids are laid out once, here, and used by the collators, the training
-streams, the oracle's evaluation inputs, the tokenizer and the configs of every architecture:
+streams, the oracle's evaluation inputs, the tokenizer and the configs of every architecture, the TreeLang model's
+included: ``config.vocab_size == len(tokenizer) == logits.shape[-1] ==`` :attr:`Vocabulary.size` for every
+language-model head (a root classifier's logits are its classes):
 
     ids 0 .. q-1   the symbols (a leaf, or a root class of the root classifier)
     id  q          the mask token of masked-leaf prediction, which is also the beginning-of-sequence token of
@@ -9,10 +11,12 @@ streams, the oracle's evaluation inputs, the tokenizer and the configs of every 
     id  q + 1      the padding token (never in TreeLang data, whose sequences all have 2**ℓ leaves; architectures
                    need one to classify a batch, e.g. GPT-2's and Llama's sequence classifiers)
 
-Why one id for mask and BOS: no task uses both, and the TreeLang model (``TreeLangConfig``, ``vocab_size = q + 1``)
-has always read id q as either, so its checkpoints and bytes stay as they were. Architectures from ``transformers``
-get ``q + 2`` ids (:attr:`Vocabulary.size`), so that the padding id they insist on is not a symbol (BERT's default
-``pad_token_id = 0`` would make symbol 0's embedding a zero row that never trains).
+Why one id for mask and BOS: no task uses both, and the TreeLang model has always read id q as either. The padding
+id is not a symbol, so that padding never touches a symbol's embedding (BERT's default ``pad_token_id = 0`` would make
+symbol 0's embedding a zero row that never trains). A model predicts symbols only: the TreeLang heads score the
+special ids far below every symbol (:mod:`hf_treelang.models.special_logits`), and the TreeLang embedding has no row
+for the padding id (TreeLang sequences are never padded; an input holding it is refused), so its checkpoints and
+training are those of the q + 1 ids the data hold.
 
 Example:
     >>> vocabulary = Vocabulary(num_symbols=4)
@@ -54,12 +58,12 @@ class Vocabulary:
 
     @property
     def pad_token_id(self) -> int:
-        """The padding id, q + 1 (outside the TreeLang model's q + 1 ids: it never pads)."""
+        """The padding id, q + 1 (a tokenizer pads a batch with it; TreeLang sequences never need it)."""
         return self.num_symbols + 1
 
     @property
     def size(self) -> int:
-        """Ids an architecture from ``transformers`` embeds: q + 2 (the symbols, mask/BOS and padding)."""
+        """The number of ids, every model's ``vocab_size``: q + 2 (the symbols, mask/BOS and padding)."""
         return self.num_symbols + 2
 
     @property

@@ -2,7 +2,8 @@
 (paper Sec. 4 and App. F; :mod:`modeling_bp_transformer` holds the construction and its derivation).
 
 Glossary: `q` symbols (`num_symbols`), `l` depth (ℓ, sequences have `2**l` leaves), `d` the token size
-`4 q + 2 q² + 2 ℓ` (:func:`token_size`). The vocabulary has `q + 1` ids: the symbols `0..q-1` and the mask token `q`.
+`4 q + 2 q² + 2 ℓ` (:func:`token_size`). The vocabulary has `q + 2` ids, as every TreeLang tokenizer: the symbols
+`0..q-1`, the mask token `q` and the padding token `q + 1` (never an input: sequences have `2**ℓ` leaves).
 
 This file depends on `transformers` only: it is copied next to saved models so that they load with
 `trust_remote_code=True` where `hf_treelang` is not installed.
@@ -80,8 +81,8 @@ class BPTransformerConfig(PreTrainedConfig):
         self.filter_level = filter_level
         self.grammar_seed = grammar_seed
         self.sigma = sigma
-        self.vocab_size = num_symbols + 1 if _is_int(num_symbols) else num_symbols
-        self.mask_token_id = self.vocab_size - 1 if _is_int(num_symbols) else None
+        self.vocab_size = num_symbols + 2 if _is_int(num_symbols) else num_symbols  # symbols, [MASK], [PAD]
+        self.mask_token_id = num_symbols if _is_int(num_symbols) else None
         self.num_hidden_layers = depth
         self.num_attention_heads = 1
         self.max_position_embeddings = 2**depth if _is_int(depth) and 0 < depth <= MAX_DEPTH else None

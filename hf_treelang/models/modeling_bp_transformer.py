@@ -96,6 +96,7 @@ from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutp
 from transformers.utils import ModelOutput
 
 from .configuration_bp_transformer import BPTransformerConfig, token_size
+from .special_logits import vocabulary_logits
 
 
 LOG_ZERO = -1.0e4  # the log of probability zero: finite in every dtype (float16 included), exp() = 0 in all
@@ -403,7 +404,8 @@ class BPTransformerForSequenceClassification(BPTransformerWithPrior):
 
 class BPTransformerForMaskedLM(BPTransformerWithPrior):
     """Masked leaf: ``logits_i = u_i + log(exp(C_i) p0)`` at every position, BP_0's marginal of leaf i given the
-    others."""
+    others; the logits cover the vocabulary's q + 2 ids (``config.vocab_size``), the symbols' first, then ``[MASK]``
+    and ``[PAD]`` below every symbol (``special_logits.vocabulary_logits``)."""
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
@@ -415,11 +417,13 @@ class BPTransformerForMaskedLM(BPTransformerWithPrior):
         chain = hidden[..., layout.chain[self.config.depth % 2]].unflatten(-1, (q, q))  # (B, T, q, q): log C
         # logits[x] = u[x] + log Σ_a exp(C[x,a] + log p0[a])
         joint = torch.logsumexp(chain + self.log_root_prior.to(hidden.dtype), dim=-1)  # (B, T, q)
-        logits = _held(hidden[..., layout.u] + joint)  # (B, T, q)
+        symbol_logits = _held(hidden[..., layout.u] + joint)  # (B, T, q)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.reshape(-1, q), labels.long().reshape(-1), ignore_index=-100)
-        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=encoded.hidden_states,
+            loss = nn.functional.cross_entropy(symbol_logits.reshape(-1, q), labels.long().reshape(-1),
+                                               ignore_index=-100)
+        # over the vocabulary's q + 2 ids, as the tokenizer's: [MASK] and [PAD] below every symbol
+        output = MaskedLMOutput(loss=loss, logits=vocabulary_logits(symbol_logits), hidden_states=encoded.hidden_states,
                                 attentions=encoded.attentions)
         return output if return_dict is not False else output.to_tuple()
 

@@ -21,7 +21,8 @@ couples the members but the one thing that must not: gradient clipping, which :f
 does member by member.
 
 Glossary: ``N`` members, ``B`` batch, ``T = 2**ℓ`` leaves, ``C`` hidden size d, ``F`` feed-forward size d',
-``nh`` heads, ``hs = C // nh``, ``q`` symbols (the vocabulary has ``V = q + 1`` ids).
+``nh`` heads, ``hs = C // nh``, ``q`` symbols (``V = q + 1`` embedded ids, the symbols and the mask, as each member's
+embedding; the vocabulary's padding id q + 1 is never an input).
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ class StackedEmbeddings(nn.Module):
 
     def __init__(self, members: int, config: TreeLangConfig):
         super().__init__()
-        self.vocab_size = config.vocab_size
-        self.token_embeddings = StackedTable(members, config.vocab_size, config.hidden_size)
+        self.num_embeddings = config.num_symbols + 1  # V: the rows of each member's table
+        self.token_embeddings = StackedTable(members, self.num_embeddings, config.hidden_size)
         self.register_buffer(
             "positional_encoding",
             sinusoidal_positional_encoding(config.max_position_embeddings, config.hidden_size),
@@ -188,7 +189,7 @@ class StackedEmbeddings(nn.Module):
         N = input_ids.shape[0]
         table = self.token_embeddings.weight  # (N, V, C)
         # member n reads row ids[n, b, t] of its own table: one lookup in the (N*V, C) concatenation
-        offsets = torch.arange(N, device=input_ids.device).view(N, 1, 1) * self.vocab_size  # (N, 1, 1)
+        offsets = torch.arange(N, device=input_ids.device).view(N, 1, 1) * self.num_embeddings  # (N, 1, 1)
         x = F.embedding(input_ids + offsets, table.reshape(-1, table.shape[-1]))  # (N, B, T, C)
         return self.dropout(x + self.positional_encoding)
 

@@ -560,10 +560,10 @@ def check_checkpoint_epochs(epochs, num_train_epochs: float) -> None:
 def _check_saved_model(name: str, path, saved: dict, data_args) -> None:
     """A saved config.json must be a valid TreeLang config of the run's data (q and ℓ)."""
     try:
-        TreeLangConfig.from_dict(dict(saved))
+        config = TreeLangConfig.from_dict(dict(saved))
     except (ValueError, TypeError) as error:
         raise ValueError(f"`{name}` {str(path)!r}: config.json is not a valid TreeLang config: {error}") from None
-    q, depth, arity = saved["vocab_size"] - 1, saved["depth"], saved.get("arity", 2)
+    q, depth, arity = config.num_symbols, saved["depth"], saved.get("arity", 2)
     if q != data_args.num_symbols or depth != data_args.depth or arity != data_args.sequence_arity:
         raise ValueError(
             f"`{name}` {str(path)!r} was trained with num_symbols q={q}, depth ℓ={depth}, arity s={arity}; the data "
