@@ -301,7 +301,7 @@ def test_a_return_to_a_larger_k_for_one_evaluation_within_noise_is_not_a_failure
     data = _dynamics([3, 2, 3, 1, 0])
     _write(tmp_path, "dynamics/mlm.json", data)
     assert CHECKS["1d"](tmp_path).verdict == "not reproduced"  # KL 0.1 to BP_3 against 0.5 to BP_2: a real return
-    data["kl_bp"]["k2"][2] = 0.105  # BP_2 within KL_NOISE of BP_3 at the return
+    data["kl_bp"]["k2"][2] = 0.105  # BP_2 within 2 paired errors (0.01) of BP_3 at the return
     _write(tmp_path, "dynamics/mlm.json", data)
     finding = CHECKS["1d"](tmp_path)
     assert finding.verdict == "reproduced", finding
@@ -856,3 +856,10 @@ def test_an_ancestor_read_best_by_the_embedding_is_decided_not_climbed(tmp_path)
     assert finding.verdict == "not reproduced"
     entry = next(e for e in finding.measured["margins"] if e["test"].startswith("level 0: layer 0"))
     assert (entry["noise"], entry["decided"]) == (0.0, "fail")
+
+
+def test_a_margins_cell_reads_findings_written_before_unusable_noises_were_named():
+    from hf_treelang.reproduce.report import margins_cell
+
+    older = [{"test": "Spearman", "value": 0.9, "threshold": 0.8, "margin": 0.1, "noise": None, "decided": "pass"}]
+    assert margins_cell(older) == "Spearman: +0.1 noise not recorded (pass)"

@@ -17,11 +17,12 @@ are told apart (:func:`hf_treelang.core.noise.told_apart`: the package's one rul
 threshold the number fell. Each rule states its null hypothesis: ``reproduced`` rejects it beyond the noise of every
 number the rule reads, ``not reproduced`` rejects the claim beyond that noise, and a verdict that hangs on a tie is
 ``inconclusive``: rounding, the machine or one seed cannot flip a verdict between reproduced and not reproduced. A
-comparison whose noise the file does not record (written before it), or records as something that is not a standard
-error (NaN, infinite, negative), or whose measured number is missing or NaN, is a tie too, and the note names the
-comparison and the value: no verdict is decided on an unknown noise. A file that is not the JSON object its step
-writes (a list, a missing key, a field of another type) is ``inconclusive`` with a one-line note naming the file and
-the shape expected. A run's bytes depend on the machine and the thread count, so the same command reproduces a run
+comparison whose noise the file does not record (written before it), or whose measured number is missing or NaN, is
+a tie too, and the note names the comparison and why: no verdict is decided on an unknown noise. A file that records
+a noise which is not one (a standard error that is NaN, infinite or negative, an input count that is not an integer
+≥ 1; :func:`_bad_noise`) or that is not the JSON object its step writes (a list, a missing key, a field of another
+type) is ``inconclusive`` with a one-line note naming the file and the field or the shape expected. A run's bytes
+depend on the machine and the thread count, so the same command reproduces a run
 to its noise, not to the bit, across machines: the verdicts are built to be stable under that.
 :func:`write_findings` writes every finding to ``OUT/findings.json``; ``OUT/report.md`` shows them as a table
 (:mod:`hf_treelang.reproduce.report`).

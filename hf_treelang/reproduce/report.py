@@ -106,7 +106,8 @@ def margins_cell(entries: list) -> str:
     parts = []
     for entry in entries:
         margin = "–" if entry.get("margin") is None else f"{entry['margin']:+.3g}"
-        noise = f"({entry['unusable']})" if entry.get("unusable") else f"± {entry['noise']:.3g}"
+        noise = (f"({entry['unusable']})" if entry.get("unusable")
+                 else "noise not recorded" if entry.get("noise") is None else f"± {entry['noise']:.3g}")
         parts.append(f"{entry['test']}: {margin} {noise} ({entry['decided']})")
     return "; ".join(parts)
 
