@@ -263,6 +263,9 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="train every run of the preset first, N side by side on one thread each, then run the "
+                        "analyses (0: each run when its step needs it, in this process; default: the preset's)")
 
 
 SWEEP_EXECUTORS = ("local", "slurm")  # hf_treelang.sweep.runner.EXECUTORS

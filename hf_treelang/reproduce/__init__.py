@@ -45,6 +45,7 @@ from .plan_cache import write_cached_plan
 from .presets import PRESETS, PUBLIC_PRESETS, Preset
 
 PRESET_FILE = "preset.json"
+MAX_WORKERS = 256  # processes that train a preset's runs side by side (reproduce --workers)
 
 # Names of the steps and report modules, imported on first access (PEP 562): they import torch, transformers and
 # every analysis, and ``hf-treelang reproduce --help`` imports this package for the presets and step names.
@@ -92,7 +93,7 @@ def _check_out(out: Path, preset: Preset) -> None:
 
 
 def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Callable | None = None,
-              only: list | None = None) -> ReproduceResult:
+              only: list | None = None, workers: int | None = None) -> ReproduceResult:
     """Run (or resume) every step of a preset into ``out_dir`` and write ``out_dir/report.md``.
 
     Args:
@@ -103,6 +104,10 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         progress: show progress bars.
         log: called with one line of text per step (the CLI prints them).
         only: run only these steps (the others are left as they are); ``None`` runs all.
+        workers: train every run of the preset first, this many side by side on one thread each, then run the
+            steps on the finished runs (:func:`hf_treelang.reproduce.plan.train_ahead`; not with ``only``); 0: each
+            run when its step needs it, in this process; None: the preset's
+            :attr:`~hf_treelang.reproduce.presets.Preset.workers`.
     """
     from .steps import steps_of  # lazy: loads torch; `hf-treelang --help` imports this package for its presets
 
@@ -117,12 +122,16 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         unknown = [name for name in only if name not in names]
         if unknown:
             raise ValueError(f"only: unknown steps {unknown}; steps of preset {preset!r}: {names}")
+    workers = spec.workers if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= MAX_WORKERS:
+        raise ValueError(f"`workers` must be an integer in [0, {MAX_WORKERS}], got {workers!r}")
     with claim_folder(out, "OUT"):  # one reproduction per folder: a second one is refused, naming this process
         _check_out(out, spec)  # again, now that the folder is ours
-        return _reproduce_owned(out, spec, steps, only=only, progress=progress, log=log)
+        return _reproduce_owned(out, spec, steps, only=only, progress=progress, log=log, workers=workers)
 
 
-def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bool, log) -> ReproduceResult:
+def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bool, log,
+                     workers: int = 0) -> ReproduceResult:
     """:func:`reproduce` in the claimed ``out``."""
     # lazy: torch and the steps load on a run; `hf-treelang --help` imports this package for its presets
     import torch
@@ -130,7 +139,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
 
     from hf_treelang.analysis.io import write_json
 
-    from .plan import EngineRunner, marker_record, marker_valid, remaining_lines
+    from .plan import EngineRunner, marker_record, marker_valid, remaining_lines, train_ahead
     from .report import DONE_DIR, read_json, write_report
     from .steps import Context
 
@@ -152,6 +161,8 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
         if only is None or any(name.startswith("train") for name in only):
             for line in remaining_lines(ctx):
                 log(line)
+        if workers and only is None:
+            invalidated = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None) > 0
         bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
         for name, function in bar:
             if only is not None and name not in only:
@@ -196,7 +207,7 @@ def run(args) -> int:
             return 0
         register()
         result = reproduce(args.out, args.preset, progress=not args.no_progress, only=args.only,
-                           log=lambda line: print(line, flush=True))
+                           workers=args.workers, log=lambda line: print(line, flush=True))
     except (ValueError, TypeError) as error:
         sys.stderr.write(f"hf-treelang reproduce: error: {error}\n")
         return 2

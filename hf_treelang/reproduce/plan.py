@@ -24,13 +24,13 @@ from typing import Callable
 from hf_treelang.analysis import sample_complexity
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.sweep.estimate import estimate, estimate_lines, format_duration, optimizer_steps
-from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs
+from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs, sweep_run
 from hf_treelang.train.folders import finished_run
 from hf_treelang.train.run import resolve
 
 from .plan_cache import PLAN_FILE, store_plan, write_plan_file
 from .presets import PRESETS, PUBLIC_PRESETS, check_figures
-from .steps import SAMPLE_COMPLEXITY_DIR, Context, root_sweep_specs
+from .steps import SAMPLE_COMPLEXITY_DIR, Context, figure_sweep_runs
 
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
 ROOT_FIGURES = ("1c", "2b", "11")  # KL dynamics, accuracy per k_test, the classifier attention row
@@ -67,18 +67,8 @@ def planned_runs(ctx) -> list:
             classifier_hidden_size=p.finetune_classifier_hidden_size):
         add(f"{SAMPLE_COMPLEXITY_DIR}/{sample_complexity.run_name(arm, size)}", task, arguments,
             (sample_complexity.FIGURE_ID,))
-    steps = set(p.figure_steps())
-    if "root_sweep" in steps:
-        for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
-            largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
-            add_run(run, ("2a", "8", "9", "11") if largest and "classifier_attention" in steps else ("2a", "8", "9"))
-    if "layers_sweep" in steps:
-        for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
-            add_run(run, ("6",))
-    if "seed_sweep" in steps:
-        for seed in p.grammar_seeds:
-            for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
-                add_run(run, ("7",))
+    for run, figures in figure_sweep_runs(ctx):
+        add_run(run, figures)
     return list(entries.values())
 
 
@@ -121,6 +111,11 @@ def plan_row(entry: dict, resolved) -> dict:
     }
 
 
+def lanes(preset) -> tuple:
+    """(runs side by side, torch threads per run) of a reproduction of ``preset`` (:attr:`Preset.workers`)."""
+    return (preset.workers, 1) if preset.workers else (1, preset.cpu_threads)
+
+
 def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None = None) -> dict:
     """Write ``OUT/plan.json`` for ``preset`` (nothing is trained) and return it; ``log`` gets the summary lines."""
     if preset not in PRESETS:
@@ -133,8 +128,10 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
     planned = planned_runs(Context(out, spec, progress=False))
     resolved = [resolve_for_plan(run, out) for run in planned]
     rows = [plan_row(run, r) for run, r in zip(planned, resolved)]
-    result = estimate(resolved, workers=1, threads=spec.cpu_threads, measure_steps=measure_steps)
+    workers, threads = lanes(spec)
+    result = estimate(resolved, workers=workers, threads=threads, measure_steps=measure_steps)
     figures = sorted({f for row in rows for f in row["figures"]})
+    stopping = sum(run.training_args.early_stopping_patience is not None for run in resolved)
     plan = {
         "preset": preset,
         "description": spec.description,
@@ -142,9 +139,14 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
         "figures": figures,
         **result.to_dict(),
         "note": "optimizer steps only: evaluations, data and BP references are not counted; reproduce trains the runs "
-                "one after the other",
+                + (f"{workers} at a time" if spec.workers else "one after the other")
+                + (f"; {stopping} runs stop by the validation rule, their steps counted at their cap" if stopping
+                   else ""),
     }
     lines = [f"preset {preset}: {len(rows)} training runs for figures {', '.join(figures)}", *estimate_lines(result)]
+    if stopping:
+        lines.append(f"  {stopping} of the runs stop once their validation accuracy stops improving: their steps are "
+                     "counted at their cap, so the time is an upper bound")
     store_plan(preset, out, _json(plan), lines)
     return write_plan_file(out, _json(plan), lines, log)
 
@@ -161,17 +163,41 @@ def remaining_lines(ctx, *, measure_steps: int = 4) -> list:
     import torch
 
     devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
-    result = estimate(left, workers=1, threads=ctx.preset.cpu_threads, devices=devices, measure_steps=measure_steps)
+    workers, threads = lanes(ctx.preset)
+    result = estimate(left, workers=workers, threads=threads, devices=devices, measure_steps=measure_steps)
     device = "cuda" if "cuda" in result.seconds else "cpu"
     where = "one GPU" if device == "cuda" else f"this CPU ({result.threads} thread(s))"
-    lines = [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps, about "
-             f"{format_duration(result.seconds[device])} on {where}, evaluations and analyses not counted"]
+    cap = " at most" if any(run.training_args.early_stopping_patience is not None for run in left) else ""
+    lines = [f"{len(left)} of {len(planned)} training runs to train: {result.total_steps:,} optimizer steps,{cap} "
+             f"about {format_duration(result.seconds[device])} on {where}"
+             + (f", {workers} runs at a time" if workers > 1 else "") + ", evaluations and analyses not counted"]
     if device == "cpu" and result.cpu_busy:
         lines.append(result.busy_note())
     return lines
 
 
 # ---------------------------------------------------------------- execution
+
+
+def train_ahead(ctx, workers: int, log: Callable | None = None) -> int:
+    """Train every run of ``ctx.preset`` before the steps, ``workers`` side by side on one thread each (the sweep
+    runner), the longest first; the steps then reuse them (same identity, same run). Fine-tuning runs start from
+    the main MLM, so they follow it. Returns how many runs were trained."""
+    planned = sorted(planned_runs(ctx), key=lambda entry: entry["name"] != "mlm")  # the longest run first
+    trained = 0
+    for batch in ([e for e in planned if e["task"] != "finetune"], [e for e in planned if e["task"] == "finetune"]):
+        runs = [sweep_run(entry["task"], entry["arguments"], ctx.out, entry["name"]) for entry in batch]
+        if not runs:
+            continue
+        result = execute_runs(runs, ctx.out, workers=workers, threads=1, progress=ctx.progress, estimate=False,
+                              log=log)
+        if result.failed:
+            name, error = next(iter(result.failed.items()))
+            raise RuntimeError(f"training run {name!r} failed: {error}")
+        trained += len(result.trained)
+    return trained
+
+
 
 
 class EngineRunner:
@@ -241,4 +267,4 @@ def marker_valid(marker: dict | None, preset, out) -> bool:
 
 
 __all__ = ["EngineRunner", "PLAN_FILE", "marker_record", "marker_valid", "planned_runs", "remaining_lines",
-           "write_plan"]
+           "train_ahead", "write_plan"]

@@ -54,7 +54,13 @@ class Preset:
     size and setting of this preset explicitly on top of the paper's model and optimiser. ``mlm_training_preset``
     is the scripts' preset of the main MLM run when it differs (``"laptop_long"``: ``run_mlm.py --preset
     laptop_long``). ``filtered_mlm_epochs`` shortens the MLM runs on filtered data (``attention_filter_levels``;
-    None: the main MLM's epochs).
+    None: the main MLM's epochs). ``main_num_eval`` / ``main_num_test`` size the in-sample (validation) and test
+    sets of the main root and MLM runs, ``sweep_num_eval`` / ``sweep_num_test`` those of the sweep runs (None: the
+    training preset's). ``sweep_patience`` trains every sweep run by the validation stopping rule
+    (:mod:`hf_treelang.train.stopping`: a check of the validation accuracy every ``sweep_check_steps`` steps, stop
+    after ``sweep_patience`` checks without an improvement, at most ``sweep_max_steps`` steps) instead of for
+    ``sweep_epochs``. ``workers`` > 0 trains every run of the preset first, that many side by side on one thread
+    each (the sweep runner), then runs the analyses on the finished runs; 0 trains each run when its step needs it.
     """
 
     name: str
@@ -97,6 +103,14 @@ class Preset:
     grammar_seeds: tuple = ()
     use_dataset_builder: bool = True
     cpu_threads: int | None = None
+    main_num_eval: int | None = None
+    main_num_test: int | None = None
+    sweep_num_eval: int | None = None
+    sweep_num_test: int | None = None
+    sweep_patience: int | None = None
+    sweep_check_steps: int | None = None
+    sweep_max_steps: int | None = None
+    workers: int = 0
     training_preset: str = "paper"
     mlm_training_preset: str | None = None
     filtered_mlm_epochs: float | None = None
@@ -224,4 +238,18 @@ PRESETS["laptop_long"] = replace(
     PRESETS["quick"], name="laptop_long", description=_laptop_description(laptop.MLM_LONG, "over an hour"),
     mlm_train=laptop.MLM_LONG["num_train"], mlm_epochs=laptop.MLM_LONG["num_train_epochs"],
     mlm_training_preset="laptop_long")
-PUBLIC_PRESETS = ("quick", "laptop_long", "paper")
+# laptop_long with every sweep at laptop size, evaluation sets sized to decide, and its runs trained two side by side:
+# the preset that decides every finding of the paper on a 2-core CPU (sizes: training/README.md, "The laptop_full
+# preset").
+PRESETS["laptop_full"] = replace(
+    PRESETS["laptop_long"], name="laptop_full",
+    description=_laptop_description(laptop.MLM_LONG, "at most 3 hours").replace(
+        "; no sweeps (Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)",
+        f"; evaluation sets of {laptop.FULL['main_num_eval']:,} in-sample and {laptop.FULL['main_num_test']:,} test "
+        f"sequences per k_test; the sweeps of Figs. 2a / 8 / 9 (k_train = 0..4, P = "
+        f"{', '.join(f'2^{p.bit_length() - 1}' for p in laptop.FULL['sweep_sizes'])}), 6 (n_L = "
+        f"{', '.join(map(str, laptop.FULL['layer_counts']))}), 7 (grammar seeds "
+        f"{', '.join(map(str, laptop.FULL['grammar_seeds']))}) and 11, each run trained until its validation "
+        "accuracy stops improving; two runs at a time"),
+    **laptop.FULL)
+PUBLIC_PRESETS = ("quick", "laptop_long", "laptop_full", "paper")

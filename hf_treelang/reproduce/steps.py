@@ -35,7 +35,8 @@ from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
 from hf_treelang.train.data import load_run_data
 from hf_treelang.sweep.runner import sweep_run
 from hf_treelang.train.loop import bp_callback_for, train
-from hf_treelang.train.run import Run
+from hf_treelang.train.folders import finished_run
+from hf_treelang.train.run import Run, command_line
 
 from .presets import Preset, step_names
 
@@ -92,6 +93,7 @@ class Context:
         filtered = task == "mlm" and filter_level is not None and p.filtered_mlm_epochs is not None
         if p.training_preset == "laptop":
             values = {} if (k, k_test) == (0, list(self.k_tests)) else {"k_train": int(k), "k_test": k_test}
+            values.update(self.evaluation_sizes(p.main_num_eval, p.main_num_test))
             if filtered:
                 values["num_train_epochs"] = float(p.filtered_mlm_epochs)
             elif task == "mlm" and p.mlm_training_preset:
@@ -104,6 +106,21 @@ class Context:
             k_test=k_test, num_train_epochs=float(epochs), num_evaluations=int(p.num_evaluations),
             checkpoint_epochs=[int(e) for e in checkpoint_epochs if e <= epochs] or None), self.out, name)
 
+    @staticmethod
+    def evaluation_sizes(num_eval: int | None, num_test: int | None) -> dict:
+        """The run arguments of the in-sample (validation) and test sets' sizes a preset sets (None: not set)."""
+        sizes = {"num_eval": num_eval, "num_test": num_test}
+        return {name: int(value) for name, value in sizes.items() if value is not None}
+
+    def sweep_training(self) -> dict:
+        """How long a sweep run trains: ``sweep_epochs``, or by the validation stopping rule up to
+        ``sweep_max_steps`` (:attr:`Preset.sweep_patience`)."""
+        p = self.preset
+        if p.sweep_patience is None:
+            return {"num_train_epochs": float(p.sweep_epochs)}
+        return {"max_steps": int(p.sweep_max_steps), "early_stopping_patience": int(p.sweep_patience),
+                "early_stopping_eval_steps": int(p.sweep_check_steps)}
+
     def sweep_spec(self, filter_level: int, num_train: int, *, num_layers: int | None = None,
                    grammar_seed: int | None = None) -> Run:
         """One root-classification run of a sweep: k_train, P, n_L and grammar seed; tested on k_train and k = 0.
@@ -113,13 +130,13 @@ class Context:
         p = self.preset
         num_layers = self.num_layers if num_layers is None else int(num_layers)
         seed = p.grammar_seed if grammar_seed is None else int(grammar_seed)
-        if (filter_level, num_train, num_layers, seed, p.sweep_epochs) == (
+        if p.sweep_patience is None and (filter_level, num_train, num_layers, seed, p.sweep_epochs) == (
                 p.filter_level, p.root_train, self.num_layers, p.grammar_seed, p.root_epochs):
             return self.spec("root", "root")
         return sweep_run("root", self.arguments(
             grammar_seed=seed, k_train=int(filter_level), num_train=int(num_train),
             k_test=[int(filter_level), 0] if filter_level else [0], num_hidden_layers=num_layers,
-            num_train_epochs=float(p.sweep_epochs),
+            **self.sweep_training(), **self.evaluation_sizes(p.sweep_num_eval, p.sweep_num_test),
             num_evaluations=1,  # step 0, step 1 and the last step: the sweeps read the final accuracy only
         ), self.out, f"{SWEEP_DIR}/seed{seed}_k{filter_level}_L{num_layers}_P{num_train}")
 
@@ -130,6 +147,64 @@ def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = 
     layer_counts = (ctx.num_layers,) if layer_counts is None else tuple(layer_counts)
     return [ctx.sweep_spec(k, size, num_layers=n, grammar_seed=grammar_seed)
             for k in filter_levels for n in layer_counts for size in ctx.preset.sweep_sizes_of(k)]
+
+
+def figure_sweep_runs(ctx: Context) -> list:
+    """``(run, figures)`` of every run of the preset's figure sweeps, each folder once, in the steps' order: Figs.
+    2a / 8 / 9 (and 11 at each k_train's largest P), 6 and 7."""
+    p = ctx.preset
+    steps = set(p.figure_steps())
+    entries: dict = {}
+
+    def add(run: Run, figures) -> None:
+        figures_of = entries.setdefault(run.name, (run, []))[1]
+        figures_of.extend(f for f in figures if f not in figures_of)
+
+    if "root_sweep" in steps:
+        for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels):
+            largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
+            add(run, ("2a", "8", "9", "11") if largest and "classifier_attention" in steps else ("2a", "8", "9"))
+    if "layers_sweep" in steps:
+        for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
+            add(run, ("6",))
+    if "seed_sweep" in steps:
+        for seed in p.grammar_seeds:
+            for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
+                add(run, ("7",))
+    return list(entries.values())
+
+
+SWEEP_RUNS_FILE = "sweep_runs.json"  # OUT/sweep_runs.json: one object per finished run of the figure sweeps
+
+
+def write_sweep_runs(ctx: Context) -> list:
+    """``OUT/sweep_runs.json``: one object per finished run of the figure sweeps (:func:`figure_sweep_runs`) — the
+    figures it feeds (``figure``: the first), the command that trains it alone (its folder relative to OUT), P,
+    k_train, n_L, grammar seed, model seed, the test sequences per k_test, its final test accuracy on k_test =
+    k_train and k_test = 0 with BP_k_train's on the same inputs, and how long it trained (steps, the validation
+    stopping rule's record). Returns the rows."""
+    rows = []
+    for run, figures in figure_sweep_runs(ctx):
+        summary = finished_run(run.output_dir, run.identity)
+        if summary is None:
+            continue
+        d, final = run.data_args, summary["final"]
+        stopping = summary.get("early_stopping") or {}
+        rows.append({
+            "figure": figures[0], "figures": list(figures), "name": run.name,
+            "command": command_line(run.task, run.arguments, run.output_dir.relative_to(ctx.out)),
+            "num_train": int(d.num_train), "k_train": int(d.k_train),
+            "num_hidden_layers": int(run.model_args.model_kwargs(d.depth)["num_hidden_layers"]),
+            "grammar_seed": int(d.grammar_seed), "seed": int(run.training_args.seed), "num_test": int(d.num_test),
+            "test_accuracy": final.get(f"eval_acc_ktest{d.k_train}"),
+            "bp_accuracy": final.get(f"eval_bp_acc_ktest{d.k_train}"),
+            "test_accuracy_k_test0": final.get("eval_acc_ktest0"), "bp_accuracy_k_test0": final.get("eval_bp_acc_ktest0"),
+            "global_step": summary["global_step"], "train_runtime_s": summary["train_runtime_s"],
+            "stopped": stopping.get("stopped"), "best_step": stopping.get("best_step"),
+            "validation_accuracy": stopping.get("best_accuracy"), "identity": run.identity,
+        })
+    write_json(ctx.out / SWEEP_RUNS_FILE, rows)
+    return rows
 
 
 def sweep_points(ctx: Context, runs: list) -> list:
@@ -332,6 +407,7 @@ def _step_root_sweep(ctx: Context) -> dict:
         title=f"Fig. 9: KL(BP_k_train ‖ model) of the root vs P (ℓ={p.depth}, q={p.num_symbols}, {p.sweep_epochs:g} "
         "epochs)")
     write_kl_outputs(kl, ctx.out / "accuracy_vs_samples", "fig9_kl")
+    write_sweep_runs(ctx)
     return {**_curves_summary(figure), "Fig. 9": kl.to_dict()["curves"]}
 
 
@@ -346,6 +422,7 @@ def _step_layers_sweep(ctx: Context) -> dict:
                                                title="k_train = k_test = 0")],
     )
     accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "e1_layers")
+    write_sweep_runs(ctx)
     return _curves_summary(figure)
 
 
@@ -361,6 +438,7 @@ def _step_seed_sweep(ctx: Context) -> dict:
         title=f"App. E.2: Fig. 2a on other grammars (ℓ={p.depth}, q={p.num_symbols}, σ={p.sigma:g}; k_test = 0)",
         depth=p.depth, panels=panels)
     accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "e2_grammar_seeds")
+    write_sweep_runs(ctx)
     return _curves_summary(figure)
 
 
