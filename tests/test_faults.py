@@ -504,6 +504,37 @@ def test_a_checkpoint_file_zero_filled_at_its_size_is_named_and_the_finished_run
     assert (folder / RUN_COMPLETE).is_file() and last_checkpoint(folder) == earlier  # a sweep takes the intact one
 
 
+def test_a_damaged_first_checkpoint_of_a_finished_run_is_advised_as_such_and_the_advice_works(
+        tmp_path, checkpointed_run, capsys):
+    import shutil
+
+    from hf_treelang.train.folders import check_run_complete, checkpoints
+
+    folder = shutil.copytree(checkpointed_run, tmp_path / "run")
+    (_, first), *_ = checkpoints(folder)
+    _truncate(first / "model.safetensors")
+    capsys.readouterr()
+    resume = [*CHECKPOINTED, "--output_dir", str(folder), "--resume_from_checkpoint", str(first)]
+    assert loop.main("root", resume, as_script=True) == 2
+    lines = [_one_line(capsys.readouterr().err)]
+    assert cli.run_command("calibration", [str(first), "--num-samples", "8", "--out", str(tmp_path / "cal")]) == 2
+    lines.append(_one_line(capsys.readouterr().err))
+    for line in lines:
+        assert "damaged" in line and "model.safetensors is" in line and "--overwrite_output_dir" not in line, line
+        assert "is finished" in line and "nothing needs resuming" in line, line
+        assert f"rm -r {str(first)!r}" in line and f"hf-treelang prune {str(folder)!r}" in line, line
+    assert (folder / RUN_COMPLETE).is_file()
+    # kept, the damaged checkpoint leaves the run finished for every analysis
+    check_run_complete(folder)
+    assert cli.run_command("calibration", [str(folder), "--num-samples", "8", "--out", str(tmp_path / "kept")]) == 0
+    removed = shutil.copytree(folder, tmp_path / "removed")
+    shutil.rmtree(removed / first.name)  # removed by hand
+    check_run_complete(removed)
+    assert cli.main(["prune", str(folder)]) == 0  # or with every checkpoint
+    check_run_complete(folder)
+    assert checkpoints(folder) == []
+
+
 def test_a_resume_that_fails_once_the_trainer_loads_leaves_the_finished_run_finished(
         tmp_path, checkpointed_run, monkeypatch):
     import shutil

@@ -341,13 +341,21 @@ def _earlier_checkpoint(run_folder: Path, before: int | None = None) -> Path | N
 
 def repair_advice(folder) -> str:
     """What to do about a damaged or missing file of ``folder``: resume from the latest intact checkpoint (of a run
-    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again."""
+    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again. A checkpoint of a finished
+    run is needed by nothing but a resume from it: the advice says so, and how to remove it or keep it."""
     folder = Path(folder)
     step = folder.name[len(CHECKPOINT_PREFIX):]
     if folder.name.startswith(CHECKPOINT_PREFIX) and step.isdigit():
-        earlier = _earlier_checkpoint(folder.parent, before=int(step))
-        if earlier is not None:
-            return f"resume from an earlier checkpoint: --resume_from_checkpoint {str(earlier)!r}"
+        run = folder.parent
+        earlier = _earlier_checkpoint(run, before=int(step))
+        resume = None if earlier is None else f"--resume_from_checkpoint {str(earlier)!r}"
+        if completed_run(run) is not None:
+            return (f"its run {str(run)!r} is finished and its final model intact, so nothing needs resuming: "
+                    f"remove the damaged checkpoint (rm -r {str(folder)!r}; or hf-treelang prune {str(run)!r}, which "
+                    "removes every checkpoint) or keep it, which the run's analyses do not read"
+                    + ("" if resume is None else f"; to train again from an earlier step, {resume}"))
+        if resume is not None:
+            return f"resume from an earlier checkpoint: {resume}"
         return "no earlier checkpoint of this run is intact: train it again with --overwrite_output_dir true"
     if is_run_folder(folder):
         latest = _earlier_checkpoint(folder)
@@ -563,7 +571,10 @@ def check_run_complete(path, name: str = "run") -> None:
     A complete run folder has ``run_complete.json`` (written last) and every file it lists, each file the package
     reads back (:data:`READ_BACK_SUFFIXES`) of the size recorded there, in its format, and the weights of the
     recorded sha256 (:func:`file_damage`); a damaged one is :class:`DamagedFile` naming it and what to do
-    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here.
+    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here. The files of its
+    ``checkpoint-N`` folders are not required: only a resume reads a checkpoint, and checks it then
+    (:func:`check_resume_checkpoint`, :func:`last_checkpoint`), so a removed or damaged checkpoint leaves the run
+    finished.
     """
     folder = Path(path)
     if not is_run_folder(folder):
@@ -583,6 +594,7 @@ def check_run_complete(path, name: str = "run") -> None:
     except (ValueError, AttributeError) as error:
         raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error}); "
                          f"{repair_advice(folder)}") from None
+    sizes = {relative: size for relative, size in sizes.items() if not _in_checkpoint(relative)}
     missing = [f for f in sizes if not (folder / f).is_file()]
     if missing:
         raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
@@ -594,6 +606,12 @@ def check_run_complete(path, name: str = "run") -> None:
             if damage is not None:
                 raise DamagedFile(f"`{name}` {str(folder)!r}: {relative} is damaged ({damage}); "
                                   f"{repair_advice(folder)}")
+
+
+def _in_checkpoint(relative: str) -> bool:
+    """Whether the run-relative path ``relative`` lies in a ``checkpoint-<step>`` folder of the run."""
+    top, _, rest = relative.partition("/")
+    return bool(rest) and top.startswith(CHECKPOINT_PREFIX) and top[len(CHECKPOINT_PREFIX):].isdigit()
 
 
 def completed_run(path) -> dict | None:
