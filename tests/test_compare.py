@@ -262,3 +262,100 @@ def test_load_dataset_of_a_compare_folder_returns_its_current_rows_whatever_it_h
                      str(tmp_path / "two" / "compare")]) == 0
     table = datasets.load_dataset(str(tmp_path / "two" / "compare"), cache_dir=cache)["train"]
     assert list(table["run"]) == [str(runs[name]) for name in names[:2]]
+
+
+def _dynamics(kl: dict, kl_se: dict, kl_gap_se: dict | None = None) -> "DynamicsResult":
+    from hf_treelang.analysis.dynamics import DynamicsResult
+    import numpy as np
+
+    steps = np.array([0, 10, 20, 40, 80][:len(next(iter(kl.values())))])
+    return DynamicsResult(steps=steps, epochs=np.full(len(steps), np.nan), accuracy={}, bp_accuracy={},
+                          kl={k: np.array(v, dtype=float) for k, v in kl.items()},
+                          kl_se={k: np.array(v, dtype=float) for k, v in kl_se.items()},
+                          kl_gap_se={k: np.array(v, dtype=float) for k, v in (kl_gap_se or {}).items()})
+
+
+def test_a_return_to_a_higher_level_is_claimed_only_beyond_the_noise_of_the_kls():
+    """Closest to BP_2, then BP_1, then BP_2 again at steps 20 and 40: a return where KL_2 lies below KL_1 by more
+    than the family-wise z of the four evaluations after the first (about 2.53) times the error of the gap — the
+    bound SE_1 + SE_2, or the paired error where it was logged."""
+    from hf_treelang.analysis.compare import returns_up
+    from hf_treelang.core.noise import family_z
+
+    assert 2.25 < family_z(4) < 5
+    kl = {2: [0.5, 0.40, 0.32, 0.20, 0.30], 1: [0.6, 0.30, 0.365, 0.30, 0.10]}  # gaps 0.045 and 0.1 at steps 20, 40
+    (found,) = returns_up(_dynamics(kl, {2: [0.01] * 5, 1: [0.01] * 5}))  # 2.25 and 5 errors of 0.02
+    assert found == {"step": 40, "level": 2, "below": 1, "gap": pytest.approx(0.1), "error": pytest.approx(0.02),
+                     "paired": False}
+    assert returns_up(_dynamics(kl, {2: [0.03] * 5, 1: [0.03] * 5})) == []  # 1.67 errors at most: within noise
+    paired = returns_up(_dynamics(kl, {2: [0.03] * 5, 1: [0.03] * 5}, {1: [0.0, 0.0, 0.001, 0.001, 0.0],
+                                                                        2: [0.0, 0.001, 0.0, 0.0, 0.001]}))
+    assert [(entry["step"], entry["paired"], entry["error"]) for entry in paired] == [(20, True, 0.001),
+                                                                                      (40, True, 0.001)]
+
+
+def _summary_payload() -> dict:
+    """A masked-leaf comparison as compare.json holds it: TreeLang seeds 0 and 1, BERT seed 0 (depth 2)."""
+    def run(path, architecture, seed, path_of_closest, within, kl, errors, returns=()):
+        return {"path": path, "task": "mlm", "grammar": "g", "architecture": architecture, "seed": seed,
+                "path_of_closest": path_of_closest, "within_noise_at_end": within,
+                "kl_at_end": dict(zip("012", kl)), "kl_gap_se_at_end": dict(zip("012", errors)),
+                "returns": list(returns), "setting": {"training_args": {"lr_scheduler_type": "cosine"}}}
+
+    back = {"step": 67, "level": 2, "below": 1, "gap": 0.02, "error": 0.001, "paired": False}
+    runs = [run("t0", "treelang", 0, [2, 1, 2, 0], [0, 1], [0.050, 0.052, 0.086], [0.0, 0.003, 0.01], [back]),
+            run("t1", "treelang", 1, [2, 1], [1], [0.070, 0.060, 0.090], [0.002, 0.0, 0.01]),
+            run("b0", "bert", 0, [2], [0, 1, 2], [0.081, 0.080, 0.079], [0.005, 0.004, 0.0])]
+
+    def times(*values):
+        present = [v for v in values if v is not None]
+        return {"mean": sum(present) / len(present) if present else None, "std": None, "runs": len(present)}
+
+    spread = {"mean": 0.06, "std": 0.014, "runs": 2}
+    groups = [{"task": "mlm", "grammar": "g", "architecture": "treelang", "label": "treelang", "seeds": [0, 1],
+               "runs": ["t0", "t1"], "steps": 4096, "k_train": 0, "final_kl_matched": spread,
+               "climb_times": {"2": times(0, 0), "1": times(40, 30), "0": times(80, None)}},
+              {"task": "mlm", "grammar": "g", "architecture": "bert", "label": "bert", "seeds": [0], "runs": ["b0"],
+               "steps": 4096, "k_train": 0, "final_kl_matched": {"mean": 0.081, "std": None, "runs": 1},
+               "climb_times": {"2": times(0), "1": times(None), "0": times(None)}}]
+    return {"groups": groups, "runs": runs}
+
+
+def test_the_sentences_say_what_the_comparisons_numbers_say():
+    from hf_treelang.analysis.compare_summary import summary_lines
+
+    panel, order, leaders, schedules = summary_lines(_summary_payload())
+    assert panel.startswith("- **Masked leaf** (g; 4,096 steps; 3 runs): TreeLang ends at BP_0 ≈ BP_1 and BP_1 (seed by "
+                            "seed; final KL to BP_0 0.060 ± 0.01); BERT ends at BP_2 ≈ BP_0, BP_1 (final KL to BP_0 "
+                            "0.081).")
+    # two runs tie; of TreeLang seed 0's levels, BP_2 is told apart, (0.086 - 0.050) / 0.01 = 3.6 errors away
+    assert panel.endswith("2 of 3 runs do not tell their last closest level from another within two paired standard "
+                          "errors: TreeLang seed 0 (BP_0 ≈ BP_1; BP_2 at 3.6 errors); BERT seed 0 (BP_2 ≈ BP_0, "
+                          "BP_1).")
+    assert order == ("- **The order of the climb**: 2 of 3 runs are never back at a BP_k above a level they had been "
+                     "closest to, beyond the noise of the KLs; 1 is: TreeLang masked leaf seed 0 at BP_2 above BP_1 at "
+                     "step 67 (by 20.0 standard errors). 2 of 3 runs are never closest to BP_0.")
+    assert leaders.endswith("masked leaf: BP_1 TreeLang (35), BP_0 none.")  # BERT never reached BP_1; TreeLang 1 of 2
+    assert schedules == "- **Schedules** (each run's recorded `lr_scheduler_type`): cosine for the 3 masked leaf runs."
+
+
+def test_compare_writes_the_sentences_its_compare_json_gives_and_a_rerun_check_row_per_run_trained_twice(runs,
+                                                                                                        tmp_path):
+    from hf_treelang.analysis.compare import rerun_check_row
+    from hf_treelang.analysis.compare_summary import quoted_summary, rerun_lines, summary_lines
+
+    assert cli.main(["compare", str(runs["adam-s0"]), str(runs["adam-s1"]), "--out", str(tmp_path / "cmp")]) == 0
+    payload = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert (tmp_path / "cmp" / "summary.md").read_text().splitlines() == summary_lines(payload)
+    page = "\n".join(["# a page", "<!-- compare-summary -->", *summary_lines(payload), "<!-- /compare-summary -->"])
+    assert quoted_summary(page) == summary_lines(payload)
+    again = _edited(runs["adam-s0"], tmp_path / "again", training_args={"cpu_threads": 2})  # the same run, re-trained
+    row = rerun_check_row(runs["adam-s0"], again)
+    assert row["name"] == "TreeLang root seed 0" and row["difference"] == 0.0
+    assert row["published"]["kl_at_end"] == row["rerun"]["kl_at_end"] and len(row["rerun"]["kl_at_end"]) == 3
+    assert set(row["rerun"]["kl_gap_se_at_end"]) == {0, 1, 2}  # every level's paired error at the last evaluation
+    (line,) = rerun_lines(json.loads(json.dumps({"rows": [row]})))
+    state = row["rerun"]["path_of_closest"][-1]
+    assert line.startswith("- **TreeLang root seed 0**: final KL to BP_0 ") and f"BP_{state}" in line
+    with pytest.raises(ValueError, match="are not one run trained twice"):
+        rerun_check_row(runs["adam-s0"], runs["adam-s1"])

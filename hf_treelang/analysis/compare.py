@@ -43,12 +43,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hf_treelang.core.noise import difference_error, family_z, invalid_error, told_apart
+from hf_treelang.dataset_builder.treelang import hierarchy_config_name
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.train.folders import WEIGHT_FILES, check_run_complete, is_run_folder
 from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
+from hf_treelang.train.folders import WEIGHT_FILES, check_run_complete, is_run_folder
 from hf_treelang.train.run import UNKEYED_TRAINING_FIELDS, command_line, config_file_hash
 
-from .compare_summary import TASK_TITLES, summary_lines
+from .compare_summary import ARCHITECTURE_NAMES, TASK_TITLES, summary_lines
 from .dynamics import DynamicsResult, learning_dynamics
 from .io import check_output_dir, cli_error, prepare_output, write_json
 
@@ -56,14 +57,14 @@ from .io import check_output_dir, cli_error, prepare_output, write_json
 
 def grammar_of(setting: dict) -> str:
     """The grammar a run's data come from, in words: ``rhm-v8-m4-s2-L3`` (a Random Hierarchy Model, named as its
-    dataset config) or ``q=4 ℓ=4 σ=1.0 seed 0`` (the paper's log-normal grammar). Runs of different grammars are
-    never drawn in one panel: their KLs are on different scales."""
+    dataset config, :func:`~hf_treelang.dataset_builder.treelang.hierarchy_config_name`) or ``q=4 ℓ=4 σ=1.0 seed 0``
+    (the paper's log-normal grammar). Runs of different grammars are never drawn in one panel: their KLs are on
+    different scales."""
     data = setting.get("data_args") or {}
     if data.get("num_rules"):
-        classes = f"-n{data['num_classes']}" if data.get("num_classes") else ""
-        seed = f"-seed{data['grammar_seed']}" if data.get("grammar_seed") else ""
-        return (f"rhm-v{data.get('num_symbols')}{classes}-m{data['num_rules']}-s{data.get('arity')}"
-                f"-L{data.get('depth')}{seed}")
+        return hierarchy_config_name(data.get("num_symbols"), data.get("num_classes") or data.get("num_symbols"),
+                                     data["num_rules"], data.get("arity"), data.get("depth"),
+                                     data.get("grammar_seed") or 0)
     return (f"q={data.get('num_symbols')} ℓ={data.get('depth')} σ={data.get('sigma')} "
             f"seed {data.get('grammar_seed')}")
 
@@ -325,6 +326,33 @@ def read_run(run, *, reevaluate: bool = False, cache=None, skipped: list | None 
         kl_gap_se_at_end={k: _at(values, len(values) - 1) for k, values in sorted(dynamics.kl_gap_se.items())},
         returns=returns_up(dynamics),
     )
+
+
+def rerun_check_row(published, rerun, *, reevaluate: bool = False, cache=None) -> dict:
+    """A published run and the same run re-trained from its command elsewhere (other threads, another machine), side
+    by side, for a re-run check's record: for each, its command, every level's KL along training, and at the last
+    evaluation every level's KL and paired error (``reevaluate``: recomputed from the weights where the history lacks
+    them, :func:`read_run`), its path of closest BP_k and the levels not told apart from its last closest one; and
+    the difference of the two final KLs to BP_{k_train}. Refuses two runs of different settings, seeds or
+    evaluation steps: they are not one run trained twice."""
+    first, second = (read_run(run, reevaluate=reevaluate, cache=cache) for run in (published, rerun))
+    if first.group != second.group or first.seed != second.seed:
+        fields = ", ".join(differences([first.setting, second.setting])) or f"seed {first.seed} and {second.seed}"
+        raise ValueError(f"runs {first.path!r} and {second.path!r} are not one run trained twice (they differ in "
+                         f"{fields})")
+    if list(first.dynamics.steps) != list(second.dynamics.steps):
+        raise ValueError(f"runs {first.path!r} and {second.path!r} were evaluated at different steps")
+
+    def side(row: RunRow) -> dict:
+        return {"command": row.command, "kl_bp": {k: list(map(float, v)) for k, v in sorted(row.dynamics.kl.items())},
+                "kl_at_end": row.kl_at_end, "kl_gap_se_at_end": row.kl_gap_se_at_end,
+                "path_of_closest": row.path_of_closest, "within_noise_at_end": row.within_noise_at_end}
+
+    k = first.k_train
+    name = f"{ARCHITECTURE_NAMES.get(first.architecture, first.architecture)} {TASK_TITLES.get(first.task, first.task)}"
+    return {"run": Path(first.path).name, "name": f"{name} seed {first.seed}", "k_train": k,
+            "steps": [int(step) for step in first.dynamics.steps], "published": side(first), "rerun": side(second),
+            "difference": second.kl_at_end[k] - first.kl_at_end[k]}
 
 
 def count_stacked(rows) -> list:
@@ -711,5 +739,6 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["RunRow", "command_of", "compare", "count_parameters", "differences", "grammar_of", "group_rows",
-           "kept_apart_lines", "markdown_table", "read_run", "setting_of"]
+__all__ = ["POOLED_FIELDS", "RunRow", "check_out_holds_no_run", "command_of", "compare", "count_parameters",
+           "differences", "grammar_of", "group_rows", "kept_apart_lines", "markdown_table", "model_config_identity",
+           "read_run", "recorded_arguments", "rerun_check_row", "returns_up", "setting_of", "table_config_name"]

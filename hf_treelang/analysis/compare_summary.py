@@ -185,7 +185,7 @@ def order_line(payload: dict) -> str:
     steady = len(runs) - len(back)
     text = (f"- **The order of the climb**: {steady} of {len(runs)} runs are never back at a BP_k above a level they "
             f"had been closest to, beyond the noise of the KLs")
-    text += f"; {len(back)} are: {'; '.join(shown)}." if back else "."
+    text += f"; {len(back)} {'is' if len(back) == 1 else 'are'}: {'; '.join(shown)}." if back else "."
     return text + f" {len(never)} of {len(runs)} runs are never closest to BP_0."
 
 
@@ -244,12 +244,14 @@ def rerun_lines(record: dict) -> list:
     return lines
 
 
-def quoted_summary(text: str) -> list:
-    """The bullets a page quotes between :data:`BEGIN` and :data:`END` (one per line; a bullet's wrapped lines
-    joined), for comparing with :func:`summary_lines`. Raises a ValueError when the page has no such block."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"the page quotes no summary (no {BEGIN} ... {END} block)")
-    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+def quoted_summary(text: str, name: str = "compare-summary") -> list:
+    """The bullets a page quotes between ``<!-- name -->`` and ``<!-- /name -->`` (:data:`BEGIN`, :data:`END` for
+    the summary; ``rerun-check`` for :func:`rerun_lines`), a bullet's wrapped lines joined, for comparing with the
+    generated lines. Raises a ValueError when the page has no such block."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if begin not in text or end not in text:
+        raise ValueError(f"the page quotes no {name} (no {begin} ... {end} block)")
+    block = text.split(begin, 1)[1].split(end, 1)[0]
     bullets: list = []
     for line in block.strip().splitlines():
         if line.startswith("- "):
