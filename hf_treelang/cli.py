@@ -265,7 +265,8 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="train every run of the preset first, N side by side on one thread each, then run the "
-                        "analyses (0: each run when its step needs it, in this process; default: the preset's)")
+                        "analyses; 0: each run when its step needs it, in this process (default: the preset's, 2 for "
+                        "laptop_full, 0 for the others)")
 
 
 SWEEP_EXECUTORS = ("local", "slurm")  # hf_treelang.sweep.runner.EXECUTORS

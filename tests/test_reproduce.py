@@ -140,6 +140,9 @@ def test_fig2a_and_e3_read_every_run_out_of_and_in_sample(tiny_run):
             finals = [finished_run(run)["final"] for run in curve["runs"]]
             assert curve["accuracy"] == [f[f"eval_acc_ktest{k_test(k)}"] for f in finals]
             assert curve["bp_accuracy"] == finals[-1][f"eval_bp_acc_ktest{k_test(k)}"]
+            # the test sequences behind each accuracy: what the rules read as its sampling noise
+            assert curve["num_test"] == min(json.loads((Path(run) / "metrics.json").read_text())["num_test"]
+                                            for run in curve["runs"])
     # the run with the main root run's settings is the main root run, not a second training
     k0 = full["curves"][0]
     assert k0["runs"][k0["sizes"].index(TINY.root_train)] == str(out / "runs" / "root")
@@ -159,9 +162,14 @@ def test_fig9_kl_figure_holds_the_sweep_runs_in_sample_kl_and_their_kl_on_unifor
         assert point["kl"]["in_sample"] == final[f"eval_kl_bp_k{point['filter_level']}"]  # the run's own metric
         assert point["kl"]["uniform"] >= 0
     first = figure["points"][0]
-    measured, impossible = uniform_kl(first["output_dir"], num_samples=TINY.analysis_samples)
+    measured, impossible, error = uniform_kl(first["output_dir"], num_samples=TINY.analysis_samples)
     assert measured == pytest.approx(first["kl"]["uniform"], rel=1e-12)
     assert impossible == first["num_impossible_uniform"]
+    assert error == pytest.approx(first["kl_standard_error"]["uniform"], rel=1e-12) and error > 0
+    final = finished_run(first["output_dir"])["final"]
+    assert first["kl_standard_error"]["in_sample"] == final[f"eval_kl_se_bp_k{first['filter_level']}"]
+    for curves in figure["curves"].values():  # what Fig. 9's rule reads as the noise of each KL
+        assert all(len(curve["kl_standard_error"]) == len(curve["kl"]) for curve in curves.values())
 
 
 def test_e1_varies_the_encoder_blocks_and_e2_the_grammar(tiny_run):

@@ -35,6 +35,7 @@ class SweepPoint:
         grammar_seed: the grammar of its data.
         final: its final metrics (``eval_acc_ktest{k}``, ``eval_bp_acc_ktest{k}``, ...; a finished run's ``final``, :func:`hf_treelang.train.folders.finished_run`).
         output_dir: its folder.
+        num_test: the test sequences per k_test behind its accuracies (None: not known).
     """
 
     filter_level: int
@@ -43,6 +44,7 @@ class SweepPoint:
     grammar_seed: int
     final: dict
     output_dir: str = ""
+    num_test: int | None = None
 
 
 @dataclass
@@ -57,6 +59,8 @@ class AccuracyCurve:
         accuracy: the model's final test accuracy at each P.
         bp_accuracy: BP_{k_train} on the same test inputs (the dashed line), or None if a run did not record it.
         runs: the run folders.
+        num_test: the test sequences per k_test behind every accuracy of the curve, the fewest of its runs' (what
+            an accuracy's sampling noise reads; None when a run does not say).
     """
 
     label: str
@@ -66,10 +70,12 @@ class AccuracyCurve:
     accuracy: list
     bp_accuracy: float | None
     runs: list = field(default_factory=list)
+    num_test: int | None = None
 
     def to_dict(self) -> dict:
         return {"label": self.label, "filter_level": self.filter_level, "num_layers": self.num_layers,
-                "sizes": self.sizes, "accuracy": self.accuracy, "bp_accuracy": self.bp_accuracy, "runs": self.runs}
+                "sizes": self.sizes, "accuracy": self.accuracy, "bp_accuracy": self.bp_accuracy, "runs": self.runs,
+                "num_test": self.num_test}
 
 
 @dataclass
@@ -138,9 +144,11 @@ def accuracy_panel(points, *, k_test: str, vary: str, title: str) -> AccuracyPan
             bp = p.final.get(f"eval_bp_acc_ktest{k}", bp)
         first = group[0]
         label = f"k_train={value}" if vary == "filter_level" else f"n_L={value}"
+        counts = [p.num_test for p in group]
         curves.append(AccuracyCurve(label=label, filter_level=first.filter_level, num_layers=first.num_layers,
                                     sizes=sizes, accuracy=accuracy, bp_accuracy=None if bp is None else float(bp),
-                                    runs=[p.output_dir for p in group]))
+                                    runs=[p.output_dir for p in group],
+                                    num_test=None if None in counts else int(min(counts))))
     return AccuracyPanel(title=title, k_test=k_test, grammar_seed=seeds.pop(), curves=curves)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_treelang.core.bp import BeliefPropagation
-from hf_treelang.core.metrics import compare_with_bp
+from hf_treelang.core.metrics import compare_with_bp, kl_divergence
 from hf_treelang.core.oracle import predicted_marginals
 from hf_treelang.core.sampling import uniform_sequences
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -37,17 +37,20 @@ UNIFORM_SEED = 20_240_602  # away from every training and evaluation stream
 
 @dataclass
 class KLPoint:
-    """One run: its k_train, P, and KL(BP_{k_train} ‖ model) on each input set."""
+    """One run: its k_train, P, and KL(BP_{k_train} ‖ model) on each input set with the standard error of that mean
+    over its sequences (``kl_standard_error``; None where the run did not record it)."""
 
     filter_level: int
     num_train: int
     kl: dict  # {"in_sample": float, "uniform": float}
     num_impossible: int
     output_dir: str
+    kl_standard_error: dict = field(default_factory=dict)  # {"in_sample": float | None, "uniform": float}
 
     def to_dict(self) -> dict:
         return {"filter_level": self.filter_level, "num_train": self.num_train, "kl": dict(self.kl),
-                "num_impossible_uniform": self.num_impossible, "output_dir": self.output_dir}
+                "kl_standard_error": dict(self.kl_standard_error), "num_impossible_uniform": self.num_impossible,
+                "output_dir": self.output_dir}
 
 
 @dataclass
@@ -58,26 +61,32 @@ class KLFigure:
     depth: int
     points: list = field(default_factory=list)
 
-    def curves(self, input_set: str) -> dict:
-        """``{k_train: (sizes, kl)}`` of one input set, sizes increasing."""
+    def curves(self, input_set: str, *, errors: bool = False) -> dict:
+        """``{k_train: (sizes, kl)}`` of one input set, sizes increasing; with ``errors``, ``(sizes, kl,
+        standard errors)``."""
         by_level: dict = {}
         for point in sorted(self.points, key=lambda p: (p.filter_level, p.num_train)):
-            sizes, values = by_level.setdefault(point.filter_level, ([], []))
+            sizes, values, ses = by_level.setdefault(point.filter_level, ([], [], []))
             sizes.append(point.num_train)
             values.append(point.kl[input_set])
-        return by_level
+            ses.append(point.kl_standard_error.get(input_set))
+        return {k: curve if errors else curve[:2] for k, curve in by_level.items()}
 
     def to_dict(self) -> dict:
+        def curve(sizes, values, ses) -> dict:
+            return {"sizes": sizes, "kl": values, **({} if None in ses else {"kl_standard_error": ses})}
+
         return {"title": self.title, "depth": self.depth, "points": [point.to_dict() for point in self.points],
-                "curves": {name: {str(k): {"sizes": sizes, "kl": values}
-                                  for k, (sizes, values) in self.curves(name).items()} for name in INPUT_SETS}}
+                "curves": {name: {str(k): curve(*values) for k, values in self.curves(name, errors=True).items()}
+                           for name in INPUT_SETS}}
 
 
 @torch.no_grad()
 def uniform_kl(output_dir, *, num_samples: int = 10_000, seed: int = UNIFORM_SEED,
-               batch_size: int = 1024) -> tuple[float, int]:
-    """(mean KL(BP_{k_train} ‖ model) of the root on ``num_samples`` uniform sequences, how many were impossible)
-    for the root classifier in ``output_dir`` (k_train is its config's ``filter_level``)."""
+               batch_size: int = 1024) -> tuple[float, int, float]:
+    """(mean KL(BP_{k_train} ‖ model) of the root on ``num_samples`` uniform sequences, how many were impossible,
+    the standard error of that mean over the possible ones) for the root classifier in ``output_dir`` (k_train is its
+    config's ``filter_level``)."""
     checkpoint = load_checkpoint(output_dir, task="root")
     model, grammar = checkpoint.model, checkpoint.grammar
     depth, k, q = checkpoint.depth, checkpoint.filter_level, grammar.num_symbols
@@ -89,8 +98,11 @@ def uniform_kl(output_dir, *, num_samples: int = 10_000, seed: int = UNIFORM_SEE
     logits = torch.cat([model(input_ids=inputs[start:start + batch_size].to(checkpoint.device)).logits.cpu()
                         for start in range(0, inputs.shape[0], batch_size)])  # (n', q)
     log_model, _ = symbol_log_probabilities(logits, q, getattr(model.config, "num_classes", None))  # (n', q)
+    per_sequence = kl_divergence(targets, log_model)  # (n',)
     kl = compare_with_bp(log_model, targets)["kl"]
-    return float(kl), int((~possible).sum())
+    error = float(per_sequence.std(unbiased=True) / per_sequence.numel() ** 0.5) if per_sequence.numel() > 1 \
+        else float("nan")
+    return float(kl), int((~possible).sum()), error
 
 
 def kl_vs_samples(points, *, title: str, depth: int, num_samples: int = 10_000) -> KLFigure:
@@ -101,10 +113,13 @@ def kl_vs_samples(points, *, title: str, depth: int, num_samples: int = 10_000) 
         key = f"eval_kl_bp_k{point.filter_level}"
         if key not in point.final:
             raise ValueError(f"run {point.output_dir!r} has no final {key} (its in-sample KL to the matched BP)")
-        uniform, impossible = uniform_kl(point.output_dir, num_samples=num_samples)
+        uniform, impossible, uniform_error = uniform_kl(point.output_dir, num_samples=num_samples)
+        in_sample_error = point.final.get(f"eval_kl_se_bp_k{point.filter_level}")
         figure.points.append(KLPoint(point.filter_level, point.num_train,
                                      {"in_sample": float(point.final[key]), "uniform": uniform}, impossible,
-                                     str(point.output_dir)))
+                                     str(point.output_dir),
+                                     {"in_sample": None if in_sample_error is None else float(in_sample_error),
+                                      "uniform": uniform_error}))
     return figure
 
 

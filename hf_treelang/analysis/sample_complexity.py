@@ -109,6 +109,7 @@ class SampleComplexityResult:
         failed: ``{run name: error}`` of the runs that failed.
         seeds: the seeds of the runs.
         accuracy_per_seed: arm -> per P, the list of accuracies per seed (None: the run failed).
+        num_test: the test sequences behind every accuracy (what an accuracy's sampling noise reads).
     """
 
     sizes: list
@@ -121,6 +122,7 @@ class SampleComplexityResult:
     failed: dict = field(default_factory=dict)
     seeds: list = field(default_factory=lambda: [0])
     accuracy_per_seed: dict = field(default_factory=dict)
+    num_test: int | None = None
 
     def gap(self, arm: str = "frozen") -> list | None:
         """:func:`seed_gaps` of ``arm`` − ``scratch`` per P; None when either arm was not run."""
@@ -140,6 +142,7 @@ class SampleComplexityResult:
             "accuracy_per_seed": self.accuracy_per_seed,
             "gap_vs_scratch": {arm: [g.to_dict() for g in gap] for arm, gap in gaps.items() if gap is not None},
             "bp_accuracy": self.bp_accuracy,
+            "num_test": self.num_test,
             "runs": {arm: [str(r) for r in runs] for arm, runs in self.runs.items()},
             "failed": self.failed,
         }
@@ -322,7 +325,7 @@ def sample_complexity_sweep(
         accuracy = {arm: [_mean(values) for values in per_seed[arm]] for arm in arms}
         return SampleComplexityResult(sizes=sizes, accuracy=accuracy, bp_accuracy=bp_accuracy,
                                       checkpoint=str(ckpt.path), depth=ckpt.depth, filter_level=ckpt.filter_level,
-                                      runs=runs, seeds=seeds, accuracy_per_seed=per_seed)
+                                      runs=runs, seeds=seeds, accuracy_per_seed=per_seed, num_test=int(num_test))
 
     if train is not None:
         return collect({run.name: train(run) for run in runs})

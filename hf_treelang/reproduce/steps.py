@@ -216,7 +216,8 @@ def sweep_points(ctx: Context, runs: list) -> list:
         points.append(accuracy_curves.SweepPoint(
             filter_level=int(d.k_train), num_train=int(d.num_train),
             num_layers=int(run.model_args.model_kwargs(d.depth)["num_hidden_layers"]),
-            grammar_seed=int(d.grammar_seed), final=summary["final"], output_dir=str(run.output_dir)))
+            grammar_seed=int(d.grammar_seed), final=summary["final"], output_dir=str(run.output_dir),
+            num_test=int(d.num_test)))
     return points
 
 
