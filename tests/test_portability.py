@@ -3,12 +3,14 @@ texts as before, a model card whose ``model-index`` is the run's metrics, and th
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
+import torch
+from transformers import AutoTokenizer, pipeline
 
 import hf_treelang  # noqa: F401  (registers the earlier tokenizer class for the folders it wrote)
 from hf_treelang import cli
@@ -103,6 +105,102 @@ print(json.dumps(out))
     assert {token for name in ("treelang-mlm", "electra-mlm") for token in result[name]["answer"][:3]} <= {0, 1, 2}
     assert all(len(result[name]["answer"].split()) == 4 for name in ("treelang-clm", "gpt_neox-clm"))
     assert all(result[name]["answer"].startswith("symbol_") for name in ("treelang-root", "bert-root"))
+
+
+def test_fill_mask_token_strings_are_the_symbols_and_the_special_ids_rank_last_with_score_zero(runs):
+    for name in ("treelang-mlm", "electra-mlm"):
+        fill = pipeline("fill-mask", model=str(runs / name))
+        answers = fill("0 [MASK] 2 1")  # the default top 5 of the q + 2 = 5 ids
+        assert [answer["token_str"] for answer in answers[:3]] == [str(answer["token"]) for answer in answers[:3]]
+        assert {answer["token"] for answer in answers[:3]} == {0, 1, 2} and all(
+            not answer["token_str"].startswith(" ") for answer in answers)
+        if name == "treelang-mlm":  # [MASK] and [PAD] last, with probability 0
+            assert [answer["score"] for answer in answers[3:]] == [0.0, 0.0]
+        symbols = fill("0 [MASK] 2 1", targets=["0", "1", "2"])  # the model card's call: the q symbols only
+        assert {answer["token"] for answer in symbols} == {0, 1, 2}
+        if name == "treelang-mlm":  # its scores are the softmax over the symbols
+            assert sum(answer["score"] for answer in symbols) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_fill_mask_on_a_constructed_folder_gives_bp0s_marginal(tmp_path):
+    from hf_treelang import BeliefPropagation, Grammar
+
+    assert cli.main(["construct", str(tmp_path / "bp"), "--num-symbols", "4", "--depth", "2"]) == 0
+    answers = pipeline("fill-mask", model=str(tmp_path / "bp"))("[MASK] 1 2 3")  # the default top 5 of 6 ids
+    marginal = BeliefPropagation(Grammar.random(4, 1.0, 0), 2).leaf_marginals(torch.tensor([[4, 1, 2, 3]]))[0, 0]
+    scores = {answer["token"]: answer["score"] for answer in answers}
+    assert len(answers) == 5 and all(scores.get(x, 0.0) == pytest.approx(float(marginal[x]), abs=1e-5)
+                                     for x in range(4))
+
+
+def test_text_generation_completes_any_prompt_to_a_whole_sequence_of_symbols(runs):
+    generate = pipeline("text-generation", model=str(runs / "treelang-clm"))
+    completed = generate("2 0")[0]["generated_text"]  # the model's generation config: 2**depth = 4 leaves in all
+    assert completed.startswith("2 0 ") and len(completed.split()) == 4
+    torch.manual_seed(0)
+    sampled = [generate("", do_sample=True)[0]["generated_text"] for _ in range(10)]  # BOS alone: a whole sequence
+    assert all(len(text.split()) == 4 and set(text.split()) <= {"0", "1", "2"} for text in sampled), sampled
+
+
+def test_a_prompt_that_repeats_the_bos_token_is_refused_saying_that_the_tokenizer_adds_it(runs):
+    generate = pipeline("text-generation", model=str(runs / "treelang-clm"))
+    with pytest.raises(ValueError, match=r"BOS again at position 1: a causal run's tokenizer adds BOS itself, so a "
+                                         r"text prompt holds leaves only"):
+        generate("[MASK] 2")
+
+
+def test_a_padded_batch_of_text_classification_is_refused_naming_the_padding(runs):
+    classify = pipeline("text-classification", model=str(runs / "treelang-root"))
+    assert len(classify(["0 1 2 0", "2 1 0 0"], batch_size=2)) == 2  # sequences of 2**depth leaves need no padding
+    with pytest.raises(ValueError, match=r"the padding id \[PAD\] = q \+ 1 = 4: every TreeLang sequence has exactly 4 "
+                                         r"tokens and none is padded"):
+        classify(["0 1 2 0", "0 1 2"], batch_size=2)
+
+
+def _card_code(folder: Path) -> str:
+    card = (folder / "README.md").read_text()
+    usage = card.split("## Usage", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    return usage.replace("path/to/this/folder", str(folder))
+
+
+@pytest.mark.parametrize("name", ["treelang-mlm", "treelang-clm", "treelang-root"])
+def test_the_model_cards_usage_runs_and_the_masked_lm_example_masks_a_leaf(runs, name, capsys):
+    folder = runs / name
+    front = (folder / "README.md").read_text().split("---")[1]
+    assert "datasets:" not in front  # no Hub dataset is named: the data are generated (the model-index names them)
+    namespace = {}
+    torch.manual_seed(0)
+    exec(_card_code(folder), namespace)  # noqa: S102 (the card's own example, on this run's folder)
+    printed = capsys.readouterr().out
+    if name == "treelang-mlm":
+        assert namespace["input_ids"][0, 0] == 3 and (namespace["input_ids"] == 3).sum() == 1  # leaf 0 masked
+        probabilities = namespace["probabilities"].detach()
+        assert probabilities.shape == (3,) and float(probabilities.sum()) == pytest.approx(1)
+        assert "'token_str': '0'" in printed and "[PAD]" not in printed
+    elif name == "treelang-clm":
+        sequences = printed.strip().splitlines()[-2:]
+        assert all(len(line.split()) == 4 for line in sequences), printed
+        assert namespace["next_leaf"].shape == (4, 3)
+    else:
+        assert namespace["logits"].shape == (1, 3)
+
+
+def test_the_cards_tokenizer_load_neither_asks_nor_warns_without_hf_treelang(runs):
+    folder = runs / "treelang-mlm"
+    assert "PreTrainedTokenizerFast.from_pretrained(folder)" in (folder / "README.md").read_text()
+    code = (f"from transformers import PreTrainedTokenizerFast; "
+            f"tokenizer = PreTrainedTokenizerFast.from_pretrained({str(folder)!r}); import sys; "
+            f"print(len(tokenizer), tokenizer.decode([0]), 'hf_treelang' in sys.modules)")
+    read, write = os.pipe()  # stdin held open: a question would wait for an answer
+    try:
+        done = subprocess.run([sys.executable, "-c", code], stdin=read, capture_output=True, text=True, timeout=300,
+                              env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(runs)})
+    finally:
+        os.close(read)
+        os.close(write)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["5", "0", "False"]  # q + 2 tokens; one token decodes to itself
+    assert "custom code" not in done.stderr and "model of type" not in done.stderr, done.stderr
 
 
 def _metric_value(results: list, name: str):

@@ -501,6 +501,17 @@ def test_label_smoothing_changes_the_weights_in_every_task(tmp_path, task, engin
     assert any(not torch.equal(first[key], second[key]) for key in first)
 
 
+@pytest.mark.parametrize("task, engine", [("mlm", "device"), ("clm", "device"), ("mlm", "dataloader")])
+def test_label_smoothing_logs_finite_training_and_evaluation_losses(tmp_path, task, engine):
+    result = run_tiny(task, tmp_path / "run", "--num_train", "16", "--num_evaluations", "2", "--num_checkpoints", "0",
+                      "--train_engine", engine, "--label_smoothing_factor", "0.1")
+    losses = [entry["eval_loss"] for entry in result.history] + [result.final_metrics["eval_loss"]]
+    assert len(losses) >= 3 and all(np.isfinite(losses)), losses
+    trained = [entry["loss"] for entry in json.loads((tmp_path / "run" / "trainer_state.json").read_text())[
+        "log_history"] if "loss" in entry]
+    assert trained and all(np.isfinite(trained)) and all(loss > 0 for loss in trained), trained
+
+
 def test_label_smoothing_changes_the_weights_of_another_architectures_causal_run(tmp_path):
     other = ["--depth", "2", "--num_symbols", "3", "--num_eval", "16", "--num_test", "16",
              "--per_device_train_batch_size", "8", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads",

@@ -154,9 +154,9 @@ class TreeLangConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        """transformers' `from_dict`; a dict without `bos_token_id` (saved before the causal head existed) has the
+        """transformers' `from_dict`; a dict without a `bos_token_id` (saved before the causal head existed) has the
         earlier layout, `vocab_size = q + 1`, and is read as q symbols."""
-        if "bos_token_id" not in config_dict and _is_int(config_dict.get("vocab_size")):
+        if config_dict.get("bos_token_id") is None and _is_int(config_dict.get("vocab_size")):
             config_dict = {**config_dict, "bos_token_id": config_dict["vocab_size"] - 1}
         return super().from_dict(config_dict, **kwargs)
 

@@ -450,7 +450,7 @@ class ModelArguments:
             num_symbols=data_args.num_symbols,
             depth=data_args.depth,
             filter_level=data_args.k_train,
-            sigma=float(data_args.sigma),
+            sigma=None if data_args.is_random_hierarchy else float(data_args.sigma),  # an RHM has no σ
             grammar_seed=data_args.grammar_seed,
             arity=data_args.sequence_arity,
             num_classes=data_args.num_classes,  # an RHM's n root classes: the root head's outputs

@@ -42,14 +42,30 @@ TASK_TITLES = {
 MODEL_CLASSES = {"root": "AutoModelForSequenceClassification", "mlm": "AutoModelForMaskedLM",
                  "finetune": "AutoModelForSequenceClassification", "clm": "AutoModelForCausalLM"}
 ARCHITECTURES = {"clm": "A causal transformer"}
-USAGE = {
+USAGE = {  # the sizes filled in per run: the sequence length, q, a masked text and a prompt
     "clm": """bos = torch.full((1, 1), ${num_symbols})  # the beginning-of-sequence id is q = ${num_symbols}
-leaves = model.generate(bos, do_sample=True)[:, 1:]  # (1, 2**${depth}): a sequence sampled from the model
-logits = model(input_ids=torch.cat([bos, leaves[:, :-1]], 1)).logits  # (1, 2**${depth}, q): row i is P(x_i | x_<i)""",
+leaves = model.generate(bos, do_sample=True)[:, 1:]  # (1, ${length}): a sequence sampled from the model
+logits = model(input_ids=torch.cat([bos, leaves[:, :-1]], 1)).logits  # (1, ${length}, q + 2)
+next_leaf = logits[0, :, :${num_symbols}].softmax(-1)  # (${length}, q): row i is P(x_i | x_<i)
+
+from transformers import pipeline
+
+generator = pipeline("text-generation", model="path/to/this/folder")
+print(generator("", do_sample=True)[0]["generated_text"])  # a whole sequence: the tokenizer adds BOS to a prompt
+print(generator("${prompt}", do_sample=True)[0]["generated_text"])  # a prompt of leaves, completed""",
+    "mlm": """input_ids = torch.randint(0, ${num_symbols}, (1, ${length}))  # symbols in [0, q)
+input_ids[0, 0] = ${num_symbols}  # mask leaf 0: the mask id is q = ${num_symbols}
+logits = model(input_ids=input_ids).logits  # (1, ${length}, q + 2): the symbols, then [MASK] and [PAD]
+probabilities = logits[0, 0, :${num_symbols}].softmax(-1)  # (q,): P(leaf 0 | the other leaves)
+
+from transformers import pipeline
+
+fill = pipeline("fill-mask", model="path/to/this/folder")
+print(fill("${masked_text}", targets=[str(x) for x in range(${num_symbols})]))  # the q symbols' scores""",
 }
-DEFAULT_USAGE = (  # the encoder heads: 2**depth symbols in [0, q), the mask id q
-    "input_ids = torch.randint(0, ${num_symbols}, (1, 2**${depth}))  # symbols in [0, q); the mask id is q = "
-    "${num_symbols}\nlogits = model(input_ids=input_ids).logits")
+DEFAULT_USAGE = (  # the root classifiers: a sequence of symbols in [0, q)
+    "input_ids = torch.randint(0, ${num_symbols}, (1, ${length}))  # symbols in [0, q)\n"
+    "logits = model(input_ids=input_ids).logits  # (1, classes): the root's")
 EXCESS_LOSS_TEXT = """
 Next-leaf prediction is not a task of the paper: every leaf is predicted from the leaves before it, and the numbers
 above average over the sequences and their 2^ℓ positions (KL to BP_k's exact next-leaf distributions). Excess loss
@@ -215,7 +231,10 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
                   f"{'frozen' if model_args.freeze_encoder else 'trained'} during fine-tuning")
     else:
         origin = "trained from scratch"
-    sizes_of = {"num_symbols": data_args.num_symbols, "depth": data_args.depth}
+    length = data_args.sequence_arity**data_args.depth
+    leaves = [str(i % data_args.num_symbols) for i in range(length)]
+    sizes_of = {"num_symbols": data_args.num_symbols, "length": length,
+                "masked_text": " ".join(["[MASK]", *leaves[1:]]), "prompt": " ".join(leaves[:length // 2])}
     display = architecture_name(model_args, model_config)
     if model_args.is_treelang:
         model_name, architecture = "TreeLang transformer", ARCHITECTURES.get(task, "An encoder-only transformer")
@@ -283,9 +302,10 @@ def render_model_card(task: str, data_args: DataArguments, model_args: ModelArgu
 
 
 LOADING_TREELANG = """Without `hf_treelang`: the folder is a Hub repository of its own (push it as it is). Its
-tokenizer (`tokenizer.json`, the `tokenizers` library's) loads with stock transformers, `AutoTokenizer.from_pretrained(folder,
-trust_remote_code=False)`: the folder's config names the TreeLang modelling code, so without that argument
-transformers asks whether to run it, which the tokenizer does not need. The TreeLang model needs that code:
+tokenizer (`tokenizer.json`, the `tokenizers` library's) loads with stock transformers and no code of the folder,
+`PreTrainedTokenizerFast.from_pretrained(folder)`; `AutoTokenizer` reads the folder's config first, which names the
+TreeLang modelling code, so without `import hf_treelang` it asks whether to run it (`trust_remote_code=False`: it
+does not, and warns that the config is not a tokenizer's model). The TreeLang model needs that code:
 `AutoModelFor...from_pretrained(folder, trust_remote_code=True)` and the pipelines with `trust_remote_code=True` (the
 code is saved next to the weights, `modeling_treelang.py`). What needs hf-treelang: BP, the data and the analyses."""
 LOADING_OTHER = """Without `hf_treelang`: the folder is a Hub repository of its own (push it as it is). The model (a
@@ -343,7 +363,7 @@ def card_front_matter(task: str, data_args: DataArguments, final: dict, model_na
         add("kl_divergence", f"mean KL(BP_{level} ‖ model)", final.get(f"eval_kl_bp_k{level}"), k, "validation")
     if task == "clm":
         add("loss", f"excess loss over BP_{k} (nats per leaf)", final.get("eval_excess_loss"), k, "validation")
-    data = ModelCardData(library_name="transformers", pipeline_tag=PIPELINE_TAGS[task], datasets=["treelang"],
+    data = ModelCardData(library_name="transformers", pipeline_tag=PIPELINE_TAGS[task],
                          tags=["hf-treelang", "hierarchical-filtering", "belief-propagation", "synthetic-data",
                                TASK_TAGS[task]], license="mit", model_name=model_name,
                          eval_results=results or None)
