@@ -314,6 +314,8 @@ def _summary_payload() -> dict:
     spread = {"mean": 0.06, "std": 0.014, "runs": 2}
     groups = [{"task": "mlm", "grammar": "g", "architecture": "treelang", "label": "treelang", "seeds": [0, 1],
                "runs": ["t0", "t1"], "steps": 4096, "k_train": 0, "final_kl_matched": spread,
+               "accuracy": {"0": {"mean": 0.65, "std": 0.01, "runs": 2}, "1": {"mean": 0.6, "std": 0.01, "runs": 2}},
+               "bp_accuracy": {"0": {"mean": 0.7, "std": 0.0, "runs": 2}},
                "climb_times": {"2": times(0, 0), "1": times(40, 30), "0": times(80, None)}},
               {"task": "mlm", "grammar": "g", "architecture": "bert", "label": "bert", "seeds": [0], "runs": ["b0"],
                "steps": 4096, "k_train": 0, "final_kl_matched": {"mean": 0.081, "std": None, "runs": 1},
@@ -325,9 +327,9 @@ def test_the_sentences_say_what_the_comparisons_numbers_say():
     from hf_treelang.analysis.compare_summary import summary_lines
 
     panel, order, leaders, schedules = summary_lines(_summary_payload())
-    assert panel.startswith("- **Masked leaf** (g; 4,096 steps; 3 runs): TreeLang ends at BP_0 ≈ BP_1 and BP_1 (seed by "
-                            "seed; final KL to BP_0 0.060 ± 0.01); BERT ends at BP_2 ≈ BP_0, BP_1 (final KL to BP_0 "
-                            "0.081).")
+    assert panel.startswith("- **Masked leaf** (g; 4,096 steps; 3 runs): TreeLang at BP_0 ≈ BP_1 / BP_1 (seeds 0 / 1; "
+                            "final KL to BP_0 0.060 ± 0.01; accuracy 0.650 ± 0.010 where BP_0 has 0.700); BERT at "
+                            "BP_2 ≈ BP_0, BP_1 (final KL to BP_0 0.081).")
     # two runs tie; of TreeLang seed 0's levels, BP_2 is told apart, (0.086 - 0.050) / 0.01 = 3.6 errors away
     assert panel.endswith("2 of 3 runs do not tell their last closest level from another within two paired standard "
                           "errors: TreeLang seed 0 (BP_0 ≈ BP_1; BP_2 at 3.6 errors); BERT seed 0 (BP_2 ≈ BP_0, "
@@ -359,3 +361,28 @@ def test_compare_writes_the_sentences_its_compare_json_gives_and_a_rerun_check_r
     assert line.startswith("- **TreeLang root seed 0**: final KL to BP_0 ") and f"BP_{state}" in line
     with pytest.raises(ValueError, match="are not one run trained twice"):
         rerun_check_row(runs["adam-s0"], runs["adam-s1"])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_published_sentences_are_the_ones_the_published_comparison_gives():
+    """INTRO.md quotes every sentence, the README some, as ``summary_lines`` makes them from the committed
+    compare.json; the re-run sentences are ``rerun_lines`` of rerun_check.json: a number in them that the data do not
+    hold, or a claim they contradict, fails here."""
+    from hf_treelang.analysis.compare_summary import quoted_summary, rerun_lines, summary_lines
+
+    folder = ROOT / "docs" / "compare"
+    payload = json.loads((folder / "compare.json").read_text())
+    lines = summary_lines(payload)
+    assert (folder / "summary.md").read_text().splitlines() == lines
+    intro = (folder / "INTRO.md").read_text()
+    assert quoted_summary(intro) == lines
+    readme = quoted_summary((ROOT / "README.md").read_text())
+    assert readme and all(line in lines for line in readme)
+    rerun = json.loads((folder / "protocol" / "rerun_check.json").read_text())
+    assert quoted_summary(intro, "rerun-check") == rerun_lines(rerun)
+    for run in payload["runs"]:  # the numbers the sentences quote are the comparison's own fields
+        assert run["within_noise_at_end"] and set(run["kl_gap_se_at_end"]) == set(run["kl_at_end"]), run["path"]
+    header = (folder / "compare.csv").read_text().splitlines()[0].split(",")
+    assert {"returns", "kl_gap_se_bp_k0", "kl_gap_se_bp_k4"} <= set(header)

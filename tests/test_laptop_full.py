@@ -87,3 +87,18 @@ def test_bad_workers_are_refused_before_any_folder(tmp_path):
     with pytest.raises(ValueError, match="workers"):
         reproduce(tmp_path / "out", "tiny", workers=-1)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_command_gives_a_value_of_none_that_the_preset_would_fill_and_resolves_to_the_same_run(tmp_path):
+    from hf_treelang.train.run import command_line, resolve
+
+    arguments = {"preset": "paper", "depth": 2, "num_symbols": 3, "num_train": 64, "num_train_epochs": 3.0,
+                 "checkpoint_epochs": None, "hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1}
+    run = resolve("root", arguments, tmp_path / "a")
+    command = command_line("root", run.arguments, tmp_path / "b")
+    assert "--checkpoint_epochs none" in command
+    (again,), _ = runs_from_command_line("root", command.split()[2:])
+    assert again.training_args.checkpoint_epochs is None and again.identity == run.identity
+    (filled,), _ = runs_from_command_line("root", [a for a in command.split()[2:] if a not in ("--checkpoint_epochs",
+                                                                                             "none")])
+    assert filled.training_args.checkpoint_epochs, "without the flag the paper preset fills its checkpoint epochs"

@@ -5,9 +5,10 @@ these lines whole (between ``<!-- compare-summary -->`` and ``<!-- /compare-summ
 :func:`quoted_summary` reads such a block back, so that a test can hold the prose to the data it stands on. Every
 number a sentence quotes is a field of ``compare.json`` (and a column of ``compare.csv``):
 
-* per task and grammar: which groups *reach* BP_0 (closest to BP_0 at the last evaluation and told apart from every
-  other BP_k, :func:`hf_treelang.core.noise.told_apart` on the paired errors), with t_0 and the final KL; where the
-  others end; which runs do not tell their last closest level apart from others, and how far the nearest level that is
+* per task and grammar: where each group's runs end — the closest BP_k at the last evaluation and the levels not told
+  apart from it (:func:`hf_treelang.core.noise.told_apart` on the paired errors) —, with t_0 where every run ends at
+  BP_0 told apart from the others, the final KL and the accuracy next to BP's (how close to BP_0's prediction the
+  run is); which runs do not tell their last closest level apart from others, and how far the nearest level that is
   told apart lies, in paired standard errors;
 * the order of the climb: the runs back at a BP_k above a level they had been closest to, beyond noise
   (``returns`` of each run, :func:`hf_treelang.analysis.compare.returns_up`), and the runs never closest to BP_0;
@@ -20,6 +21,7 @@ number a sentence quotes is a field of ``compare.json`` (and a column of ``compa
 from __future__ import annotations
 
 import math
+import textwrap
 
 TASK_TITLES = {"mlm": "masked leaf", "clm": "next leaf", "root": "root"}
 BEGIN, END = "<!-- compare-summary -->", "<!-- /compare-summary -->"
@@ -110,22 +112,31 @@ def _panel_title(task: str, grammar: str, grammars: int) -> str:
     return f"{title}, {grammar}" if grammars > 1 else title
 
 
+def _accuracy(group: dict) -> str:
+    """``accuracy 0.99 ± 0.01 where BP_0 has 1.00`` on the lowest k_test (BP_0's own test set)."""
+    levels = sorted(group.get("accuracy") or {}, key=int)
+    if not levels or (group["accuracy"][levels[0]] or {}).get("mean") is None:
+        return ""
+    bp = (group.get("bp_accuracy") or {}).get(levels[0]) or {}
+    reference = f" where BP_{group['k_train']} has {bp['mean']:.3f}" if bp.get("mean") is not None else ""
+    spread = group["accuracy"][levels[0]]
+    shown = f"{spread['mean']:.3f}" + (f" ± {spread['std']:.3f}" if spread.get("std") is not None else "")
+    return f"; accuracy {shown}{reference}"
+
+
 def _group_phrase(group: dict, members: list) -> str:
+    """Where a group's runs end (:func:`end_state`), with t_0 where each ends told apart at BP_0, the final KL to
+    BP_{k_train} and the accuracy next to BP's: how close to BP_0's prediction the closest BP_k is."""
     name, n = display_name(group), len(members)
-    k_train = group["k_train"]
-    kl = f"final KL to BP_{k_train} {_spread(group['final_kl_matched'])}"
-    reached = [run for run in members if reaches_bp0(run)]
-    if reached and len(reached) == n:
-        t0 = group["climb_times"].get("0") or {}
-        seeds = f" in {n} of {n} seeds" if n > 1 else ""
-        return f"{name} reaches BP_0{seeds} (t_0 = {_steps(t0['mean'])} steps; {kl})"
+    numbers = f"final KL to BP_{group['k_train']} {_spread(group['final_kl_matched'])}{_accuracy(group)}"
+    if all(reaches_bp0(run) for run in members):
+        t0 = (group["climb_times"].get("0") or {}).get("mean")
+        numbers = (f"t_0 = {_steps(t0)} steps; " if t0 is not None else "") + numbers
     states = [end_state(run) for run in members]
     if len(set(states)) == 1:
-        where = states[0] + (f" in {n} of {n} seeds" if n > 1 else "") + f" ({kl})"
-    else:
-        where = f"{_and(states)} (seed by seed; {kl})"
-    reach = f"reaches BP_0 in {len(reached)} of {n} seeds, " if reached else ""
-    return f"{name} {reach}ends at {where}"
+        return f"{name} at {states[0]}" + (f" in {n} of {n} seeds" if n > 1 else "") + f" ({numbers})"
+    seeds = " / ".join(str(run["seed"]) for run in members)
+    return f"{name} at {' / '.join(states)} (seeds {seeds}; {numbers})"
 
 
 def _ties(members: list, groups: dict) -> str | None:
@@ -138,9 +149,9 @@ def _ties(members: list, groups: dict) -> str | None:
         nearest = nearest_told_apart(run)
         beyond = f"; BP_{nearest[0]} at {nearest[1]:.1f} errors" if nearest else ""
         shown.append(f"{display_name(groups[run['path']])} seed {run['seed']} ({end_state(run)}{beyond})")
-    verb = "run does" if len(tied) == 1 else "runs do"
-    return (f"{len(tied)} of {len(members)} {verb} not tell their last closest level from another within two paired "
-            f"standard errors: {'; '.join(shown)}.")
+    verb = "does not tell its" if len(tied) == 1 else "do not tell their"
+    return (f"{len(tied)} of {len(members)} runs {verb} last closest level from another within two paired standard "
+            f"errors: {'; '.join(shown)}.")
 
 
 def panel_lines(payload: dict) -> list:
@@ -229,19 +240,51 @@ def summary_lines(payload: dict) -> list:
     return [*panel_lines(payload), order_line(payload), leaders_line(payload), schedule_line(payload)]
 
 
+def _agree_until(steps: list, first: list, second: list, tolerance: float = 1e-4) -> str:
+    """The last evaluation step up to which two KL curves agree within ``tolerance`` nats, in words."""
+    apart = next((i for i, (a, b) in enumerate(zip(first, second)) if abs(a - b) > tolerance), None)
+    if apart is None:
+        return f"the two KL curves agree within {tolerance:g} nats at every evaluation"
+    if apart == 0:
+        return f"the two KL curves differ by more than {tolerance:g} nats from the first evaluation"
+    return f"the two KL curves agree within {tolerance:g} nats up to step {_steps(steps[apart - 1])}"
+
+
 def rerun_lines(record: dict) -> list:
     """One bullet per row of a re-run check (``rerun_check.json``): the re-trained run's final KL to BP_{k_train}
-    against the published one's, and where each ends (:func:`end_state`) with the paired errors of its last
-    evaluation."""
+    against the published one's, how long their curves agree, and — for a row that recorded every level
+    (:func:`hf_treelang.analysis.compare.rerun_check_row`) — where each ends (:func:`end_state`, from the paired
+    errors of its last evaluation). A row that recorded the KL to BP_0 only says that where the re-trained run ends is
+    not known from it."""
     lines = []
     for row in record["rows"]:
-        published, rerun = row["published"], row["rerun"]
-        k = str(row["k_train"])
-        first, second = published["kl_at_end"][k], rerun["kl_at_end"][k]
-        lines.append(f"- **{row['name']}**: final KL to BP_{k} {_number(second)} re-trained against {_number(first)} "
-                     f"published (difference {_number(abs(second - first), 1)}); at the last evaluation "
-                     f"{end_state(rerun)} re-trained, {end_state(published)} published.")
+        if "published" in row:
+            published, rerun, k = row["published"], row["rerun"], str(row["k_train"])
+            first, second = published["kl_at_end"][k], rerun["kl_at_end"][k]
+            agree = _agree_until(row["steps"], published["kl_bp"][k], rerun["kl_bp"][k])
+            ends = f"at the last evaluation {end_state(rerun)} re-trained, {end_state(published)} published"
+            name = row["name"]
+        else:  # a check that kept the KL to BP_0 only
+            k, first, second = "0", row["published_final_kl_bp_k0"], row["rerun_final_kl_bp_k0"]
+            agree = _agree_until(row["steps"], row["published_kl_bp_k0"], row["rerun_kl_bp_k0"])
+            ends = "its other levels were not recorded, so where the re-trained run ends is not known from it"
+            name = row["run"]
+        lines.append(f"- **{name}**: final KL to BP_{k} {_number(second)} re-trained against {_number(first)} "
+                     f"published (difference {_number(abs(second - first))}); {agree}; {ends}.")
     return lines
+
+
+def quote(text: str, lines: list, name: str = "compare-summary", width: int = 120) -> str:
+    """``text`` (a page) with its ``<!-- name -->`` block replaced by ``lines``, each bullet wrapped at ``width``
+    (continuations indented two spaces, broken at spaces only, so that :func:`quoted_summary` reads the lines back
+    whole). Raises a ValueError when the page has no such block."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if begin not in text or end not in text:
+        raise ValueError(f"the page quotes no {name} (no {begin} ... {end} block)")
+    wrapped = [textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+               for line in lines]
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + "\n".join(wrapped) + "\n" + end + rest.split(end, 1)[1]
 
 
 def quoted_summary(text: str, name: str = "compare-summary") -> list:
@@ -262,5 +305,5 @@ def quoted_summary(text: str, name: str = "compare-summary") -> list:
 
 
 __all__ = ["ARCHITECTURE_NAMES", "BEGIN", "END", "TASK_TITLES", "display_name", "end_state", "leaders_line",
-           "nearest_told_apart", "order_line", "panel_lines", "quoted_summary", "reaches_bp0", "rerun_lines",
+           "nearest_told_apart", "order_line", "panel_lines", "quote", "quoted_summary", "reaches_bp0", "rerun_lines",
            "schedule_line", "summary_lines"]

@@ -50,6 +50,7 @@ from .arguments import (
     CURRICULUM_FIELDS,
     HIERARCHY_FIELDS,
     MASK_OPTION_FIELDS,
+    NONE_VALUE,
     OTHER_ARCHITECTURE_FIELDS,
     RENAMED_ARGUMENTS,
     TASKS,
@@ -230,6 +231,9 @@ def command_line(task: str, arguments: dict, output_dir) -> str:
     parts = ["python", f"training/run_{task}.py"]
     for key, value in sorted(arguments.items()):
         if key in RESERVED_ARGUMENTS:
+            continue
+        if value is None:  # no value, given: the preset must not fill it (parse_command_line reads "none")
+            parts += [f"--{key}", NONE_VALUE]
             continue
         values = value if isinstance(value, list) else [value]
         if not values:  # an empty list: "none" where the flag spells it so (report_to), else the flag's default
