@@ -296,8 +296,10 @@ def test_masked_lm_logits_cover_the_vocabulary_with_the_specials_never_predicted
     inputs = torch.tensor([[0, 4, 2, 1]])
     labels = torch.tensor([[-100, 3, -100, -100]])
     output = model(input_ids=inputs, labels=labels)
-    assert output.logits.shape == (1, 4, 6) and torch.isneginf(output.logits[..., 4:]).all()
     symbols = output.logits[..., :4]
-    assert torch.equal(output.logits.softmax(-1)[..., :4], symbols.softmax(-1))
+    assert output.logits.shape == (1, 4, 6) and torch.isfinite(output.logits).all()
+    assert (output.logits[..., 4:] < symbols.amin(-1, keepdim=True)).all()  # [MASK] and [PAD] below every symbol
+    assert (output.logits.softmax(-1)[..., 4:] == 0.0).all()
+    assert torch.allclose(output.logits.softmax(-1)[..., :4], symbols.softmax(-1), rtol=0, atol=1e-7)
     expected = torch.nn.functional.cross_entropy(symbols.reshape(-1, 4), labels.reshape(-1), ignore_index=-100)
     assert torch.equal(output.loss, expected)  # the loss over the q symbols, as before

@@ -184,13 +184,15 @@ def test_models_import_nothing_of_the_layers_above():
 
 
 def test_the_files_copied_next_to_checkpoints_import_only_stdlib_torch_transformers_and_each_other():
-    standalone = ("hf_treelang.models.configuration_treelang", "hf_treelang.models.modeling_treelang")
+    standalone = ("hf_treelang.models.configuration_treelang", "hf_treelang.models.modeling_treelang",
+                  "hf_treelang.models.special_logits")
     offending = [
         imp for imp in IMPORTS
         if imp.importer in standalone
         and not (_top(imp.module) in STDLIB or _top(imp.module) in ("torch", "transformers") or imp.module in standalone)
     ]
-    _check(offending, "configuration_treelang.py / modeling_treelang.py are loaded with trust_remote_code where "
+    _check(offending, "configuration_treelang.py / modeling_treelang.py / special_logits.py are loaded with "
+                      "trust_remote_code where "
                       "hf_treelang is not installed: standard library, torch, transformers and each other only")
 
 

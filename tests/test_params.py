@@ -95,10 +95,10 @@ def test_a_grammar_tensor_of_an_out_of_range_size_is_refused_naming_num_symbols(
     assert "num_symbols" in str(error.value) and "[2, 256]" in str(error.value)
 
 
-@pytest.mark.parametrize("vocab_size", [2, 258])
+@pytest.mark.parametrize("vocab_size", [3, 259])
 def test_the_model_config_refuses_a_vocab_size_of_q_out_of_range_naming_the_range_of_q(vocab_size):
-    # TreeLangConfig.vocab_size is q + 1 (the mask id is q): the message gives both ranges.
-    expected = f"`vocab_size` must be an integer in [3, 257] (q + 1 with q in [2, 256]), got {vocab_size}"
+    # TreeLangConfig.vocab_size is q + 2 (the mask id is q, the padding id q + 1): the message gives both ranges.
+    expected = f"`vocab_size` must be an integer in [4, 258] (q + 2 with q in [2, 256]), got {vocab_size}"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         TreeLangConfig(vocab_size=vocab_size)
 

@@ -231,10 +231,10 @@ class TreeLangConfig(PreTrainedConfig):
             ("filter_level", isinstance(self.filter_level, int) and 0 <= self.filter_level <= self.depth,
              f"an integer in [0, {self.depth}] (depth)"),
             ("sigma", self.sigma is None or (_is_real(self.sigma) and 0.0 <= self.sigma <= MAX_SIGMA),
-             f"None (a grammar without σ) or a real number in [0, {MAX_SIGMA:g}]"),
+             f"a real number in [0, {MAX_SIGMA:g}]"),  # or None: a grammar without σ
             ("grammar_seed", self.grammar_seed is None or (_is_int(self.grammar_seed)
                                                            and 0 <= self.grammar_seed <= MAX_GRAMMAR_SEED),
-             f"None (a grammar drawn from no seed) or an integer in [0, {MAX_GRAMMAR_SEED}]"),
+             f"an integer in [0, {MAX_GRAMMAR_SEED}]"),  # or None: a grammar drawn from no seed
             ("num_classes", self.num_classes is None or (_is_int(self.num_classes)
                                                          and 1 <= self.num_classes <= self.num_symbols),
              f"None (every symbol is a class) or an integer in [1, {self.num_symbols}] (q)"),
