@@ -117,7 +117,7 @@ class Prediction:
     Attributes:
         probabilities: (n, q) float64, the symbols' logits renormalised among themselves.
         mass_on_special_tokens: the mean over the n predictions of the probability on ids that are not symbols
-            (0.0 for a TreeLang model, whose logits are the q symbols).
+            (at most 2 exp(-128) for a TreeLang model, whose special ids score far below every symbol).
     """
 
     probabilities: np.ndarray

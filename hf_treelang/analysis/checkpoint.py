@@ -3,7 +3,8 @@
 Two kinds load:
 
 * a TreeLang checkpoint (``config.json`` with model_type ``"treelang"``): a run, model or ``checkpoint-N`` folder;
-  its config carries q, ℓ and k_train, and its logits are the q symbols;
+  its config carries q, ℓ and k_train, and its logits score the q symbols (a language model's also the special
+  ids, far below every symbol);
 * a run of another architecture (``run_mlm.py`` / ``run_clm.py`` / ``run_root.py --model_type bert|gpt2|mamba|...``),
   or a ``checkpoint-N`` folder of one: its config is the architecture's own (no ``depth``), so the setting comes from
   the run's ``run_config.json`` (the task, and q, ℓ, k_train, σ and the grammar seed of its data arguments; for a
@@ -97,7 +98,7 @@ class Checkpoint:
 
     @property
     def is_treelang(self) -> bool:
-        """Whether the model is TreeLang's own (its logits are the q symbols), not another architecture."""
+        """Whether the model is TreeLang's own (its config carries q, ℓ and k_train), not another architecture."""
         return self.setting is None
 
     @property
