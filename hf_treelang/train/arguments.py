@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -838,6 +839,38 @@ class EnsembleArguments:
                                  "train the same run twice")
 
 
+NONE_VALUE = "none"  # `--flag none` gives an optional number or list field no value (the preset's is not used)
+
+
+def _nullable_fields() -> set:
+    """The fields of the run dataclasses that may be None and hold numbers or lists (not text, where "none" is a
+    value of its own: ``--report_to none``)."""
+    names = set()
+    for cls in (DataArguments, ModelArguments, TreeLangTrainingArguments):
+        for name, hint in typing.get_type_hints(cls).items():
+            options = typing.get_args(hint)
+            if type(None) in options and str not in options:
+                names.add(name)
+    return names
+
+
+def _none_flags(argv: list) -> tuple:
+    """(``argv`` without the ``--flag none`` pairs of :func:`_nullable_fields`, the names they give None)."""
+    nullable, kept, nones = _nullable_fields(), [], set()
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        name = token[2:].replace("-", "_") if token.startswith("--") and "=" not in token else None
+        if name in nullable and index + 1 < len(argv) and argv[index + 1] == NONE_VALUE and (
+                index + 2 == len(argv) or argv[index + 2].startswith("--")):
+            nones.add(name)
+            index += 2
+            continue
+        kept.append(token)
+        index += 1
+    return kept, nones
+
+
 def _explicit_keys(argv: list) -> set:
     keys = set()
     for token in argv:
@@ -945,7 +978,11 @@ def parse_command_line(task: str, argv: list | None = None) -> tuple:
         if old in explicit:
             warn_renamed(f"--{old}", f"--{new}", "the training scripts")
             explicit = (explicit - {old}) | {new}
-    return _finish(task, *parser().parse_args_into_dataclasses(args=argv), explicit=explicit)
+    argv, nones = _none_flags(argv)
+    parsed = parser().parse_args_into_dataclasses(args=argv)
+    for name in nones:  # `--flag none`: no value, given (so the preset does not fill it)
+        setattr(next(arguments for arguments in parsed if hasattr(arguments, name)), name, None)
+    return _finish(task, *parsed, explicit=explicit)
 
 
 def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, explicit: set) -> tuple:
