@@ -92,7 +92,7 @@ def test_bad_workers_are_refused_before_any_folder(tmp_path):
 def test_a_run_command_gives_a_value_of_none_that_the_preset_would_fill_and_resolves_to_the_same_run(tmp_path):
     from hf_treelang.train.run import command_line, resolve
 
-    arguments = {"preset": "paper", "depth": 2, "num_symbols": 3, "num_train": 64, "num_train_epochs": 3.0,
+    arguments = {"preset": "paper", "depth": 2, "num_symbols": 3, "num_train": 64, "num_train_epochs": 200.0,
                  "checkpoint_epochs": None, "hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1}
     run = resolve("root", arguments, tmp_path / "a")
     command = command_line("root", run.arguments, tmp_path / "b")
