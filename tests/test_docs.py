@@ -1,6 +1,7 @@
 """The documentation site cannot rot: every python block of its pages runs and prints what its comments promise,
 every command it shows exists with the flags it gives, and the site builds with warnings as errors."""
 
+import html
 import importlib.util
 import re
 import shlex
@@ -84,17 +85,66 @@ def test_every_command_of_the_docs_exists_with_the_flags_it_gives():
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra is not installed")
-def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once with warnings as errors (the docs extra's mkdocs)."""
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("the docs extra is not installed")
+    folder = tmp_path_factory.mktemp("docs") / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    api = (tmp_path / "site" / "reference" / "api").rglob("index.html")
+    return folder
+
+
+def test_the_site_builds_with_warnings_as_errors(site):
+    api = (site / "reference" / "api").rglob("index.html")
     pages = "".join(path.read_text(encoding="utf-8") for path in api)
     for name in ("BeliefPropagation", "Grammar", "TreeLangConfig", "TreeLangForMaskedLM", "BPKLCallback",
                  "sample_trees", "build_bp_transformer"):
         assert name in pages, name
-    assert "--num_train" in (tmp_path / "site" / "reference" / "flags" / "index.html").read_text(encoding="utf-8")
-    assert "hf-treelang compare" in (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(
-        encoding="utf-8")
+    assert "--num_train" in (site / "reference" / "flags" / "index.html").read_text(encoding="utf-8")
+    assert "hf-treelang compare" in (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+
+
+def _api_pages(site: Path) -> dict:
+    """Every API page's article, as HTML."""
+    pages = {}
+    for path in sorted((site / "reference" / "api").rglob("index.html")):
+        text = path.read_text(encoding="utf-8")
+        pages[path.parent.name] = text.split("<article", 1)[1].split("</article>", 1)[0]
+    return pages
+
+
+def _text(markup: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", markup)).split())
+
+
+ROLE = re.compile(r"(?<![\w/]):?\b(?:py:)?(?:meth|class|func|mod|attr|data|exc|obj|const|ref):(?=\s?[`~\w])")
+
+
+def test_the_api_pages_render_every_docstring_markup(site):
+    """No docstring markup reaches the API pages as text: no Sphinx role (``:meth:`X```) or what is left of one
+    (``class:X``), no link of transformers' doc-builder (``[`X`]``), no ``a**b`` turned into bold, no parameter marked
+    required whose docstring states its default, and no pointer to a docstring no page shows."""
+    wrong = []
+    for name, page in _api_pages(site).items():
+        text = _text(page)
+        wrong += [f"{name}: a Sphinx role: {text[max(0, m.start() - 30):m.end() + 30]!r}" for m in ROLE.finditer(text)]
+        wrong += [f"{name}: a doc-builder link: {m.group(0)!r}"
+                  for m in re.finditer(r"\[<code>[\w.]+</code>\]|\[`[\w.]+`\]", page)]
+        for match in re.finditer(r"[\w)\]]<(strong|em)>|</(strong|em)>[\w(\[]", page):  # a**b read as bold
+            wrong.append(f"{name}: {_text(page[max(0, match.start() - 80):match.end() + 40])!r}: markup read as "
+                         f"emphasis inside a word")
+        for row in re.findall(r'<tr class="doc-section-item">(.*?)</tr>', page, re.S):
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+            if cells and _text(cells[-1]) == "required" and re.search(r"\bdefaults? (?:to|is)\b|Default:",
+                                                                       _text(row)):
+                wrong.append(f"{name}: {_text(cells[0])}: marked required beside its stated default")
+        sections = page.split('<div class="doc doc-object doc-module">')
+        for section in sections:  # "the module docstring" is the text heading the section of the object's module
+            shown = section.split('<div class="doc doc-object', 1)[0]
+            if "module docstring" in _text(section) and (section is sections[0] or len(_text(shown)) < 80):
+                wrong.append(f"{name}: points to a module docstring the page does not render")
+    assert not wrong, "\n".join(wrong)
