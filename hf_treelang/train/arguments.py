@@ -7,9 +7,9 @@ sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to 
 β = (0.9, 0.999), ε = 1e-8, no weight decay, learning rate 1e-4 constant without warm-up, batch 32).
 
 :func:`parse_arguments` reads the command line or one JSON file, then applies ``--preset`` (``"laptop"``: the run
-each script does with no arguments, sized by experiment to show the paper's findings on a 2-core CPU; ``"paper"``:
-the authors' settings) to every field the user did not set. The dataclasses' own defaults are the paper's model and
-optimiser, for code that builds them directly.
+each script does with no arguments, sized by experiment to show the paper's findings on a 2-core CPU; ``"smoke"``:
+that run cut to a two-minute first run; ``"paper"``: the authors' settings) to every field the user did not set.
+The dataclasses' own defaults are the paper's model and optimiser, for code that builds them directly.
 """
 
 from __future__ import annotations
@@ -84,12 +84,14 @@ WSD_KWARGS = ("num_decay_steps", "num_stable_steps", "warmup_type", "decay_type"
 # does with no arguments on a 2-core CPU in <= 15 minutes (:mod:`hf_treelang.train.laptop_settings`, found by the
 # search in training/README.md, "The laptop preset"; reproduce --preset quick trains the same runs); "paper" is the
 # authors' scripts (:mod:`hf_treelang.train.paper_settings`, sources in training/README.md,
-# "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says.
+# "Paper vs code"), the paper's model and optimiser included, so that it stays exact whatever the laptop preset says;
+# "smoke" (root, MLM, next-leaf) is the laptop run cut to a two-minute first run.
 PAPER_MODEL = paper.MODEL
 PAPER_OPTIMISER = paper.OPTIMISER
 PRESETS = {
     "root": {
         "laptop": laptop.ROOT,
+        "smoke": laptop.SMOKE_ROOT,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.ROOT_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.ROOT_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
@@ -98,6 +100,7 @@ PRESETS = {
     "mlm": {
         "laptop": laptop.MLM,
         "laptop_long": laptop.MLM_LONG,
+        "smoke": laptop.SMOKE_MLM,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
@@ -108,6 +111,7 @@ PRESETS = {
     # that the two self-supervised objectives are compared on the same data at the same number of steps.
     "clm": {
         "laptop": laptop.CLM,
+        "smoke": laptop.SMOKE_CLM,
         "paper": {**PAPER_MODEL, **PAPER_OPTIMISER, "num_train": paper.MLM_TRAIN, "num_eval": paper.NUM_VALIDATION,
                   "num_test": paper.NUM_TEST, "num_train_epochs": float(paper.MLM_EPOCHS),
                   "num_evaluations": paper.NUM_EVALUATIONS,
@@ -133,6 +137,14 @@ def _from_preset(name: str) -> str:
 
 DEFAULT_OUTPUT_DIRS = {"root": "outputs/run_root", "mlm": "outputs/run_mlm", "finetune": "outputs/run_finetune",
                        "clm": "outputs/run_clm"}
+# presets whose runs write next to, not into, the default folder (a smoke run never blocks or replaces a long run's)
+PRESET_OUTPUT_SUFFIXES = {"smoke": "_smoke"}
+
+
+def default_output_dir(task: str, preset: str) -> str:
+    """The folder a run of ``task`` with ``preset`` writes to when ``--output_dir`` is not given:
+    ``outputs/run_<task>``, ``outputs/run_<task>_smoke`` for the smoke preset."""
+    return DEFAULT_OUTPUT_DIRS[task] + PRESET_OUTPUT_SUFFIXES.get(preset, "")
 
 
 @dataclass
@@ -468,7 +480,8 @@ class TreeLangTrainingArguments(TrainingArguments):
     field and the engine, rather than silently ignored."""
 
     output_dir: str | None = field(
-        default=None, metadata={"help": "Output folder (default: outputs/run_<task>)."}
+        default=None, metadata={"help": "Output folder (default: outputs/run_<task>; outputs/run_<task>_smoke with "
+                                         "--preset smoke)."}
     )
     preset: str = field(
         default="laptop",
@@ -477,8 +490,10 @@ class TreeLangTrainingArguments(TrainingArguments):
                   "(the authors' scripts: the paper's model, Adam 1e-4, P = 2**17 root / 2**18 MLM, 10**4 test "
                   "sequences, the paper's epochs; for run_clm.py, a task the paper has not, a choice: the paper's "
                   "model and optimiser on its MLM data and epochs); run_mlm.py also has 'laptop_long' (the laptop "
-                  "run for 40 epochs, under an hour: it gets closer to BP_0); 'default' is the laptop preset's "
-                  "former name."},
+                  "run for 40 epochs, under an hour: it gets closer to BP_0); run_root.py, run_mlm.py and "
+                  "run_clm.py also have 'smoke' (the laptop run cut to P = 2**13 and 4 epochs, 1,024 steps, with 4 "
+                  "evaluations, on one thread: the first run, within two minutes on a 2-core CPU, written to "
+                  "outputs/run_<task>_smoke); 'default' is the laptop preset's former name."},
     )
     per_device_train_batch_size: int = field(
         default=32, metadata={"help": f"Batch size (paper: 32). {_from_preset('per_device_train_batch_size')}"}
@@ -986,9 +1001,9 @@ def parse_command_line(task: str, argv: list | None = None) -> tuple:
 
 
 def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, explicit: set) -> tuple:
-    if "output_dir" not in explicit:
-        training_args.output_dir = DEFAULT_OUTPUT_DIRS[task]
     apply_preset(task, data_args, model_args, training_args, explicit)
+    if "output_dir" not in explicit:
+        training_args.output_dir = default_output_dir(task, training_args.preset)
     data_args.complete_hierarchy()
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
     if data_args.block_mask_fraction == 0:  # no block masks, as None

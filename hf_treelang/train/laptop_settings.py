@@ -1,5 +1,5 @@
 """The laptop preset: the one home of the settings each script runs with no arguments, and of ``reproduce --preset
-quick``'s main runs.
+quick``'s main runs; and the smoke preset (``--preset smoke``), the first run of Getting started.
 
 They were found by the search of ``training/README.md`` ("The laptop preset") so that every default run shows the
 paper's findings on a 2-core CPU in at most 15 minutes; the data are the paper's (q = 4, ℓ = 4, σ = 1, grammar seed 0,
@@ -36,6 +36,16 @@ MLM_LONG = {**{key: value for key, value in MLM.items() if key != "mask_rate_fin
 # Next-leaf prediction (not in the paper): P = 2**16, 4 epochs, cosine.
 CLM = {**MODEL, **OPTIMISER, **EVALUATION, "lr_scheduler_type": "cosine", "num_train": 2**16,
        "num_train_epochs": 4.0}
+# The smoke preset (root, MLM and next-leaf runs): each task's laptop run on the same data, model and optimiser, cut to
+# P = 2**13 sequences and 4 epochs (1,024 steps), 1000 in-sample and 1000 test sequences per k_test and 4 log-spaced
+# evaluations after step 0 (steps 1, 10, 102, 1024), on one thread (a model this small gains nothing from a second);
+# the whole run, data and BP targets included, within two minutes on a 2-core CPU. It shows what a run prints and
+# writes, not the paper's findings: after 1,024 steps the model is still closest to BP_ℓ (or BP_ℓ-1).
+SMOKE = {"num_train": 2**13, "num_train_epochs": 4.0, "num_eval": 1000, "num_test": 1000, "num_evaluations": 4,
+         "cpu_threads": 1}
+SMOKE_ROOT = {**ROOT, **SMOKE}
+SMOKE_MLM = {**MLM, **SMOKE}
+SMOKE_CLM = {**CLM, **SMOKE}
 # Fine-tuning from an MLM checkpoint (the architecture is the checkpoint's): P = 2**11 labelled sequences, 10 epochs.
 FINETUNE = {**OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
             "num_evaluations": 8}
