@@ -73,6 +73,7 @@ def _flags_page() -> str:
         lines.append("")
     both = sorted(set(honoured.HONOURED_BY_BOTH) & set(inherited))
     only = sorted(set(honoured.HONOURED_BY_DATALOADER_ONLY) & set(inherited))
+    lines += _presets_section()
     lines += ["## transformers' `TrainingArguments` that the engines honour", "",
               "Any other field of `TrainingArguments` given a value other than its default is refused before any "
               "work, naming the field and the engine (`hf_treelang.train.honoured`).", "",
@@ -80,6 +81,27 @@ def _flags_page() -> str:
               "The dataloader engine only (`--train_engine dataloader`): " + ", ".join(f"`--{name}`" for name in only)
               + ".", ""]
     return "\n".join(lines)
+
+
+def _presets_section() -> list:
+    """Every preset of every script: the values it gives the fields it sets (``hf_treelang.train.arguments.PRESETS``)."""
+    from hf_treelang.train.arguments import PRESETS
+
+    scripts = {"root": "run_root.py", "mlm": "run_mlm.py", "clm": "run_clm.py", "finetune": "run_finetune.py"}
+    lines = ["## Presets", "",
+             "What `--preset` sets, script by script (a flag given explicitly wins; a field a preset leaves out keeps "
+             "the default above). `laptop` is the default preset.", ""]
+    for task, presets in PRESETS.items():
+        names = list(presets)
+        fields = sorted({field for values in presets.values() for field in values})
+        lines += [f"### `{scripts.get(task, task)}`", "", "| flag | " + " | ".join(f"`{name}`" for name in names) + " |",
+                  "|---|" + "---|" * len(names)]
+        for field in fields:
+            cells = [f"`{presets[name][field]!r}`".replace("|", "/") if field in presets[name] else "–"
+                     for name in names]
+            lines.append(f"| `--{field}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def _gpu_page() -> str:
