@@ -20,6 +20,7 @@ import sys
 
 from hf_treelang import register
 from hf_treelang.help_format import HelpFormatter
+from hf_treelang.progress import quiet_progress_bars_off_terminal
 from hf_treelang.reproduce.presets import PRESETS, PUBLIC_PRESETS, step_names
 from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.folders import check_output_folder
@@ -458,11 +459,9 @@ def _run(name: str, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as error:
         sys.stderr.write(f"{PROG} {name}: error: {error}\n")
         return 2
-    if getattr(args, "no_progress", False):
-        # the libraries' own bars too ("Writing model shards", "Loading weights", dataset generation)
-        from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal  # lazy: loads transformers
-
-        quiet_progress_bars_off_terminal(force=True)
+    # no progress bar outside a terminal (a log file, a pipe) or with --no-progress: the libraries' ("Writing model
+    # shards", "Loading weights", dataset generation) and the command's own, which read args.no_progress
+    args.no_progress = quiet_progress_bars_off_terminal(force=getattr(args, "no_progress", False))
     module = importlib.import_module(COMMANDS[name][0])
     return module.run(args) or 0
 

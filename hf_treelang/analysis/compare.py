@@ -723,7 +723,8 @@ def kept_apart_lines(groups: list) -> list:
 def run(args) -> int:
     """``hf-treelang compare`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
     try:
-        result = compare(list(args.runs), args.out, title=args.title, reevaluate=args.reevaluate)
+        result = compare(list(args.runs), args.out, title=args.title, reevaluate=args.reevaluate,
+                         progress=not args.no_progress)
     except (ValueError, TypeError) as error:
         return cli_error("compare", error)
     for line in result["kept_apart"]:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -983,7 +982,7 @@ def run(args) -> int:
             positions=args.positions, num_train=args.num_train, num_validation=args.num_validation,
             num_test=args.num_test, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
             probe_hidden=args.probe_hidden, seed=args.seed, device=args.device,
-            progress=sys.stderr.isatty(),  # bars only on a terminal: a log file holds no \r redraws
+            progress=not args.no_progress,  # hf_treelang.cli: bars only on a terminal
             log=lambda line: print(line, flush=True), max_hours=getattr(args, "max_hours", DEFAULT_MAX_HOURS))
     except (ValueError, TypeError) as error:
         return cli_error("probe", error)

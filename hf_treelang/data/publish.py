@@ -599,7 +599,7 @@ def run(args) -> int:
             sigmas=args.sigmas,
             filter_levels=args.filter_levels,
             overwrite=args.overwrite,
-            progress=True,
+            progress=not args.no_progress,  # hf_treelang.cli: off outside a terminal
             num_symbols=args.num_symbols,
             depth=args.depth,
             num_train=args.num_train,

@@ -70,6 +70,7 @@ from hf_treelang.core.oracle import (
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.progress import is_terminal, quiet_progress_bars_off_terminal  # noqa: F401  (the scripts' import)
 
 SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model puts outside the q symbols
 IMPOSSIBLE_KEY = "impossible_bp_k"  # a grammar other than the paper's: eval_impossible_bp_k{k}, the in-sample rows
@@ -578,22 +579,6 @@ def evaluation_line(metrics: dict, step: int, k_train: int | None = None) -> str
     return " · ".join(parts)
 
 
-def quiet_progress_bars_off_terminal(stream=None, *, force: bool = False) -> bool:
-    """Turn off the progress bars of ``datasets`` and ``transformers`` (``Generating train split``, ``Writing model
-    shards``, ``Loading weights``) when ``stream`` (default ``sys.stderr``, where tqdm draws) is not a terminal, so
-    that a log file holds no ``\r`` redraws, or always with ``force`` (a command's ``--no-progress``); returns
-    whether it did. The scripts and the command line call it; a library caller keeps its own settings."""
-    stream = sys.stderr if stream is None else stream
-    if not force and getattr(stream, "isatty", lambda: False)():
-        return False
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-    return True
-
-
 class ConsoleCallback(ProgressCallback):
     """What a training run shows on the console: one line per evaluation (:func:`evaluation_line`), one short line
     per training-loss log, and a progress bar only when stderr is a terminal (no ``\\r`` escapes in a log file).
@@ -636,7 +621,7 @@ class ConsoleCallback(ProgressCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._bar = self.progress_bar if self.progress_bar is not None else \
-            (not args.disable_tqdm and sys.stderr.isatty())
+            (not args.disable_tqdm and is_terminal())
         self.current_step = 0
         if self._bar:
             super().on_train_begin(args, state, control, **kwargs)
