@@ -5,8 +5,8 @@ from the JSON files the measuring commands wrote.
 * ``reference/cli.md`` — every ``hf-treelang`` sub-command's ``--help`` (:func:`hf_treelang.cli.command_parser`);
 * ``reference/flags.md`` — every field of the scripts' argument dataclasses, with its default and help, and the
   ``transformers.TrainingArguments`` fields each engine honours (:mod:`hf_treelang.train.honoured`);
-* ``results/gpu.md`` — every GPU check in ``benchmarks/results/*.json``, rendered by ``benchmarks/gpu_check.py``'s
-  own tables, newest first;
+* ``results/gpu.md`` — what the GPU checks show (``docs/results_data/gpu_notes.md``), then every GPU check in
+  ``benchmarks/results/*.json``, rendered by ``benchmarks/gpu_check.py``'s own tables, newest first;
 * ``results/comparison.md`` — ``docs/compare/``: the architecture comparison's table, rates (``protocol/rates.json``,
   where ``training/compare_architectures.py docs/compare/protocol`` writes them) and commands;
 * ``results/reproduction.md`` — the findings of each reproduction preset in ``docs/results_data/reproduce_<preset>/``
@@ -110,6 +110,9 @@ def _gpu_page() -> str:
              "Every `python benchmarks/gpu_check.py` run kept in `benchmarks/results/`, newest first, each table "
              "rendered from its JSON at build time (the command and its settings: [The GPU path](../guides/gpu.md)).",
              ""]
+    notes = DATA / "gpu_notes.md"  # what the checks show, with their commands and dates
+    if notes.is_file():
+        lines += [notes.read_text().strip(), ""]
     files = sorted((ROOT / "benchmarks" / "results").glob("gpu_check*.json"), key=lambda path: path.name,
                    reverse=True)
     for path in files:
