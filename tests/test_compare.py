@@ -339,6 +339,9 @@ def test_the_sentences_say_what_the_comparisons_numbers_say():
                      "step 67 (by 20.0 standard errors). 2 of 3 runs are never closest to BP_0.")
     assert leaders.endswith("masked leaf: BP_1 TreeLang (35), BP_0 none.")  # BERT never reached BP_1; TreeLang 1 of 2
     assert schedules == "- **Schedules** (each run's recorded `lr_scheduler_type`): cosine for the 3 masked leaf runs."
+    payload = _summary_payload()
+    payload["runs"][2].update(path_of_closest=[], within_noise_at_end=None, kl_at_end={}, kl_gap_se_at_end={})
+    assert "BERT at no BP_k (no KL logged)" in summary_lines(payload)[0]  # a run that logged no KL is said so
 
 
 def test_compare_writes_the_sentences_its_compare_json_gives_and_a_rerun_check_row_per_run_trained_twice(runs,

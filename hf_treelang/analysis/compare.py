@@ -37,6 +37,7 @@ import os
 import struct
 import typing
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -586,21 +587,22 @@ def compare(runs: list, out_dir, *, title: str = "", reevaluate: bool = False, p
     groups = group_rows(rows)
     figure = plot_comparison(rows, title, {row.group: group["label"] for group in groups for row in rows
                                            if row.path in group["runs"]})
-    out = prepare_output(out_dir)
-    (out / "compare.md").write_text(markdown_table(groups))
     payload = {"groups": groups, "runs": [{key: value for key, value in vars(row).items() if key != "dynamics"}
                                           for row in rows]}
-    write_json(out / "compare.json", payload)
-    summary = summary_lines(json.loads((out / "compare.json").read_text()))  # from the file: what others read
-    (out / "summary.md").write_text("\n".join(summary) + "\n")
+    summary = summary_lines(json.loads(json.dumps(payload, default=str)))  # as compare.json will read back
     records = dataset_records(rows, groups)
     columns = dataset_columns(records)
-    with open(out / "compare.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(records)
+    table = StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(records)
+    out = prepare_output(out_dir)  # everything is computed: the files follow
+    (out / "compare.md").write_text(markdown_table(groups))
+    write_json(out / "compare.json", payload)
+    (out / "summary.md").write_text("\n".join(summary) + "\n")
+    (out / "compare.csv").write_bytes(table.getvalue().encode())
     (out / "README.md").write_text(dataset_card(columns, len(records), title,
-                                                 table_config_name((out / "compare.csv").read_bytes())))
+                                                 table_config_name(table.getvalue().encode())))
     save_figure(figure, out / "compare.png")
     return {"groups": groups, "kept_apart": kept_apart_lines(groups), "not_reevaluated": skipped,
             "files": [out / name for name in ("compare.md", "compare.json", "summary.md", "compare.csv", "README.md",

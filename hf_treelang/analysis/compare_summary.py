@@ -15,7 +15,7 @@ number a sentence quotes is a field of ``compare.json`` (and a column of ``compa
 * the first group to reach each level (the smallest mean t_k among the groups whose every seed reached it);
 * the learning-rate schedule each run recorded;
 * and, from a re-run check (``rerun_check.json``, :func:`rerun_lines`), each re-trained run against its published
-  one, level by level.
+  one: the final KLs, how long the curves agree and, where the check kept every level, where each run ends.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def _levels(within: list | None, closest: int) -> list:
 
 def end_state(run: dict) -> str:
     """Where a run ends: ``BP_1`` (told apart from every other level), ``BP_0 ≈ BP_1`` (not told apart from BP_1),
-    ``BP_2 (errors unknown)`` (no paired errors at its last evaluation)."""
+    ``BP_2 (errors unknown)`` (no paired errors at its last evaluation), ``no BP_k (no KL logged)``."""
+    if not run["path_of_closest"]:
+        return "no BP_k (no KL logged)"
     closest = run["path_of_closest"][-1]
     if run.get("within_noise_at_end") is None:
         return f"BP_{closest} (errors unknown)"
@@ -77,21 +79,23 @@ def end_state(run: dict) -> str:
     return f"BP_{closest}" + (" ≈ " + ", ".join(f"BP_{k}" for k in others) if others else "")
 
 
-def reaches_bp0(run: dict) -> bool:
+def at_bp0_told_apart(run: dict) -> bool:
     """Closest to BP_0 at the last evaluation and told apart from every other BP_k there."""
-    return run["path_of_closest"][-1] == 0 and run.get("within_noise_at_end") == [0]
+    return run["path_of_closest"][-1:] == [0] and run.get("within_noise_at_end") == [0]
 
 
 def nearest_told_apart(run: dict) -> tuple | None:
     """``(k, gap / error)`` of the level nearest the last closest one, in paired standard errors, among the levels
     told apart from it; None without paired errors or such a level."""
-    closest = run["path_of_closest"][-1]
     within = run.get("within_noise_at_end")
+    if within is None or not run["path_of_closest"]:
+        return None
+    closest = run["path_of_closest"][-1]
     errors, kls = run.get("kl_gap_se_at_end") or {}, run.get("kl_at_end") or {}
     ratios = []
     for key, error in errors.items():
         k = int(key)
-        if within is None or k in within or error in (None, 0) or kls.get(key) is None:
+        if k in within or error in (None, 0) or kls.get(key) is None or kls.get(str(closest)) is None:
             continue
         ratios.append(((kls[key] - kls[str(closest)]) / error, k))
     return (min(ratios)[1], min(ratios)[0]) if ratios else None
@@ -129,7 +133,7 @@ def _group_phrase(group: dict, members: list) -> str:
     BP_{k_train} and the accuracy next to BP's: how close to BP_0's prediction the closest BP_k is."""
     name, n = display_name(group), len(members)
     numbers = f"final KL to BP_{group['k_train']} {_spread(group['final_kl_matched'])}{_accuracy(group)}"
-    if all(reaches_bp0(run) for run in members):
+    if all(at_bp0_told_apart(run) for run in members):
         t0 = (group["climb_times"].get("0") or {}).get("mean")
         numbers = (f"t_0 = {_steps(t0)} steps; " if t0 is not None else "") + numbers
     states = [end_state(run) for run in members]
@@ -140,7 +144,7 @@ def _group_phrase(group: dict, members: list) -> str:
 
 
 def _ties(members: list, groups: dict) -> str | None:
-    tied = [run for run in members if run.get("within_noise_at_end") is not None
+    tied = [run for run in members if run.get("within_noise_at_end") is not None and run["path_of_closest"]
             and _levels(run["within_noise_at_end"], run["path_of_closest"][-1])]
     if not tied:
         return None
@@ -304,6 +308,6 @@ def quoted_summary(text: str, name: str = "compare-summary") -> list:
     return bullets
 
 
-__all__ = ["ARCHITECTURE_NAMES", "BEGIN", "END", "TASK_TITLES", "display_name", "end_state", "leaders_line",
-           "nearest_told_apart", "order_line", "panel_lines", "quote", "quoted_summary", "reaches_bp0", "rerun_lines",
+__all__ = ["ARCHITECTURE_NAMES", "BEGIN", "END", "TASK_TITLES", "at_bp0_told_apart", "display_name", "end_state",
+           "leaders_line", "nearest_told_apart", "order_line", "panel_lines", "quote", "quoted_summary", "rerun_lines",
            "schedule_line", "summary_lines"]
