@@ -322,3 +322,38 @@ def test_the_bp_kl_page_lists_every_key_the_callback_logs():
     listed = set(re.findall(r"`(eval_[\w{}]+)`", page))
     missing = sorted(_logged_keys() - listed)
     assert not missing, f"docs/guides/bp-kl.md does not list {missing}"
+
+
+# ------------------------------------------------------------------------------------------------ the first run
+
+
+def test_the_first_runs_console_lines_are_what_a_smoke_run_prints():
+    """Getting started's first run shows the evaluation lines the console prints (``evaluation_line`` of the numbers
+    they show, so "closest BP_k" is the smallest KL), at the steps its preset evaluates, ending at its last step."""
+    from hf_treelang.train.arguments import PRESETS
+    from hf_treelang.train.callbacks import evaluation_line, log_spaced_steps
+
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(python training/run_(\w+)\.py --preset (\w+))\n```", page)
+    assert command, "Getting started opens with a run of a training script at a preset"
+    task, preset = command.group(2), command.group(3)
+    values = PRESETS[task][preset]
+    steps = int(values["num_train"] // values["per_device_train_batch_size"] * values["num_train_epochs"])
+    evaluated = {0, *log_spaced_steps(steps, values["num_evaluations"])}
+    block = page[command.end():].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if re.match(r"step \d+ · loss ", line)]
+    assert len(lines) >= 2
+    for line in lines:
+        step = int(line.split()[1])
+        kl = [float(value) for value in re.search(r"KL BP_0\.\.\d+ ([\d. ]+) ·", line).group(1).split()]
+        pairs = re.search(r"\(model/BP_0\) (.*)$", line).group(1).split()
+        metrics = {"eval_loss": float(re.search(r"loss ([\d.]+)", line).group(1)),
+                   **{f"eval_kl_bp_k{k}": value for k, value in enumerate(kl)},
+                   **{f"eval_acc_ktest{k}": float(pair.split("/")[0]) for k, pair in enumerate(pairs)},
+                   **{f"eval_bp_acc_ktest{k}": float(pair.split("/")[1]) for k, pair in enumerate(pairs)}}
+        assert line == evaluation_line(metrics, step, k_train=0)
+        assert step in evaluated, f"step {step}: the {preset} preset evaluates at {sorted(evaluated)}"
+    assert int(lines[-1].split()[1]) == steps
+    prose = " ".join(page.replace("1,024", "1024").split())
+    shown = re.search(r"evaluated at steps ([\d, and]+)\.", prose)
+    assert shown and sorted(int(step) for step in re.findall(r"\d+", shown.group(1))) == sorted(evaluated)
