@@ -44,3 +44,81 @@ def test_a_command_writing_into_a_file_writes_no_progress_bar_codes(tmp_path, co
     text = _into_file(tmp_path, argv)
     assert text.strip(), "the command wrote nothing"
     assert "\r" not in text and "\x1b[" not in text, text
+
+
+# ---------------------------------------------------------------- loggers (--report_to)
+
+
+def _not_installed(monkeypatch, *modules):
+    """``importlib.util.find_spec`` finds none of ``modules``: transformers' tests of its loggers see them missing."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args, **kwargs: None if name.split(".")[0] in modules else
+                        find_spec(name, *args, **kwargs))
+
+
+@pytest.mark.parametrize("logger, modules, install", [
+    ("wandb", ("wandb",), "pip install wandb"),
+    ("mlflow", ("mlflow",), "pip install mlflow"),
+    ("clearml", ("clearml",), "pip install clearml"),
+    ("dvclive", ("dvclive",), "pip install dvclive"),
+    ("tensorboard", ("tensorboard", "tensorboardX"), "pip install tensorboard"),
+])
+def test_a_logger_that_is_not_installed_is_refused_in_one_line_before_the_run_folder_exists(
+        tmp_path, capsys, monkeypatch, logger, modules, install):
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    _not_installed(monkeypatch, *modules)
+    out = tmp_path / "run"
+    argv = [*TINY, "--output_dir", str(out), "--report_to", logger]
+    assert main("root", argv, as_script=True) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"`report_to` {logger!r}" in err and install in err, err
+    assert not out.exists()
+
+
+def test_an_unknown_logger_is_refused_naming_the_known_ones(tmp_path, capsys):
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    out = tmp_path / "run"
+    assert main("root", [*TINY, "--output_dir", str(out), "--report_to", "wandbb"], as_script=True) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "`report_to` 'wandbb' is not one of transformers' loggers" in err
+    assert "wandb" in err.split("use one of")[1] and not out.exists()
+
+
+def test_a_run_stopped_before_it_trained_is_started_again_by_the_same_command(tmp_path, monkeypatch):
+    from hf_treelang.train import loop
+    from hf_treelang.train.folders import RUN_START_FILES
+    from tiny_run import TINY
+
+    out = tmp_path / "run"
+    argv = [*TINY, "--output_dir", str(out), "--num_checkpoints", "1"]
+    trainer_for = loop.trainer_for
+
+    def fails(*args, **kwargs):  # the Trainer does not start (a logger's own error, an interrupt)
+        raise RuntimeError("the Trainer did not start")
+
+    monkeypatch.setattr(loop, "trainer_for", fails)
+    with pytest.raises(RuntimeError, match="did not start"):
+        loop.main("root", argv, as_script=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted(RUN_START_FILES)
+    monkeypatch.setattr(loop, "trainer_for", trainer_for)
+    assert loop.main("root", argv, as_script=True) == 0
+    assert (out / "run_complete.json").is_file()
+
+
+def test_a_folder_without_a_checkpoint_is_refused_without_pointing_to_one(tmp_path):
+    from hf_treelang.train.folders import RUN_CONFIG, check_output_dir_free
+
+    out = tmp_path / "run"
+    (out / "tensorboard").mkdir(parents=True)  # a run that logged, then stopped before its first checkpoint
+    (out / RUN_CONFIG).write_text("{}")
+    with pytest.raises(ValueError, match="is not empty") as refused:
+        check_output_dir_free(out, overwrite=False, resume=None)
+    assert "checkpoint-" not in str(refused.value) and "no checkpoint to resume from" in str(refused.value)
+    assert "--overwrite_output_dir true" in str(refused.value)

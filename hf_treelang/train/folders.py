@@ -72,6 +72,9 @@ RESUME_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng_state
 RUN_WRITES = RUN_FILES + (RUN_COMPLETE, "training_args.bin", "curves.png", "kl_curves.png",
                           "model.safetensors.index.json", "pytorch_model.bin", "eval_history.json.tmp")
 RUN_WRITE_FOLDERS = ("tensorboard",)
+# what a run has written before its Trainer starts: a folder holding only these is a run stopped before it trained
+# (a logger that failed to start, an interrupt while the data were built), started again without --overwrite_output_dir
+RUN_START_FILES = (RUN_CONFIG, IDENTITY_FILE)
 CHECKPOINT_PREFIX = "checkpoint-"
 # task -> the head class a model folder of that task is saved with (config.json's "architectures")
 TASK_ARCHITECTURES = {"mlm": "TreeLangForMaskedLM", "root": "TreeLangForSequenceClassification",
@@ -168,9 +171,10 @@ def _shown(names: list, limit: int = 6) -> str:
 
 
 def check_output_dir_free(output_dir, *, overwrite: bool, resume) -> None:
-    """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run; and
-    refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a bool); and refuse
-    a folder another live process owns, naming it (:class:`hf_treelang.claims.FolderTaken`)."""
+    """Refuse a non-empty ``output_dir`` unless the run resumes from a checkpoint or overwrites the previous run (a
+    folder holding only what a run writes before it trains, :data:`RUN_START_FILES`, is free: that run is started
+    again); and refuse resuming into a folder that holds another complete run (``resume``: the checkpoint, or a
+    bool); and refuse a folder another live process owns, naming it (:class:`hf_treelang.claims.FolderTaken`)."""
     folder = Path(output_dir)
     check_unclaimed(folder, "output_dir")
     entries = _entries(folder)
@@ -180,11 +184,14 @@ def check_output_dir_free(output_dir, *, overwrite: bool, resume) -> None:
             raise ValueError(
                 f"`output_dir` {str(folder)!r} holds a complete run and `resume_from_checkpoint` {str(resume)!r} is "
                 "not one of its checkpoints: resuming would overwrite that run; choose another --output_dir")
-    if entries and not (overwrite or resume):
+    if entries and not (overwrite or resume) and not set(entries) <= set(RUN_START_FILES):
+        saved = last_checkpoint(folder)
+        resume_hint = (f", --resume_from_checkpoint {str(saved)!r} to continue it" if saved is not None else
+                       " (it holds no checkpoint to resume from)" if is_run_folder(folder) else "")
         raise ValueError(
             f"`output_dir` {str(folder)!r} is not empty ({_shown(entries)}): a new run would mix its files with "
-            "those; pass --overwrite_output_dir true to replace the previous run's files, --resume_from_checkpoint "
-            f"{str(folder / (CHECKPOINT_PREFIX + 'N'))!r} to continue it, or another --output_dir"
+            f"those; pass --overwrite_output_dir true to replace the previous run's files{resume_hint}, or another "
+            "--output_dir"
         )
 
 
@@ -786,6 +793,7 @@ __all__ = [
     "RUN_COMPLETE",
     "RUN_CONFIG",
     "RUN_FILES",
+    "RUN_START_FILES",
     "TASK_ARCHITECTURES",
     "WEIGHT_FILES",
     "check_output_dir_free",

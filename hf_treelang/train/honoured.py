@@ -85,6 +85,48 @@ HONOURED_SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", 
 HONOURED_VALUES = {"optim": HONOURED_OPTIMIZERS, "lr_scheduler_type": HONOURED_SCHEDULES}
 
 
+# What each of transformers' loggers (``--report_to``, ``transformers.integrations.INTEGRATION_TO_CALLBACK``) needs on
+# this machine: transformers' own test of it (``transformers.integrations.is_<name>_available``) and what it lacks when
+# that test fails. A logger of a later transformers release, missing here, is tested by its ``is_<name>_available``.
+REPORTING_NEEDS = {
+    "azure_ml": ("is_azureml_available", "the azureml-sdk package (pip install azureml-sdk)"),
+    "clearml": ("is_clearml_available", "the clearml package (pip install clearml)"),
+    "codecarbon": ("is_codecarbon_available", "the codecarbon package (pip install codecarbon)"),
+    "comet_ml": ("is_comet_available", "a recent comet-ml package (pip install -U comet-ml) and COMET_API_KEY set"),
+    "dagshub": ("is_dagshub_available", "the dagshub and mlflow packages (pip install dagshub mlflow)"),
+    "dvclive": ("is_dvclive_available", "the dvclive package (pip install dvclive)"),
+    "flyte": ("is_flytekit_available", "the flytekit package (pip install flytekit)"),
+    "kubeflow": ("is_kubeflow_available", "a Kubeflow TrainJob, which sets KUBEFLOW_TRAINER_SERVER_URL"),
+    "mlflow": ("is_mlflow_available", "the mlflow package (pip install mlflow) and DISABLE_MLFLOW_INTEGRATION unset"),
+    "neptune": ("is_neptune_available", "the neptune package (pip install neptune)"),
+    "swanlab": ("is_swanlab_available", "the swanlab package (pip install swanlab)"),
+    "tensorboard": ("is_tensorboard_available", "the tensorboard package (pip install tensorboard)"),
+    "trackio": ("is_trackio_available", "the trackio package (pip install trackio)"),
+    "wandb": ("is_wandb_available", "the wandb package (pip install wandb)"),
+}
+
+
+def check_reporting(report_to) -> None:
+    """Raise a ValueError naming the first logger of ``report_to`` (``TrainingArguments.report_to``, a list after
+    its ``__post_init__``) that transformers does not know or that cannot log from this machine (its package missing,
+    :data:`REPORTING_NEEDS`), with what to install; before any work, so that a run never fails on it at its start."""
+    from transformers.integrations import integration_utils  # lazy: the loggers' tests, only for a run's checks
+
+    names = [report_to] if isinstance(report_to, str) or report_to is None else list(report_to)
+    known = sorted(integration_utils.INTEGRATION_TO_CALLBACK)
+    for name in names:
+        if name in ("none", "all"):  # "all": every logger transformers finds installed
+            continue
+        if name not in known:
+            raise ValueError(f"`report_to` {name!r} is not one of transformers' loggers: use one of "
+                             f"{', '.join(known)}, or none")
+        function, needs = REPORTING_NEEDS.get(name, (f"is_{name}_available", f"the {name} package"))
+        available = getattr(integration_utils, function, None)
+        if available is not None and not available():
+            raise ValueError(f"`report_to` {name!r} cannot log from this machine: it needs {needs}; install it, or "
+                             "log with --report_to tensorboard (the default) or none")
+
+
 # Fields that ``TrainingArguments.__post_init__`` derives from an honoured one: the derived value is not the user's
 # setting (``do_eval`` turns True with any ``eval_strategy`` but "no", and the Trainer never reads it).
 DERIVED_VALUES = {"do_eval": lambda args: _plain(args.eval_strategy) != "no"}
@@ -133,4 +175,5 @@ def check_honoured(args) -> None:
                          f"{_plain(_defaults(type(args))[name])!r}): leave it at its default{hint}")
 
 
-__all__ = ["HONOURED_FIELDS", "HONOURED_OPTIMIZERS", "HONOURED_SCHEDULES", "check_honoured", "unhonoured_fields"]
+__all__ = ["HONOURED_FIELDS", "HONOURED_OPTIMIZERS", "HONOURED_SCHEDULES", "REPORTING_NEEDS", "check_honoured",
+           "check_reporting", "unhonoured_fields"]

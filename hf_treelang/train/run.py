@@ -72,6 +72,7 @@ from .folders import (
     check_run_complete,
     read_model_config,
 )
+from .honoured import check_reporting
 from .optimizers import CUSTOM_OPTIMIZERS
 
 IDENTITY_VERSION = 2  # of the recipe below: bump it when the recipe changes, and every identity changes with it
@@ -359,6 +360,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     check_task(task)
     data_args.validate()
     training_args.validate()
+    check_reporting(training_args.report_to)  # a logger that cannot start here, before the run folder exists
     from .device_data import optimizer_steps  # lazy: loads torch; `import hf_treelang.train.run` needs none
     training_args.check_schedule(optimizer_steps(training_args, data_args.num_train))
     check_sigma_curriculum(data_args, training_args)
