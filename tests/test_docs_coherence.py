@@ -272,6 +272,8 @@ HISTORY = (
     (re.compile(r"\b20\d\d-\d\d-\d\d\b"), "a date"),
     (re.compile(r"\b(former|formerly|earlier rules|no longer|used to)\b", re.I), "history"),
     (re.compile(r"\b[\d,]+ tests\b"), "a count of the test suite"),
+    (re.compile(r"\b\d[\d.,]*\s?(?:ms|min|minutes|h|hours|days|steps/s)\b|\b\d[\d.,]*\s?s\b(?! ?=)"),
+     "a measured time or rate (the results pages hold them)"),
 )
 
 
