@@ -291,6 +291,43 @@ def test_user_pages_hold_no_issue_numbers_dates_or_history(pages):
     assert not wrong, "\n".join(wrong)
 
 
+RATE = re.compile(r"(?:learning rate|\blr|Adam(?: at| from)?)\s*(1e-\d|10\^-\d|10⁻[¹²³⁴⁵⁶⁷⁸⁹])")
+SUPERSCRIPT = str.maketrans("¹²³⁴⁵⁶⁷⁸⁹", "123456789")
+
+
+def _rate(text: str) -> float:
+    return 10.0 ** -int(re.search(r"(\d)$", text.translate(SUPERSCRIPT)).group(1))
+
+
+def test_a_learning_rate_a_user_page_gives_a_preset_is_the_presets():
+    """A clause naming a preset (`paper`, `laptop`, ...) or the default and stating a learning rate states that
+    preset's rate (the scripts' default preset is ``laptop``)."""
+    from hf_treelang.train.arguments import PRESETS, TreeLangTrainingArguments
+
+    default = TreeLangTrainingArguments(output_dir="unused").preset
+    rates = {}
+    for presets in PRESETS.values():
+        for name, values in presets.items():
+            if "learning_rate" in values:
+                rates.setdefault(name, set()).add(values["learning_rate"])
+    wrong, checked = [], 0
+    for page, text in _user_pages(_hand_written() | {"README.md": (ROOT / "README.md").read_text("utf-8")}).items():
+        for number, paragraph in paragraphs(text, tables=False):
+            for clause in re.split(r";|\. ", paragraph):
+                stated = RATE.search(clause)
+                if not stated:
+                    continue
+                named = [name for name in rates if f"`{name}`" in clause or f"--preset {name}" in clause]
+                if not named and re.search(r"\bdefaults?\b", clause):
+                    named = [default]
+                for name in named:
+                    checked += 1
+                    if _rate(stated.group(1)) not in rates[name]:
+                        wrong.append(f"{page}:{number}: {stated.group(0)!r} for the {name} preset, whose rate is "
+                                     f"{sorted(rates[name])}")
+    assert checked >= 2 and not wrong, "\n".join(wrong)
+
+
 # ------------------------------------------------------------------------------------------------ the callback's page
 
 
