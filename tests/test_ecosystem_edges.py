@@ -122,3 +122,80 @@ def test_a_folder_without_a_checkpoint_is_refused_without_pointing_to_one(tmp_pa
         check_output_dir_free(out, overwrite=False, resume=None)
     assert "checkpoint-" not in str(refused.value) and "no checkpoint to resume from" in str(refused.value)
     assert "--overwrite_output_dir true" in str(refused.value)
+
+
+# ---------------------------------------------------------------- the Hub (--push_to_hub)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A stand-in for the Hub: ``HfApi``'s repository creation and folder upload recorded, a token, the Hub on."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        calls.append(("create_repo", repo_id, kwargs))
+        return huggingface_hub.RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, *, repo_id, folder_path, **kwargs):
+        folder = Path(folder_path)
+        calls.append(("upload_folder", repo_id, {**kwargs, "folder_path": folder,
+                                                  "complete": (folder / "run_complete.json").is_file()}))
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", "hf_stand_in")
+    return calls
+
+
+def test_push_to_hub_uploads_the_finished_run_folder_once_to_hub_model_id(tmp_path, capsys, hub):
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    out = tmp_path / "run"
+    argv = [*TINY, "--output_dir", str(out), "--push_to_hub", "true", "--hub_model_id", "someone/tiny-root",
+            "--hub_private_repo", "true"]
+    assert main("root", argv, as_script=True) == 0
+    assert [(name, repo) for name, repo, _ in hub] == [("create_repo", "someone/tiny-root"),
+                                                       ("upload_folder", "someone/tiny-root")]
+    assert hub[0][2]["private"] is True
+    upload = hub[1][2]
+    assert upload["folder_path"] == out and upload["complete"]  # the finished folder, its marker written
+    assert "checkpoint-*" in upload["ignore_patterns"] and list(out.glob("checkpoint-*"))
+    assert f"uploaded {out} to https://huggingface.co/someone/tiny-root" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("setting, advice", [("no token", "hf auth login"), ("offline", "HF_HUB_OFFLINE")])
+def test_push_to_hub_that_could_not_upload_is_refused_before_any_work_with_the_upload_command(
+        tmp_path, capsys, monkeypatch, hub, setting, advice):
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    if setting == "no token":
+        monkeypatch.delenv("HF_TOKEN")
+        monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    else:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    out = tmp_path / "run"
+    assert main("root", [*TINY, "--output_dir", str(out), "--push_to_hub", "true"], as_script=True) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "`push_to_hub`" in err and advice in err, err
+    assert f"hf upload run {out} ." in err and not out.exists() and not hub
+
+
+def test_push_to_hub_in_a_sweep_or_an_ensemble_is_refused_with_the_upload_command(tmp_path, hub):
+    from hf_treelang.train.run import resolve, runs_from_command_line
+    from tiny_run import TINY
+
+    with pytest.raises(ValueError, match=r"`push_to_hub` .*hf upload USER/NAME RUN_FOLDER \."):
+        resolve("root", {**TINY_SWEEP["base"], "push_to_hub": True}, tmp_path / "swept")
+    with pytest.raises(ValueError, match=r"`push_to_hub` .*one folder per member.*hf upload"):
+        runs_from_command_line("root", [*TINY, "--output_dir", str(tmp_path / "ensemble"), "--push_to_hub", "true",
+                                        "--ensemble_seeds", "0", "1"])
+    assert not hub

@@ -4,12 +4,14 @@ runs at a time, resumable (rerun the same command after a stop).
 
     python training/compare_architectures.py OUT                   # the rate searches, then the main runs
     python training/compare_architectures.py OUT --stage tune      # only the rate searches
+    python training/compare_architectures.py OUT --stage main      # the main runs of the cells already searched
     python training/compare_architectures.py OUT --only paper-root # the cells whose name starts so
     hf-treelang compare OUT/runs/main/* --out OUT/compare           # the table and figures
     hf-treelang prune OUT/runs/main/<finished run>                  # before committing or sharing a finished run
 
 A rerun needs only OUT/rates.json and the finished main runs: a cell whose rate search is recorded there for the same
-runs is not searched again.
+runs is not searched again. A damaged rates.json, a record whose chosen rate is not its search's best, --stage main
+before any search, and an empty --only are refused in one line before any work.
 """
 
 import argparse

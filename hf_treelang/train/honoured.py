@@ -21,7 +21,10 @@ Read from the code, not guessed:
   (workers, pinned memory, ``data_seed``), skipping data on resume, counting input tokens and emptying the CUDA cache
   every N steps. The device engine's data are a device tensor shuffled from ``seed`` (nothing to load, nothing to
   skip) and its step does none of the rest.
-* **Neither**: the Hub, DeepSpeed/FSDP, Liger kernels, NEFTune, evaluation-only precision, best-model tracking,
+* **Both, after the Trainer**: ``--push_to_hub`` (with ``hub_model_id``, ``hub_private_repo``, ``hub_revision``,
+  ``hub_token``) uploads the finished run folder once (:mod:`hf_treelang.train.hub`); the Trainer's own pushes at each
+  save (``hub_strategy``, ``hub_always_push``) are not made.
+* **Neither**: DeepSpeed/FSDP, Liger kernels, NEFTune, evaluation-only precision, best-model tracking,
   schedules that step on evaluation metrics (``reduce_lr_on_plateau``, ``greedy``: the package's evaluations are
   log-spaced), optimizers that need a special step or a package not installed (bitsandbytes, GaLore, LOMO,
   schedule-free), and everything else not listed.
@@ -58,6 +61,8 @@ HONOURED_BY_BOTH = frozenset({
     # NaN/inf losses: the stock step filters them (default True); the device engine never does, which is what False
     # asks for, so False is honoured by both and True (the default) is the documented difference
     "logging_nan_inf_filter",
+    # the Hub: the finished folder uploaded once when the run completes (hf_treelang.train.hub), not by the Trainer
+    "push_to_hub", "hub_model_id", "hub_private_repo", "hub_revision", "hub_token",
     # processes (accelerate's state and DDP wrapper, set up by the Trainer)
     "use_cpu", "local_rank", "ddp_backend", "ddp_timeout", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
     "ddp_broadcast_buffers", "ddp_static_graph",

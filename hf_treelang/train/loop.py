@@ -97,6 +97,7 @@ from .folders import (
     write_identity,
     write_run_complete,
 )
+from .hub import upload_run, without_trainer_pushes
 from .launch import leave_process_group, relaunch_data_parallel_cpu
 from .outputs import ARCHITECTURE_FILE, write_outputs, write_tokenizer
 from .readout import keep_frozen_in_eval_mode
@@ -124,6 +125,7 @@ class TrainingResult:
     global_step: int
     reused: bool = False
     summary: dict | None = None
+    hub_url: str | None = None  # --push_to_hub: the Hub repository the finished folder was uploaded to
 
 
 @dataclass
@@ -376,6 +378,7 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
     if resuming:
         check_checkpoint_fits(model, args.resume_from_checkpoint)
     command = command_line(run.task, run.arguments, output_dir)
+    hub_url = None
 
     def begin():  # the folder becomes a run folder: run_config.json first, run_complete.json last
         if not args.should_save:
@@ -394,9 +397,10 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
             begin()
         other = {} if run.model_args.is_treelang or task != "clm" else {"compute_loss_func": functools.partial(
             next_leaf_cross_entropy, label_smoothing=args.label_smoothing_factor)}
-        trainer = trainer_for(task, data, data_args, args, model=model, args=args, train_dataset=train_set,
-                              eval_dataset=validation_set, data_collator=collator, compute_metrics=accuracy_metrics,
-                              preprocess_logits_for_metrics=argmax_logits, callbacks=callbacks, **other)
+        trainer = trainer_for(task, data, data_args, args, model=model, args=without_trainer_pushes(args),
+                              train_dataset=train_set, eval_dataset=validation_set, data_collator=collator,
+                              compute_metrics=accuracy_metrics, preprocess_logits_for_metrics=argmax_logits,
+                              callbacks=callbacks, **other)
         bp_callback.attach(trainer)
         stopping = None
         if args.early_stopping_patience is not None:
@@ -426,7 +430,10 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
                           train_runtime, train_output, trainer.state.global_step, model_config=model.config,
                           stopping=None if stopping is None else stopping.record.to_dict())
             write_run_complete(output_dir, task=run.task, global_step=trainer.state.global_step)  # last, atomically
-    return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step)
+            if args.push_to_hub:  # the finished folder, once (hf_treelang.train.hub)
+                hub_url = upload_run(output_dir, args, commit_message=f"hf-treelang {run.task} run: "
+                                                                      f"{trainer.state.global_step} steps")
+    return TrainingResult(output_dir, final, history, train_runtime, trainer.state.global_step, hub_url=hub_url)
 
 
 # ---------------------------------------------------------------- several runs together
@@ -733,6 +740,8 @@ def _train_and_report(task: str, argv: list, runs: list, ensemble) -> int:
         data_args = run.data_args
         bp_size = reference_count(data_args.num_test, data_args.depth, REFERENCE_SIZE, data_args.sequence_arity)
         print(f"[{task}] {result.global_step} steps in {result.train_runtime:.0f} s -> {result.output_dir}")
+        if result.hub_url is not None:
+            print(f"uploaded {result.output_dir} to {result.hub_url}")
         print("final: " + evaluation_line(result.final_metrics, result.global_step, data_args.k_train))
         leaves = " (every leaf from the leaves before it)" if task == "clm" else ""
         excess = (f", excess loss = model cross-entropy per leaf - the exact -log P(x)/{data_args.num_leaves}"

@@ -73,6 +73,7 @@ from .folders import (
     read_model_config,
 )
 from .honoured import check_reporting
+from .hub import check_hub_upload, upload_command
 from .optimizers import CUSTOM_OPTIMIZERS
 
 IDENTITY_VERSION = 2  # of the recipe below: bump it when the recipe changes, and every identity changes with it
@@ -342,6 +343,10 @@ def check_arguments(arguments: dict, where: str = "run arguments") -> None:
             raise ValueError(f"{where}: `{name}` may change a run's result but is not part of its identity, so a "
                              "sweep or reproduction could reuse a run trained with another value; set it in a "
                              "training script's run instead")
+        if name == "push_to_hub" and value:
+            raise ValueError(f"{where}: `push_to_hub` uploads the folder of a run trained alone by a training "
+                             "script; a runner of many runs uploads none: upload a finished run with "
+                             f"{upload_command('RUN_FOLDER', 'USER/NAME')}")
         if not _allows(hints[name], value):
             hint = hints[name]
             shown = hint.__name__ if isinstance(hint, type) else str(hint)
@@ -361,6 +366,7 @@ def check_run(task: str, data_args, model_args, training_args) -> None:
     data_args.validate()
     training_args.validate()
     check_reporting(training_args.report_to)  # a logger that cannot start here, before the run folder exists
+    check_hub_upload(training_args)  # --push_to_hub: what the upload at the end needs, before any work
     from .device_data import optimizer_steps  # lazy: loads torch; `import hf_treelang.train.run` needs none
     training_args.check_schedule(optimizer_steps(training_args, data_args.num_train))
     check_sigma_curriculum(data_args, training_args)
@@ -640,6 +646,10 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
         raise ValueError(f"an ensemble trains {' or '.join(MODEL_TASKS)} models from scratch (run_root.py, "
                          f"run_mlm.py), all of one task (the stacked model has no causal head: train run_clm.py "
                          f"runs one by one); got tasks {sorted({run.task for run in runs})}")
+    pushing = [run for run in runs if run.training_args.push_to_hub]
+    if pushing:
+        raise ValueError(f"`push_to_hub` uploads the folder of one run; an ensemble writes one folder per member: "
+                         f"upload each finished member, e.g. {upload_command(pushing[0].output_dir)}")
     seen = {}
     for run in runs:
         if run.member_key in seen:
