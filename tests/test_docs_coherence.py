@@ -328,6 +328,20 @@ def test_a_learning_rate_a_user_page_gives_a_preset_is_the_presets():
     assert checked >= 2 and not wrong, "\n".join(wrong)
 
 
+def test_a_count_of_the_models_heads_is_the_number_of_heads():
+    import hf_treelang.models.modeling_treelang as modeling
+
+    heads = [name for name in dir(modeling) if name.startswith("TreeLangFor")]
+    numbers = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+    wrong = []
+    for page, text in _user_pages(_hand_written()).items():
+        for number, line in enumerate(text.splitlines(), 1):  # the code's comments too
+            for match in re.finditer(r"\b(one|two|three|four|five) heads\b", line):
+                if numbers[match.group(1)] != len(heads):
+                    wrong.append(f"{page}:{number}: {match.group(0)!r}; the heads: {heads}")
+    assert len(heads) >= 3 and not wrong, "\n".join(wrong)
+
+
 # ------------------------------------------------------------------------------------------------ the callback's page
 
 
