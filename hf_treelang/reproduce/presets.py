@@ -45,7 +45,9 @@ class Preset:
     Attributes (beyond the obvious): ``root_checkpoint_epochs`` / ``mlm_checkpoint_epochs`` evaluate and save the
     main runs at the end of those epochs; ``sweep_filter_levels`` the k_train of Figs. 2a / 8 (``sweep_sizes`` the
     P for k_train = 0, ``sweep_sizes_filtered`` for k_train > 0, ``sweep_epochs`` each); ``layer_counts`` the n_L of
-    Fig. 6; ``grammar_seeds`` the other grammars of Fig. 7; ``probe_*`` the probes of Figs. 3b / 12
+    Fig. 6 (``layer_sizes`` its P; empty: the k_train = 0 sweep's); ``grammar_seeds`` the other grammars of Fig. 7
+    (``seed_sweep_levels`` its k_train, empty: the sweep's; ``seed_sweep_sizes`` its P, empty: each k_train's sweep
+    sizes); ``probe_*`` the probes of Figs. 3b / 12
     (``filtered_probe_hidden`` the readout of the k_train probes, 0 = linear); ``finetune_classifier_hidden_size`` the
     hidden units of the new root readout of Fig. 1f's pre-trained arms (0 = linear, as Sec. 3.2). An empty sweep
     setting leaves its step out of the preset. ``training_preset`` is the training scripts' preset the runs start
@@ -100,7 +102,10 @@ class Preset:
     sweep_sizes_filtered: tuple = ()
     sweep_epochs: float = 5.0
     layer_counts: tuple = ()
+    layer_sizes: tuple = ()
     grammar_seeds: tuple = ()
+    seed_sweep_levels: tuple = ()
+    seed_sweep_sizes: tuple = ()
     use_dataset_builder: bool = True
     cpu_threads: int | None = None
     main_num_eval: int | None = None
@@ -241,15 +246,20 @@ PRESETS["laptop_long"] = replace(
 # laptop_long with every sweep at laptop size, evaluation sets sized to decide, and its runs trained two side by side:
 # the preset that decides every finding of the paper on a 2-core CPU (sizes: training/README.md, "The laptop_full
 # preset").
+def _powers(sizes) -> str:
+    return ", ".join(f"2^{size.bit_length() - 1}" for size in sizes)
+
+
 PRESETS["laptop_full"] = replace(
     PRESETS["laptop_long"], name="laptop_full",
     description=_laptop_description(laptop.MLM_LONG, "at most 3 hours").replace(
         "; no sweeps (Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)",
         f"; evaluation sets of {laptop.FULL['main_num_eval']:,} in-sample and {laptop.FULL['main_num_test']:,} test "
-        f"sequences per k_test; the sweeps of Figs. 2a / 8 / 9 (k_train = 0..4, P = "
-        f"{', '.join(f'2^{p.bit_length() - 1}' for p in laptop.FULL['sweep_sizes'])}), 6 (n_L = "
-        f"{', '.join(map(str, laptop.FULL['layer_counts']))}), 7 (grammar seeds "
-        f"{', '.join(map(str, laptop.FULL['grammar_seeds']))}) and 11, each run trained until its validation "
-        "accuracy stops improving; two runs at a time"),
+        f"sequences per k_test; the sweeps of Figs. 2a / 8 / 9 (k_train = 0: P = {_powers(laptop.FULL['sweep_sizes'])}"
+        f"; k_train = 1..4: P = {_powers(laptop.FULL['sweep_sizes_filtered'])}), 6 (n_L = "
+        f"{', '.join(map(str, laptop.FULL['layer_counts']))} at P = {_powers(laptop.FULL['layer_sizes'])}), 7 "
+        f"(grammar seeds {', '.join(map(str, laptop.FULL['grammar_seeds']))}, k_train = "
+        f"{', '.join(map(str, laptop.FULL['seed_sweep_levels']))} at P = {_powers(laptop.FULL['seed_sweep_sizes'])}) "
+        "and 11, each run trained until its validation accuracy stops improving; two runs at a time"),
     **laptop.FULL)
 PUBLIC_PRESETS = ("quick", "laptop_long", "laptop_full", "paper")

@@ -141,12 +141,28 @@ class Context:
         ), self.out, f"{SWEEP_DIR}/seed{seed}_k{filter_level}_L{num_layers}_P{num_train}")
 
 
-def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = None, layer_counts=None) -> list:
-    """The runs of an accuracy-vs-P sweep: every k_train in ``filter_levels``, every P of the preset for that k
-    (:meth:`Preset.sweep_sizes_of`) and every n_L in ``layer_counts`` (default: the preset's model)."""
+def root_sweep_specs(ctx: Context, *, filter_levels, grammar_seed: int | None = None, layer_counts=None,
+                     sizes=()) -> list:
+    """The runs of an accuracy-vs-P sweep: every k_train in ``filter_levels``, every P in ``sizes`` (empty: the
+    preset's for that k, :meth:`Preset.sweep_sizes_of`) and every n_L in ``layer_counts`` (default: the preset's
+    model)."""
     layer_counts = (ctx.num_layers,) if layer_counts is None else tuple(layer_counts)
     return [ctx.sweep_spec(k, size, num_layers=n, grammar_seed=grammar_seed)
-            for k in filter_levels for n in layer_counts for size in ctx.preset.sweep_sizes_of(k)]
+            for k in filter_levels for n in layer_counts for size in (sizes or ctx.preset.sweep_sizes_of(k))]
+
+
+def layers_sweep_specs(ctx: Context) -> list:
+    """The runs of App. E.1 (Fig. 6): k_train = 0, every n_L of the preset, at :attr:`Preset.layer_sizes`."""
+    p = ctx.preset
+    return root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts, sizes=p.layer_sizes)
+
+
+def seed_sweep_specs(ctx: Context, grammar_seed: int) -> list:
+    """The runs of App. E.2 (Fig. 7) on grammar ``grammar_seed``: :attr:`Preset.seed_sweep_levels` at
+    :attr:`Preset.seed_sweep_sizes`."""
+    p = ctx.preset
+    return root_sweep_specs(ctx, filter_levels=p.seed_sweep_levels or p.sweep_filter_levels,
+                            grammar_seed=grammar_seed, sizes=p.seed_sweep_sizes)
 
 
 def figure_sweep_runs(ctx: Context) -> list:
@@ -165,11 +181,11 @@ def figure_sweep_runs(ctx: Context) -> list:
             largest = run.data_args.num_train == max(p.sweep_sizes_of(run.data_args.k_train))
             add(run, ("2a", "8", "9", "11") if largest and "classifier_attention" in steps else ("2a", "8", "9"))
     if "layers_sweep" in steps:
-        for run in root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts):
+        for run in layers_sweep_specs(ctx):
             add(run, ("6",))
     if "seed_sweep" in steps:
         for seed in p.grammar_seeds:
-            for run in root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed):
+            for run in seed_sweep_specs(ctx, seed):
                 add(run, ("7",))
     return list(entries.values())
 
@@ -415,7 +431,7 @@ def _step_root_sweep(ctx: Context) -> dict:
 def _step_layers_sweep(ctx: Context) -> dict:
     """App. E.1: root accuracy vs P on the full hierarchy (k = 0) for every number of encoder blocks n_L."""
     p = ctx.preset
-    points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=(0,), layer_counts=p.layer_counts))
+    points = sweep_points(ctx, layers_sweep_specs(ctx))
     figure = accuracy_curves.AccuracyFigure(
         title=f"App. E.1: root accuracy vs P for n_L encoder blocks (k=0, ℓ={p.depth}, {p.sweep_epochs:g} epochs)",
         depth=p.depth,
@@ -432,7 +448,7 @@ def _step_seed_sweep(ctx: Context) -> dict:
     p = ctx.preset
     panels = []
     for seed in p.grammar_seeds:
-        points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels, grammar_seed=seed))
+        points = sweep_points(ctx, seed_sweep_specs(ctx, seed))
         panels.append(accuracy_curves.accuracy_panel(points, k_test="full", vary="filter_level",
                                                      title=f"grammar seed {seed}"))
     figure = accuracy_curves.AccuracyFigure(
