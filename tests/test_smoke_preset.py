@@ -56,7 +56,8 @@ def test_explicit_flags_win_over_the_smoke_preset():
 
 
 def test_the_smoke_settings_are_the_laptop_settings_with_smaller_sizes():
-    for smoke, long in ((laptop.SMOKE_ROOT, laptop.ROOT), (laptop.SMOKE_MLM, laptop.MLM), (laptop.SMOKE_CLM, laptop.CLM)):
+    pairs = ((laptop.SMOKE_ROOT, laptop.ROOT), (laptop.SMOKE_MLM, laptop.MLM), (laptop.SMOKE_CLM, laptop.CLM))
+    for smoke, long in pairs:
         changed = {key for key in smoke if long.get(key) != smoke[key]}
         assert changed <= set(laptop.SMOKE)
         assert smoke["num_train"] * smoke["num_train_epochs"] < long["num_train"] * long["num_train_epochs"]

@@ -1,8 +1,8 @@
 """Arguments of the training scripts (``training/run_root.py``, ``run_mlm.py``, ``run_finetune.py``,
 ``run_clm.py``).
 
-Three ``HfArgumentParser`` dataclasses: :class:`DataArguments` (the data: grammar seed, σ, q, ℓ, k_train, sizes, k_test
-sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to start from) and
+Three ``HfArgumentParser`` dataclasses: :class:`DataArguments` (the data: grammar seed, σ, q, or a grammar file; ℓ,
+k_train, sizes, k_test sets, mask rate), :class:`ModelArguments` (the architecture, or a checkpoint to start from) and
 :class:`TreeLangTrainingArguments` (``transformers.TrainingArguments`` with the paper's optimiser as defaults: Adam
 β = (0.9, 0.999), ε = 1e-8, no weight decay, learning rate 1e-4 constant without warm-up, batch 32).
 
@@ -14,6 +14,7 @@ The dataclasses' own defaults are the paper's model and optimiser, for code that
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import SchedulerType
 from transformers.training_args import OptimizerNames
 
-from hf_treelang.core.grammar import check_hierarchy_params
+from hf_treelang.core.grammar import Grammar, check_hierarchy_params
 from hf_treelang.core.masking import TrainingMasking, check_block_masking, check_mask_rate
 from hf_treelang.core.params import (
     LIMITS,
@@ -68,6 +69,11 @@ DEFAULT_BLOCK_MASK_SIZES = (2, 4, 8)  # blocks of the nodes 1, 2 and 3 levels ab
 # The σ curriculum of issue 33's search (DataArguments, hf_treelang.train.data.SigmaCurriculum): at None a run trains
 # on its own training set throughout, and its identity is what it was.
 CURRICULUM_FIELDS = ("sigma_curriculum_start", "sigma_curriculum_epochs")
+# A grammar file (DataArguments.grammar_file) gives the grammar: the flags that choose a generated one (and the σ
+# curriculum, which redraws it at a larger σ) are refused with it; the flags it fixes are refused when they differ
+# from the file's (GRAMMAR_FILE_FIXED: an RHM's m and n, the arity, the depth of rules given per level).
+GRAMMAR_FILE_REFUSED = ("grammar_seed", "sigma", "num_symbols", *CURRICULUM_FIELDS)
+GRAMMAR_FILE_FIXED = ("num_rules", "num_classes", "arity", "depth")
 
 TASKS = ("root", "mlm", "finetune", "clm")
 TRAIN_ENGINES = ("device", "dataloader")
@@ -183,6 +189,17 @@ class DataArguments:
         metadata={"help": "s: a Random Hierarchy Model's children per node, in [2, 16]; sequences have "
                   "arity**depth leaves (default: 2); needs --num_rules."},
     )
+    grammar_file: str | None = field(
+        default=None,
+        metadata={"help": "Train on the grammar in this JSON file (the format Grammar.save writes: any q and arity, "
+                  "one rule tensor M or rules per level, e.g. a hand-made M or a saved Random Hierarchy Model) instead "
+                  "of a generated one: the data are sampled from it directly with hf_treelang.sample_trees (split "
+                  "seeds derived from its content; no dataset builder), the BP-KL callback runs BP on it and the run "
+                  "folder's grammar.json is it. q, the arity and (for rules per level) the depth are the file's; "
+                  "--grammar_seed, --sigma, --num_symbols and the σ curriculum are refused with it, --num_rules, "
+                  "--num_classes, --arity and --depth when they differ from the file's (default: none, a generated "
+                  "grammar)."},
+    )
     k_train: int = field(default=0, metadata={"help": "Filter level k in [0, depth] of the training data."})
     num_train: int | None = field(
         default=None, metadata={"help": "P, the number of training sequences (default: from --preset)."}
@@ -258,6 +275,18 @@ class DataArguments:
         """The leaves of a sequence, s**depth (the model's positions)."""
         return self.sequence_arity**self.depth
 
+    def file_grammar(self) -> Grammar | None:
+        """The grammar of ``grammar_file`` (None without one), read once: the data, the BP oracle, the run folder's
+        grammar.json and the run's identity all use this one reading (:func:`read_grammar_file`: a file that is
+        missing, unreadable or not a grammar is a one-line ValueError naming ``grammar_file``)."""
+        if self.grammar_file is None:
+            return None
+        cached = self.__dict__.get("_file_grammar")
+        if cached is None or cached[0] != self.grammar_file:
+            cached = (self.grammar_file, read_grammar_file(self.grammar_file))
+            self.__dict__["_file_grammar"] = cached  # not a field: asdict, == and the identity's fields ignore it
+        return cached[1]
+
     def complete_hierarchy(self) -> None:
         """Give a Random Hierarchy Model's unset parameters their defaults (n = v, s = 2), as its dataset configs do,
         so that one model has one set of arguments (and one identity); a paper's-grammar run is left as it is."""
@@ -292,9 +321,12 @@ class DataArguments:
         """Raise a ValueError/TypeError naming the field if any value is out of range (the limits of core.params)."""
         check_param("num_symbols", self.num_symbols)
         check_param("depth", self.depth)
-        check_sigma(self.sigma)
-        self.check_grammar()
-        check_param("grammar_seed", self.grammar_seed)
+        if self.grammar_file is not None:
+            self.check_grammar_file()
+        else:
+            check_sigma(self.sigma)
+            self.check_grammar()
+            check_param("grammar_seed", self.grammar_seed)
         check_int("k_train", self.k_train, 0, self.depth)
         for k in self.test_levels():
             check_int("k_test", k, 0, self.depth)
@@ -333,6 +365,35 @@ class DataArguments:
             raise ValueError(f"`sigma_curriculum_start` must be {allowed}, got {start!r}")
         check_int("sigma_curriculum_epochs", epochs, 1)
 
+    def check_grammar_file(self) -> None:
+        """A ``grammar_file`` run's data arguments agree with its grammar (:func:`apply_grammar_file` sets them so):
+        q and the arity are the file's, the depth fits its rules, the root classes (``num_classes``, None for the q
+        symbols) hold every root it can draw, and nothing of a generated grammar is set."""
+        grammar = self.file_grammar()
+        where = f"`grammar_file` {self.grammar_file!r}"
+        if self.num_symbols != grammar.num_symbols:
+            raise ValueError(f"`num_symbols` must be the grammar's q = {grammar.num_symbols} ({where}), got "
+                             f"{self.num_symbols!r}")
+        if self.sequence_arity != grammar.arity:
+            raise ValueError(f"`arity` must be the grammar's s = {grammar.arity} ({where}), got {self.arity!r}")
+        try:
+            grammar.check_depth(self.depth)
+        except ValueError as error:
+            raise ValueError(f"{error} ({where})") from None
+        classes = file_root_classes(grammar)
+        if self.num_classes is not None and not (isinstance(self.num_classes, int) and classes <= self.num_classes
+                                                  <= grammar.num_symbols):
+            raise ValueError(f"`num_classes` must be an integer in [{classes}, {grammar.num_symbols}] (the grammar's "
+                             f"roots are 0 .. {classes - 1}, {where}), got {self.num_classes!r}")
+        given = [name for name in ("sigma", "grammar_seed", "num_rules", *CURRICULUM_FIELDS)
+                 if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"`{given[0]}` is a parameter of a generated grammar; {where} gives the grammar: leave "
+                             f"it unset, got {given[0]} = {getattr(self, given[0])!r}")
+        if self.use_dataset_builder:
+            raise ValueError(f"`use_dataset_builder` builds the treelang dataset configs, which name generated "
+                             f"grammars; {where} is sampled directly: set it to False, got True")
+
     def check_grammar(self) -> None:
         """A Random Hierarchy Model's (v, n, m, s, L) in their ranges (:func:`~hf_treelang.core.grammar.
         check_hierarchy_params`, the dataset configs' check: m·v <= v**s, n <= v, s**L <= 65 536 positions), σ left
@@ -348,6 +409,70 @@ class DataArguments:
         if self.sigma != 1.0:
             raise ValueError(f"`sigma` is not a parameter of a Random Hierarchy Model (its rules are uniform): leave "
                              f"it unset, got {self.sigma!r}")
+
+
+def read_grammar_file(path) -> Grammar:
+    """The grammar in ``path`` (the JSON :meth:`Grammar.save` writes), or a one-line ValueError naming
+    ``grammar_file`` and the file: missing, a folder, unreadable, not JSON or not a valid grammar."""
+    shown = repr(os.fspath(path))
+    if not os.path.exists(path):
+        raise ValueError(f"`grammar_file` {shown} does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"`grammar_file` {shown} is a folder; give the JSON file Grammar.save writes (e.g. a run "
+                         f"folder's grammar.json)")
+    try:
+        return Grammar.load(path)
+    except OSError as error:
+        raise ValueError(f"`grammar_file` {shown} cannot be read: {error.strerror or error}") from None
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"`grammar_file`: {error}") from None
+
+
+def grammar_content_hash(grammar: Grammar) -> str:
+    """sha256 (hex) of a grammar's canonical JSON (:meth:`Grammar.to_dict`, keys sorted, floats as Python writes
+    them: bit-exact): equal for equal grammars whatever the file's name, folder or layout."""
+    text = json.dumps(grammar.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_root_classes(grammar: Grammar) -> int:
+    """n, the root classes ``0 .. n-1`` a root head needs for ``grammar``: one past the last symbol its root prior
+    can draw (an RHM's n; q for a prior on every symbol)."""
+    return int(grammar.root_prior.nonzero()[0].max()) + 1
+
+
+def apply_grammar_file(data_args: DataArguments, explicit: set) -> None:
+    """Give a ``grammar_file`` run the data arguments of its grammar, or refuse, in one line naming every flag
+    at fault, the flags that choose a generated grammar (:data:`GRAMMAR_FILE_REFUSED`) and those of
+    :data:`GRAMMAR_FILE_FIXED` given with another value than the file's.
+
+    q and the arity are the file's, the depth too for rules given per level, ``num_classes`` the root classes its
+    prior can draw (None when it can draw every symbol); σ, the grammar seed and an RHM's m are None (the grammar
+    is the file's, not drawn); the data are sampled directly (``use_dataset_builder`` False).
+    """
+    if data_args.grammar_file is None:
+        return
+    grammar = data_args.file_grammar()
+    classes = file_root_classes(grammar)
+    rules = grammar.params.get("num_rules") if grammar.params.get("ensemble") == "random_hierarchy" else None
+    fixed = {"num_rules": rules, "num_classes": classes, "arity": grammar.arity, "depth": grammar.depth}
+    generated = [f"--{name} {getattr(data_args, name)}" for name in GRAMMAR_FILE_REFUSED if name in explicit]
+    differ = [f"--{name} {getattr(data_args, name)} (the file's: {fixed[name]})" for name in GRAMMAR_FILE_FIXED
+              if name in explicit and getattr(data_args, name) != fixed[name]
+              and not (name == "depth" and fixed[name] is None)]  # one shared M: any depth
+    reasons = [f"{', '.join(generated)} (a generated grammar's)"] if generated else []
+    if "use_dataset_builder" in explicit and data_args.use_dataset_builder:
+        reasons.append("--use_dataset_builder true (a grammar file is sampled directly)")
+    reasons += [", ".join(differ)] if differ else []
+    if reasons:
+        raise ValueError(f"`grammar_file` {data_args.grammar_file!r} gives the grammar (q = {grammar.num_symbols}, "
+                         f"arity {grammar.arity}): leave out {'; '.join(reasons)}")
+    data_args.num_symbols, data_args.arity = grammar.num_symbols, grammar.arity
+    if grammar.depth is not None:
+        data_args.depth = grammar.depth
+    data_args.num_classes = classes if classes < grammar.num_symbols else None
+    data_args.sigma = data_args.grammar_seed = data_args.num_rules = None
+    data_args.use_dataset_builder = False
 
 
 @dataclass
@@ -463,7 +588,8 @@ class ModelArguments:
             num_symbols=data_args.num_symbols,
             depth=data_args.depth,
             filter_level=data_args.k_train,
-            sigma=None if data_args.is_random_hierarchy else float(data_args.sigma),  # an RHM has no σ
+            # an RHM has no σ, nor has a grammar file
+            sigma=None if data_args.is_random_hierarchy or data_args.sigma is None else float(data_args.sigma),
             grammar_seed=data_args.grammar_seed,
             arity=data_args.sequence_arity,
             num_classes=data_args.num_classes,  # an RHM's n root classes: the root head's outputs
@@ -1004,6 +1130,7 @@ def _finish(task: str, data_args, model_args, training_args, ensemble_args, *, e
     apply_preset(task, data_args, model_args, training_args, explicit)
     if "output_dir" not in explicit:
         training_args.output_dir = default_output_dir(task, training_args.preset)
+    apply_grammar_file(data_args, explicit)
     data_args.complete_hierarchy()
     data_args.mask_rate = check_mask_rate(data_args.mask_rate)  # 0 is the paper's single leaf: None
     if data_args.block_mask_fraction == 0:  # no block masks, as None
@@ -1036,8 +1163,11 @@ __all__ = [
     "ModelArguments",
     "TreeLangTrainingArguments",
     "PRESETS",
+    "apply_grammar_file",
     "apply_preset",
     "EnsembleArguments",
+    "grammar_content_hash",
+    "read_grammar_file",
     "parse_command_line",
     "parse_values",
 ]

@@ -21,7 +21,8 @@
   matched BP_{k_train} per position, ``eval_kl_position{i}`` for i = 0 .. 2**ℓ − 1 = the mean over the in-sample
   sequences of D_KL(BP_{k_train}(x_i | x_<i) ‖ model), from the same arrays as ``eval_kl_bp_k{k_train}`` (which is
   their mean over positions); ``hf-treelang dynamics`` draws them as a heat map over training.
-  For a grammar other than the paper's (a Random Hierarchy Model, whose rules use few of the tuples), BP_k can give
+  For a grammar other than the paper's (a Random Hierarchy Model, whose rules use few of the tuples, or a grammar
+  file's whose rules leave a pair of children without a parent, :func:`may_give_probability_zero`), BP_k can give
   an input of another filter level probability zero: its comparisons are means over the inputs where it is defined,
   and ``eval_impossible_bp_k{k}`` is the fraction it leaves out; BP_{k_train}'s accuracy on a k_test set likewise,
   with ``eval_bp_impossible_ktest{k}`` (:func:`hf_treelang.core.oracle.bp_defined`).
@@ -107,6 +108,15 @@ class BPTargets:
     exact_loss: float | None = None  # next-leaf prediction: -log P_{k_train}(x) / 2**l, mean over the in-sample set
     defined: dict = field(default_factory=dict)  # {k: (n,) bool} in-sample rows where BP_k is defined (see below)
     bp_impossible: dict = field(default_factory=dict)  # {k_test: fraction of its reference set BP_{k_train} excludes}
+
+
+def may_give_probability_zero(grammar: Grammar) -> bool:
+    """Whether BP_k of ``grammar`` may meet a sequence it gives probability zero, whose rows its comparisons then
+    leave out (:attr:`BPTargets.defined`): every grammar but the paper's family, a binary one with one shared M in
+    which every child pair (b, c) has a parent and every symbol can be the root."""
+    if not grammar.is_shared_binary:
+        return True
+    return bool((grammar.M.sum(0) == 0).any() or (grammar.root_prior == 0).any())  # (q, q) pairs, (q,) roots
 
 
 def symbol_log_probabilities(logits: torch.Tensor, num_symbols: int, num_classes: int | None = None) -> tuple:
@@ -250,7 +260,7 @@ class BPKLCallback(TrainerCallback):
         if self.targets is not None:
             return self.targets
         q = self.grammar.num_symbols
-        flag = not self.grammar.is_shared_binary  # BP_k may be undefined on some rows (BPTargets.defined)
+        flag = may_give_probability_zero(self.grammar)  # BP_k may be undefined on some rows (BPTargets.defined)
         bps = {k: BeliefPropagation(self.grammar, self.depth, k, on_impossible="flag" if flag else "raise")
                for k in range(self.depth + 1)}
         leaves, roots, seed = self.in_sample

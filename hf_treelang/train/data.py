@@ -9,9 +9,12 @@ each split sampled from its own seed, :func:`hf_treelang.dataset_builder.treelan
 Model run (``num_rules`` given) reads the configs ``rhm-v<v>[-n<n>]-m<m>-s<s>-L<L>[-seed<s>]-k<k>`` alike, sequences
 of s**ℓ leaves: :func:`dataset_config` is the one map from a run's data arguments to its dataset config. With
 ``use_dataset_builder`` the splits come from ``load_dataset("treelang", ...)`` (cached Arrow files); without it
-:func:`sample_trees` draws the same bytes directly. Either way the k_test sets never share draws, and the masked
-positions of every evaluation set are its fixed evaluation positions (:mod:`hf_treelang.core.masking`), so the
-dataset card, the BP-KL callback and the model card report BP on identical inputs.
+:func:`sample_trees` draws the same bytes directly. A ``--grammar_file`` run has no dataset config: its splits are drawn
+directly from the file's grammar, each from the seed :func:`grammar_file_split_seed` derives from the grammar's content,
+ℓ, the level and the split (:func:`split_sampling_seed` is the one map from a run's data to a split's seed). Either way
+the k_test sets never share draws, and the masked positions of every evaluation set are its fixed evaluation positions
+(:mod:`hf_treelang.core.masking`), so the dataset card, the BP-KL callback and the model card report BP on identical
+inputs.
 
 A run with a σ curriculum (``--sigma_curriculum_start S --sigma_curriculum_epochs E``, :class:`SigmaCurriculum`)
 trains its first E epochs on fresh draws of the same grammar seed at σ_e > σ instead of its ``train`` split; the
@@ -34,9 +37,10 @@ from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.masking import mask_evaluation_set
 from hf_treelang.core.sampling import SPLITS, TreeSample, sample_trees
 
-from .arguments import DataArguments
+from .arguments import DataArguments, grammar_content_hash
 
 CURRICULUM_STREAM_TAG = 0x5C1C  # the σ curriculum's draws: never the same stream as a split's
+GRAMMAR_FILE_STREAM_TAG = 0x6F11  # the splits of a grammar file's run: never a generated grammar's streams
 
 
 @dataclass
@@ -117,23 +121,49 @@ def read_columns(split, width: int) -> tuple:
     return leaves, roots
 
 
+def grammar_file_split_seed(grammar: Grammar, depth: int, level: int, split: str) -> int:
+    """The sampling seed of one split of a grammar file's run: SeedSequence over (tag, the sha256 of the grammar's
+    content, ℓ, k, split), 63 bits; as the dataset's split seeds, splits and levels never share draws and enlarging
+    a split never changes another, and a copy of the file elsewhere draws the same trees."""
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {list(SPLITS)}, got {split!r}")
+    digest = grammar_content_hash(grammar)
+    words = [int(digest[i : i + 8], 16) for i in range(0, len(digest), 8)]  # 8 words of 32 bits
+    entropy = [GRAMMAR_FILE_STREAM_TAG, *words, int(depth), int(level), SPLITS.index(split)]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
+
+
+def split_sampling_seed(data_args: DataArguments, level: int, split: str) -> int:
+    """The sampling seed of ``split`` of a run's data at filter level ``level``: its dataset config's
+    (:func:`dataset_config`), or for a ``grammar_file`` run :func:`grammar_file_split_seed`."""
+    grammar = data_args.file_grammar()
+    if grammar is not None:
+        return grammar_file_split_seed(grammar, data_args.depth, level, split)
+    return split_seed(dataset_config(data_args, level), split)
+
+
+def run_grammar(data_args: DataArguments) -> Grammar:
+    """The grammar of a run's data: its ``grammar_file``'s, else the one its dataset config names."""
+    return data_args.file_grammar() or dataset_config(data_args, data_args.k_train).grammar()
+
+
 def _from_sampler(data_args: DataArguments, grammar: Grammar, level: int, sizes: dict) -> dict:
     """The same splits drawn directly with :func:`sample_trees` (identical bytes)."""
     out = {}
-    config = dataset_config(data_args, level)
     for split, n in sizes.items():
-        seed = split_seed(config, split)
+        seed = split_sampling_seed(data_args, level, split)
         trees = sample_trees(grammar, n, data_args.depth, level, seed)
         out[split] = EvaluationSet(trees.leaves, trees.roots, seed)
     return out
 
 
 def load_run_data(data_args: DataArguments) -> RunData:
-    """The splits of a run (see the module docstring), identical bytes with or without the dataset builder."""
-    grammar = dataset_config(data_args, data_args.k_train).grammar()
+    """The splits of a run (see the module docstring), identical bytes with or without the dataset builder; a
+    ``grammar_file`` run's drawn directly from its grammar."""
+    grammar = run_grammar(data_args)
 
     def splits(level: int, sizes: dict) -> dict:
-        if data_args.use_dataset_builder:
+        if data_args.use_dataset_builder and data_args.grammar_file is None:
             return _from_builder(data_args, level, sizes)
         return _from_sampler(data_args, grammar, level, sizes)
 
@@ -201,7 +231,7 @@ def sigma_curriculum(data_args: DataArguments) -> SigmaCurriculum | None:
     return SigmaCurriculum(float(data_args.sigma_curriculum_start), int(data_args.sigma_curriculum_epochs),
                            float(data_args.sigma), data_args.num_symbols, data_args.depth, data_args.k_train,
                            data_args.grammar_seed, data_args.num_train,
-                           split_seed(dataset_config(data_args, data_args.k_train), "train"))
+                           split_sampling_seed(data_args, data_args.k_train, "train"))
 
 
 def check_split(name: str, split: EvaluationSet, num_symbols: int) -> None:
@@ -245,5 +275,5 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
     return train, validation
 
 
-__all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "dataset_config", "load_run_data",
-           "read_columns", "sigma_curriculum", "to_datasets"]
+__all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "dataset_config", "grammar_file_split_seed",
+           "load_run_data", "read_columns", "run_grammar", "sigma_curriculum", "split_sampling_seed", "to_datasets"]

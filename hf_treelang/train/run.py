@@ -7,11 +7,11 @@ Every entry point builds runs the same way — the scripts from their command li
 (``HfArgumentParser.parse_dict``), the preset fills what they leave unset, and :func:`check_run` validates every
 value and every checkpoint the run starts or resumes from, before any data are built or anything is written.
 
-A run's **identity** (:func:`run_identity`) is the sha256 of what decides its result: the data and model arguments,
-the training arguments of :data:`IDENTITY_TRAINING_FIELDS` (an allow-list, so that a field a new transformers release
-adds changes no identity), numbers normalised (``sigma 1`` and ``1.0`` are one run), the content of the checkpoint a
-fine-tuning run starts from, and the data-format version. A runner reuses a finished folder only for an equal
-identity (:mod:`hf_treelang.train.folders`).
+A run's **identity** (:func:`run_identity`) is the sha256 of what decides its result: the data and model arguments, the
+training arguments of :data:`IDENTITY_TRAINING_FIELDS` (an allow-list, so that a field a new transformers release adds
+changes no identity), numbers normalised (``sigma 1`` and ``1.0`` are one run), the content of the checkpoint a
+fine-tuning run starts from and of a ``--grammar_file``, and the data-format version. A runner reuses a finished folder
+only for an equal identity (:mod:`hf_treelang.train.folders`).
 
 An **ensemble** is a list of runs: the scripts' ``--ensemble_seeds`` / ``--ensemble_k_train`` expand the command
 line's run into one run per (seed, k_train) (:func:`ensemble_runs`); :func:`check_together` says whether a list of
@@ -58,6 +58,7 @@ from .arguments import (
     EnsembleArguments,
     ModelArguments,
     TreeLangTrainingArguments,
+    grammar_content_hash,
     parse_command_line,
     parse_values,
 )
@@ -158,8 +159,9 @@ class Run:
     @property
     def member_key(self) -> tuple:
         """(seed, k_train, grammar_seed, σ): what tells the runs of one ensemble apart."""
+        sigma = self.data_args.sigma
         return (self.training_args.seed, self.data_args.k_train, self.data_args.grammar_seed,
-                float(self.data_args.sigma))
+                None if sigma is None else float(sigma))  # None: a grammar file's
 
     def command(self) -> str:
         """The command that trains this run alone (:func:`command_line`)."""
@@ -766,13 +768,18 @@ def identity_config(task: str, data_args, model_args, training_args) -> dict:
 
     The data and model arguments (``num_hidden_layers`` and ``k_test`` given their defaults), the training arguments
     of :data:`IDENTITY_TRAINING_FIELDS`, numbers of float fields as floats; the starting checkpoint of a fine-tuning
-    run by its content (:func:`checkpoint_hash`), not its path; the data-format version (:func:`data_format_version`).
+    run by its content (:func:`checkpoint_hash`), not its path, and so a ``grammar_file`` (its grammar's
+    :func:`~hf_treelang.train.arguments.grammar_content_hash`); the data-format version (:func:`data_format_version`).
     """
     data = _normalised(DataArguments, dataclasses.asdict(data_args))
     data["k_test"] = data_args.test_levels()
     for name in (*MASK_OPTION_FIELDS, *HIERARCHY_FIELDS, *CURRICULUM_FIELDS):  # a run without them: as it always was
         if data[name] is None:
             del data[name]
+    if data["grammar_file"] is None:  # a generated grammar: as it always was
+        del data["grammar_file"]
+    else:  # a grammar file by its content: another grammar under the same name is another run, a copy the same run
+        data["grammar_file"] = "sha256:" + grammar_content_hash(data_args.file_grammar())
     model = _normalised(ModelArguments, dataclasses.asdict(model_args))
     model["num_hidden_layers"] = model_args.model_kwargs(data_args.depth)["num_hidden_layers"]
     for name, default in OTHER_ARCHITECTURE_FIELDS.items():  # a TreeLang run's identity is what it always was
