@@ -280,3 +280,13 @@ def test_a_grammar_without_sigma_or_seed_is_recorded_as_none(tmp_path):
     assert rhm.model_args.config(rhm.data_args).sigma is None  # a Random Hierarchy Model has no σ
     paper = resolve("root", {"num_symbols": 4, "depth": 2, "sigma": 0.5}, str(tmp_path / "run"))
     assert paper.model_args.config(paper.data_args).sigma == 0.5
+
+
+def test_an_analysis_of_a_folder_without_sigma_nor_grammar_file_asks_for_its_grammar(tmp_path):
+    from hf_treelang.analysis.checkpoint import load_checkpoint
+
+    config = TreeLangConfig.from_data(num_symbols=Q, depth=DEPTH, sigma=None, hidden_size=8, num_hidden_layers=1,
+                                      intermediate_size=8)
+    TreeLangForMaskedLM(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="has no grammar.json .* copy the run's grammar.json next to its weights"):
+        load_checkpoint(tmp_path, task="mlm")

@@ -371,7 +371,8 @@ def _grammar_of(folder: Path, config) -> Grammar:
     run_folder = folder.parent if folder.name.startswith(CHECKPOINT_PREFIX) else folder
     run_config = read_json_object(run_folder / RUN_CONFIG) if (run_folder / RUN_CONFIG).is_file() else None
     hierarchy = ((run_config or {}).get("data_args") or {}).get("num_rules") is not None
-    if int(getattr(config, "arity", 2)) != 2 or hierarchy:
+    unnamed = getattr(config, "sigma", 1.0) is None or getattr(config, "grammar_seed", 0) is None  # no σ or seed
+    if int(getattr(config, "arity", 2)) != 2 or hierarchy or unnamed:
         raise ValueError(f"checkpoint {str(folder)!r} has no grammar.json (nor its run folder): its grammar (arity "
                          f"{getattr(config, 'arity', 2)}{', a Random Hierarchy Model' if hierarchy else ''}) cannot be "
                          "rebuilt from config.json, which names only the paper's grammars; copy the run's grammar.json "
