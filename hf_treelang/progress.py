@@ -1,5 +1,5 @@
 """Progress bars only on a terminal: one rule for every entry point of the package (the ``hf-treelang`` commands, the
-training scripts, a sweep's worker processes).
+training scripts, a sweep's worker processes); and how a console line writes a duration (:func:`format_duration`).
 
 A progress bar redraws itself with ``\\r`` and terminal escape codes; in a file or a pipe those become garbage
 between the lines. :func:`quiet_progress_bars_off_terminal` turns off the bars of the libraries the package drives
@@ -51,4 +51,17 @@ def quiet_progress_bars_off_terminal(stream=None, *, force: bool = False) -> boo
     return True
 
 
-__all__ = ["LIBRARY_SWITCHES", "USER_KEEPS_BARS", "is_terminal", "quiet_progress_bars_off_terminal"]
+def format_duration(seconds: float | None) -> str:
+    """A duration for a console line: ``30 s``, ``12 min``, ``2.0 h``, ``3.1 days``; ``n/a`` for None."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+__all__ = ["LIBRARY_SWITCHES", "format_duration", "USER_KEEPS_BARS", "is_terminal", "quiet_progress_bars_off_terminal"]

@@ -1,7 +1,9 @@
 """Where the package meets its ecosystem: loggers and the Hub checked before a run starts, output into a file without
 progress-bar codes, a shared CPU and slow paths said at the start, and the scripts' --help."""
 
+import importlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -199,3 +201,155 @@ def test_push_to_hub_in_a_sweep_or_an_ensemble_is_refused_with_the_upload_comman
         runs_from_command_line("root", [*TINY, "--output_dir", str(tmp_path / "ensemble"), "--push_to_hub", "true",
                                         "--ensemble_seeds", "0", "1"])
     assert not hub
+
+
+# ---------------------------------------------------------------- the sweep's estimate
+
+
+def _estimate_run(tmp_path, **arguments):
+    from hf_treelang.train.run import resolve
+
+    return resolve("root", {**TINY_SWEEP["base"], **arguments}, tmp_path / "run")
+
+
+def test_the_estimate_measures_each_run_on_its_own_cpu_threads(tmp_path, monkeypatch):
+    estimate = importlib.import_module("hf_treelang.sweep.estimate")
+
+    measured = []
+
+    def measure(run, *, device, steps, threads):
+        measured.append(threads)
+        return 10.0
+
+    monkeypatch.setattr(estimate, "measure_steps_per_second", measure)
+    own = _estimate_run(tmp_path, cpu_threads=1)  # the SPEC's cpu_threads: 1, which the sweep's workers keep
+    result = estimate.estimate([own], workers=1, threads=2, devices=("cpu",))
+    assert measured == [1] and result.threads == 1
+    assert any("this machine (1 torch thread(s) per run)" in line for line in estimate.estimate_lines(result))
+    shared = _estimate_run(tmp_path, cpu_threads=None)  # no cpu_threads of its own: the workers' share
+    assert estimate.estimate([shared], workers=1, threads=2, devices=("cpu",)).threads == 2 and measured[-1] == 2
+
+
+def test_the_estimate_says_nothing_of_a_gpu_it_did_not_estimate_and_labels_the_reference_table(tmp_path,
+                                                                                                monkeypatch):
+    import torch
+
+    estimate = importlib.import_module("hf_treelang.sweep.estimate")
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: its time is measured, not read from the reference table")
+    monkeypatch.setattr(estimate, "measure_steps_per_second", lambda *args, **kwargs: 10.0)
+    run = _estimate_run(tmp_path)
+    cpu_only = estimate.estimate_lines(estimate.estimate([run], devices=("cpu",)))
+    assert not any("GPU" in line for line in cpu_only), cpu_only
+    with_table = estimate.estimate_lines(estimate.estimate([run], devices=("cpu", "cuda")))
+    assert any("one GPU, from a reference measured on another machine" in line for line in with_table), with_table
+
+
+def test_a_sweep_on_a_machine_without_a_gpu_prints_no_gpu_estimate(tmp_path, monkeypatch, capsys):
+    import torch
+
+    estimate = importlib.import_module("hf_treelang.sweep.estimate")
+    from hf_treelang.sweep import runner
+    from hf_treelang.train import loop
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+
+    def train(run, cache=None, callbacks=()):  # the runs are not trained: the estimate is printed before
+        raise RuntimeError("not trained here")
+
+    monkeypatch.setattr(estimate, "measure_steps_per_second", lambda *args, **kwargs: 10.0)
+    monkeypatch.setattr(loop, "_train", train)
+    lines = []
+    runner.run_sweep(TINY_SWEEP, tmp_path / "out", workers=0, progress=False, estimate=True, log=lines.append)
+    assert any("estimated time on this machine" in line for line in lines), lines
+    assert not any("GPU" in line for line in lines), lines
+
+
+# ---------------------------------------------------------------- the console at a run's start and end
+
+
+@pytest.mark.parametrize("share, said", [(0.3, True), (0.97, False)])
+def test_a_cpu_run_says_at_its_start_when_other_work_shares_its_cores(tmp_path, capsys, monkeypatch, share, said):
+    from hf_treelang.train import callbacks
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    measured = []
+    monkeypatch.setattr(callbacks, "cpu_share", lambda threads: measured.append(threads) or share)
+    argv = [*TINY, "--output_dir", str(tmp_path / "run"), "--num_checkpoints", "1", "--cpu_threads", "2"]
+    assert main("root", argv, as_script=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert measured == [2]  # the run's own threads, measured once at its start
+    shared = [line for line in lines if "other work shares" in line]
+    if said:
+        assert lines[0] == shared[0] and "--cpu_threads 1" in shared[0] and "30%" in shared[0], lines[:3]
+    else:
+        assert not shared
+
+
+def test_the_contention_line_advises_one_thread_only_to_a_run_of_several():
+    from hf_treelang.train.contention import BUSY_SHARE, contention_line
+
+    assert "--cpu_threads 1" in contention_line(0.4, threads=2)
+    assert "--cpu_threads 1" not in contention_line(0.4, threads=1) and "slower" in contention_line(0.4, threads=1)
+    assert contention_line(BUSY_SHARE, threads=2) is None
+
+
+def test_the_last_line_of_a_run_says_training_steps_apart_from_evaluations_and_checkpoints(tmp_path, capsys):
+
+
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    out = tmp_path / "run"
+    assert main("root", [*TINY, "--output_dir", str(out)], as_script=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    evaluations = sum(1 for line in lines if re.match(r"step \d+ · loss", line))
+    checkpoints = len(list(out.glob("checkpoint-*")))
+    (trained,) = [line for line in lines if line.startswith("trained ")]
+    found = re.match(r"trained 12 steps in \S+ s \((\S+) s training steps, \S+ s in (\d+) evaluations, "
+                     r"\S+ s in (\d+) checkpoints\)", trained)
+    assert found, trained
+    assert (int(found[2]), int(found[3])) == (evaluations, checkpoints) == (4, 3)
+
+
+def test_the_phases_of_a_run_are_its_runtime_less_evaluations_and_checkpoints():
+    from hf_treelang.train.callbacks import ConsoleCallback
+
+    console = ConsoleCallback()
+    console.phase_seconds, console.phase_counts = {"evaluation": 80.0, "checkpoint": 6.0}, \
+        {"evaluation": 5, "checkpoint": 1}
+    assert console.phases_text(156.0) == "70 s training steps, 80 s in 5 evaluations, 6 s in 1 checkpoint"
+
+
+def test_a_model_on_transformers_slow_path_is_announced_at_the_start_with_the_time_of_its_first_steps(
+        tmp_path, capsys):
+    from hf_treelang.models.architectures import slow_path
+    from hf_treelang.train.callbacks import SLOW_PATH_STEPS
+    from hf_treelang.train.loop import main
+    from tiny_run import TINY
+
+    if slow_path("mamba", "cpu") is None:
+        pytest.skip("mamba has no slow path here")
+    pairs = [TINY[i:i + 2] for i in range(0, len(TINY), 2)]  # the TreeLang sizes out: mamba's from its overrides
+    argv = [arg for flag, value in pairs if flag not in ("--hidden_size", "--num_hidden_layers", "--intermediate_size")
+            for arg in (flag, value)]
+    argv += ["--model_type", "mamba", "--config_overrides", "hidden_size=16,num_hidden_layers=1", "--output_dir",
+             str(tmp_path / "run"), "--num_checkpoints", "1"]
+    assert main("clm", argv, as_script=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    announced = [i for i, line in enumerate(lines) if "transformers' torch reference path" in line]
+    timed = [i for i, line in enumerate(lines) if re.search(r"s per step over the first \d+ steps; its 12 steps "
+                                                              r"take about", line)]
+    first_step = next(i for i, line in enumerate(lines) if re.match(r"step [1-9]", line))
+    assert announced and announced[0] < first_step, lines[:6]
+    assert timed and f"first {SLOW_PATH_STEPS} steps" in lines[timed[0]]
+
+
+def test_a_model_with_its_fast_kernels_or_none_to_miss_is_not_announced():
+    from hf_treelang.models.architectures import slow_path
+
+    assert slow_path("treelang", "cpu") is None and slow_path("bert", "cpu") is None
+    assert "CUDA" in slow_path("mamba", "cpu") and "rwkv" in slow_path("rwkv", "cpu")

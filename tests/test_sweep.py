@@ -567,7 +567,7 @@ def test_the_gpu_estimate_is_the_time_of_autos_step_from_the_measured_table(tmp_
 
 
 def test_an_estimate_measured_on_a_busy_cpu_says_so(tmp_path, monkeypatch):
-    run = run_module.resolve("root", TINY, tmp_path)
+    run = run_module.resolve("root", {**TINY, "cpu_threads": None}, tmp_path)  # on the estimate's threads
     clock = {"wall": 0.0, "cpu": 0.0}
     monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock["wall"])
     monkeypatch.setattr(estimate.time, "process_time", lambda: clock["cpu"])

@@ -39,6 +39,7 @@ A user's own architecture joins as in transformers: ``AutoConfig.register("mine"
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -67,6 +68,12 @@ SPECIAL_ID_ROLES = {"pad_token_id": "pad", "bos_token_id": "bos", "mask_token_id
                     "decoder_start_token_id": "bos"}  # every other *_token_id becomes None
 # Types whose pooled root head hf_treelang provides (no sequence-classification head in transformers).
 POOLED_ROOT_TYPES = ("mamba", "mamba2", "rwkv", "xlstm", "falcon_mamba")
+# Types whose fast kernels come from packages that run on CUDA only (transformers' modeling files: Mamba's
+# `use_kernel_func_from_hub_with_fallback(..., "mamba_ssm" / "causal_conv1d")`, RWKV's WKV kernel compiled with ninja
+# on a GPU): elsewhere, or without the packages, transformers runs its torch reference path (Mamba's and RWKV's scan
+# the positions one after another). {model type: the packages' distribution names}
+CUDA_KERNEL_PACKAGES = {"mamba": ("mamba-ssm", "causal-conv1d"), "falcon_mamba": ("mamba-ssm", "causal-conv1d"),
+                        "mamba2": ("mamba-ssm", "causal-conv1d"), "rwkv": ("ninja",)}
 
 
 class ArchitectureError(ValueError):
@@ -536,6 +543,23 @@ def check_runs(model, num_symbols: int, depth: int) -> None:
         raise ArchitectureError(f"{name} gives non-finite gradients with this config (first: {broken[0]})")
 
 
-__all__ = ["ArchitectureError", "OWNED_FIELDS", "PatchedConfig", "PooledRootClassifier", "TREELANG", "build_model",
+def slow_path(model_type: str | None, device) -> str | None:
+    """Why a ``model_type`` model on ``device`` runs transformers' slow reference path (:data:`CUDA_KERNEL_PACKAGES`:
+    not on a CUDA GPU, or the kernels' packages not installed), in words; None where it runs its fast kernels or has
+    none to miss."""
+    packages = CUDA_KERNEL_PACKAGES.get(model_type)
+    if packages is None:
+        return None
+    missing = [name for name in packages if importlib.util.find_spec(name.replace("-", "_")) is None]
+    device_type = torch.device(device).type
+    if device_type == "cuda" and not missing:
+        return None
+    where = (f"on {device_type!r}, and the fast kernels of {', '.join(packages)} run on CUDA GPUs only"
+             if device_type != "cuda" else f"{', '.join(missing)} not installed (pip install {' '.join(missing)})")
+    return f"{model_type} runs transformers' torch reference path instead of its fused kernels: {where}"
+
+
+__all__ = ["ArchitectureError", "CUDA_KERNEL_PACKAGES", "OWNED_FIELDS", "PatchedConfig", "PooledRootClassifier",
+           "TREELANG", "build_model",
            "check_head", "check_runs", "has_head", "parameter_count_on_meta", "parse_overrides", "patch_config",
-           "pooled_root_classifier", "register_pooled_root_classifiers", "typed_overrides"]
+           "pooled_root_classifier", "register_pooled_root_classifiers", "slow_path", "typed_overrides"]

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_treelang.core.oracle import next_leaf_inputs
+from hf_treelang.progress import format_duration
+from hf_treelang.train.contention import BUSY_SHARE, share_of
 from hf_treelang.train.device_data import optimizer_steps, steps_per_epoch
 from hf_treelang.train.levers import auto_seconds, measured_gpu
 from hf_treelang.train.loop import build_model
@@ -112,23 +114,23 @@ def measure_steps_per_second(run, *, device: str = "cpu", steps: int = 4, warmup
         torch.set_num_threads(previous)
 
 
-# below this share of its threads' wall time in CPU time, a measurement shared its cores with other work (an idle
-# machine gives close to 1; one busy process beside two threads on two cores, close to 0.5)
-BUSY_SHARE = 0.8
 @dataclass
 class Estimate:
     """Optimizer steps and time of a list of runs.
 
     Attributes:
         steps: optimizer steps per run (same order as the runs).
-        rates: ``{device: {architecture: steps/s}}`` measured (``describe_key`` of each architecture).
+        rates: ``{device: {architecture: steps/s}}`` measured (``describe_key`` of each architecture, with its thread
+            count where runs of one architecture have different ones).
         seconds: ``{device: estimated seconds}`` with ``workers`` runs at a time on the CPU, one at a time on the GPU
             (None: not measured there); ``"cuda_stacked"``: the GPU with 16 runs stacked at a time.
         gpu_source: where the GPU figures come from (this machine's GPU, or the measured table).
         workers: runs trained at the same time.
-        threads: torch threads per run on the CPU.
+        threads: torch threads per run on the CPU when every run has the same (a run's own ``cpu_threads``, else
+            the threads given), else None; ``rate_threads``: ``{architecture: threads}`` of each CPU rate.
         cpu_share: the CPU time the measuring process got over the wall time of its threads, the lowest over the
-            measured architectures (1.0: it had its cores to itself); None when the CPU was not measured.
+            measured architectures (1.0: it had its cores to itself); None when the CPU was not measured;
+            ``share_threads``: the threads of that measurement.
     """
 
     steps: list
@@ -138,6 +140,8 @@ class Estimate:
     threads: int | None
     gpu_source: str | None = None
     cpu_share: float | None = None
+    rate_threads: dict = dataclasses.field(default_factory=dict)
+    share_threads: int | None = None
 
     @property
     def cpu_busy(self) -> bool:
@@ -150,7 +154,7 @@ class Estimate:
         if not self.cpu_busy:
             return None
         return (f"measured while other work took part of the CPU (the measurement got {self.cpu_share:.0%} of its "
-                f"{self.threads} thread(s)): the steps/s are too low and the time too long; measure again on an idle "
+                f"{self.share_threads or self.threads} thread(s)): the steps/s are too low and the time too long; measure again on an idle "
                 "machine")
 
     @property
@@ -160,34 +164,27 @@ class Estimate:
     def to_dict(self) -> dict:
         return {"total_optimizer_steps": self.total_steps, "steps_per_second": self.rates,
                 "estimated_seconds": self.seconds, "workers": self.workers, "cpu_threads": self.threads,
+                "cpu_threads_per_rate": self.rate_threads,
                 "gpu_source": self.gpu_source, "cpu_share": self.cpu_share, "cpu_busy": self.cpu_busy}
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cpu", "cuda"),
              measure_steps: int = 4) -> Estimate:
-    """Steps of every run and the time to train them, from steps/s measured once per architecture and device.
+    """Steps of every run and the time to train them, from steps/s measured once per architecture, thread count and
+    device.
 
-    ``runs`` are :class:`~hf_treelang.train.run.Run`. ``"cuda"`` is measured when a GPU is visible; otherwise the
-    GPU time comes from the steps/s ``benchmarks/gpu_check.py`` measured (:func:`measured_gpu`), one run at a time
-    and with 16 runs stacked, and says so. The CPU time assumes ``workers`` runs at a time.
+    ``runs`` are :class:`~hf_treelang.train.run.Run`; each trains on the CPU with its own ``cpu_threads``, or
+    ``threads`` (default: torch's current count) when it has none, as the sweep's workers give them. ``"cuda"`` is
+    measured when a GPU is visible; otherwise the GPU time comes from the steps/s ``benchmarks/gpu_check.py``
+    measured on another machine (:func:`measured_gpu`), one run at a time and with 16 runs stacked, and says so. The
+    CPU time assumes ``workers`` runs at a time.
     """
     import torch
 
     threads = threads or torch.get_num_threads()
+    run_threads = [int(run.training_args.cpu_threads or threads) for run in runs]
     steps = [optimizer_steps(run.training_args, run.data_args.num_train) for run in runs]
-    rates, seconds, source, shares = {}, {}, None, []
+    rates, seconds, source, shares, rate_threads = {}, {}, None, [], {}
     for device in devices:
         if device == "cuda" and not torch.cuda.is_available():
             table = measured_gpu()
@@ -201,45 +198,53 @@ def estimate(runs, *, workers: int = 1, threads: int | None = None, devices=("cp
                                           for count, n, kind in zip(steps, sizes, kinds))
             continue
         measured, total = {}, 0.0
-        for run, count in zip(runs, steps):
-            key = architecture_key(run)
+        for run, count, count_threads in zip(runs, steps, run_threads):
+            key = (architecture_key(run), count_threads if device == "cpu" else None)
             if key not in measured:
                 wall, cpu = time.perf_counter(), time.process_time()
-                measured[key] = measure_steps_per_second(run, device=device, steps=measure_steps,
-                                                         threads=threads if device == "cpu" else None)
+                measured[key] = measure_steps_per_second(run, device=device, steps=measure_steps, threads=key[1])
                 if device == "cpu":
-                    cores = min(threads, os.cpu_count() or threads)  # more threads than cores share them anyway
-                    shares.append((time.process_time() - cpu) / max((time.perf_counter() - wall) * cores, 1e-9))
+                    shares.append((share_of(time.process_time() - cpu, time.perf_counter() - wall, key[1]), key[1]))
             total += count / measured[key]
-        rates[device] = {describe_key(key): rate for key, rate in measured.items()}
+        several = len({architecture for architecture, _ in measured}) < len(measured)  # one architecture, 2 counts
+        names = {key: describe_key(key[0]) + (f", {key[1]} thread(s)" if several else "") for key in measured}
+        rates[device] = {names[key]: rate for key, rate in measured.items()}
+        if device == "cpu":
+            rate_threads = {names[key]: key[1] for key in measured}
         seconds[device] = total / max(min(workers, len(runs)), 1) if device == "cpu" else total
         if device == "cuda":
             source = f"{torch.cuda.get_device_name()}, measured here"
-    return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers, threads=threads, gpu_source=source,
-                    cpu_share=round(min(shares), 2) if shares else None)
+    share, share_threads = min(shares) if shares else (None, None)
+    return Estimate(steps=steps, rates=rates, seconds=seconds, workers=workers,
+                    threads=run_threads[0] if len(set(run_threads)) == 1 else None, gpu_source=source,
+                    cpu_share=None if share is None else round(share, 2), rate_threads=rate_threads,
+                    share_threads=share_threads)
 
 
 def estimate_lines(result: Estimate) -> list:
-    """Human-readable lines: total steps, the measured rates, the time on this CPU and on one GPU."""
+    """Human-readable lines: total steps, the measured rates (each with the torch threads it was measured on), the
+    time on this CPU, and on one GPU where one was estimated: measured here, or from the reference table measured on
+    another machine, labelled as such."""
     lines = [f"{result.total_steps} optimizer steps in all"]
     cpu = result.rates.get("cpu", {})
     for name, rate in cpu.items():
-        lines.append(f"  this machine ({result.threads} torch thread(s) per run): {rate:.1f} steps/s for {name}")
+        threads = result.rate_threads.get(name, result.threads)
+        lines.append(f"  this machine ({threads} torch thread(s) per run): {rate:.1f} steps/s for {name}")
     lines.append(f"  estimated time on this machine ({result.workers} run(s) at a time): "
                  f"{format_duration(result.seconds.get('cpu'))} of optimizer steps (evaluations not counted)")
     if result.cpu_busy:
         lines.append(f"  {result.busy_note()}")
     if result.seconds.get("cuda") is None:
-        lines.append("  one GPU: not estimated")
-    elif "cuda" not in result.rates:
-        lines.append(f"  estimated time on one GPU ({result.gpu_source}): {format_duration(result.seconds['cuda'])} "
-                     f"one run at a time, {format_duration(result.seconds.get('cuda_stacked'))} with 16 runs stacked")
+        return lines
+    if "cuda" not in result.rates:
+        lines.append(f"  estimated time on one GPU, from a reference measured on another machine ({result.gpu_source}): "
+                     f"{format_duration(result.seconds['cuda'])} one run at a time, "
+                     f"{format_duration(result.seconds.get('cuda_stacked'))} with 16 runs stacked")
     else:
         for name, rate in result.rates["cuda"].items():
             lines.append(f"  one GPU: {rate:.1f} steps/s for {name}")
         lines.append(f"  estimated time on one GPU ({result.gpu_source}): {format_duration(result.seconds['cuda'])}")
     return lines
-
 
 __all__ = ["Estimate", "epoch_steps", "estimate", "estimate_lines", "format_duration", "measure_steps_per_second",
            "optimizer_steps"]

@@ -597,8 +597,9 @@ def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, t
                 "data format changed): training it again")
     if estimate and pending:
         lanes = workers if executor == "local" else len(jobs)
-        for line in estimate_lines(estimate_runs(pending, workers=max(lanes, 1),
-                                                 threads=threads)):
+        on_gpu = executor != "local" or local_device(pending) == "cuda"  # a GPU here, or the cluster's
+        for line in estimate_lines(estimate_runs(pending, workers=max(lanes, 1), threads=threads,
+                                                 devices=("cpu", "cuda") if on_gpu else ("cpu",))):
             log(line)
     out.mkdir(parents=True, exist_ok=True)
     merge = source is None

@@ -48,6 +48,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +72,10 @@ from hf_treelang.core.oracle import (
 from hf_treelang.core.params import MAX_SIZE, check_int, check_param
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import read_json_object, write_json_atomic
-from hf_treelang.progress import is_terminal, quiet_progress_bars_off_terminal  # noqa: F401  (the scripts' import)
+from hf_treelang.models.architectures import slow_path
+from hf_treelang.progress import format_duration, is_terminal, quiet_progress_bars_off_terminal  # noqa: F401
+
+from .contention import contention_line, cpu_share
 
 SPECIAL_MASS_KEY = "mass_on_special_tokens"  # the mean probability the model puts outside the q symbols
 IMPOSSIBLE_KEY = "impossible_bp_k"  # a grammar other than the paper's: eval_impossible_bp_k{k}, the in-sample rows
@@ -80,6 +84,7 @@ KL_POSITION_KEY = "kl_position"  # next-leaf prediction: eval_kl_position{i}, th
 KL_GAP_SE_KEY = "kl_gap_se_bp_k"  # eval_kl_gap_se_bp_k{k}: the paired standard error of KL(BP_k) - KL(closest BP)
 REFERENCE_SIZE = 2000  # sequences per k_test behind BP's reference accuracy in a training run (s.e. <= 0.011)
 MAX_REFERENCE_LEAVES = 1 << 24  # a deeper tree gets fewer reference sequences: n * 2**depth <= 2**24 (128 MiB)
+SLOW_PATH_STEPS = 3  # the steps a model on a slow path is timed over before the console says what the run takes
 
 
 @dataclass
@@ -593,6 +598,12 @@ class ConsoleCallback(ProgressCallback):
     """What a training run shows on the console: one line per evaluation (:func:`evaluation_line`), one short line
     per training-loss log, and a progress bar only when stderr is a terminal (no ``\\r`` escapes in a log file).
 
+    At the start of a CPU run, one line when other work shares the cores (:mod:`hf_treelang.train.contention`,
+    measured in a fraction of a second), and for a model on transformers' slow reference path
+    (:func:`hf_treelang.models.architectures.slow_path`) one line saying so, then the time its first
+    :data:`SLOW_PATH_STEPS` steps took and what the run's steps take at that rate. The last line says the training
+    steps' time apart from the evaluations' and the checkpoints' (``phase_seconds``).
+
     It replaces the Trainer's ``PrinterCallback`` / ``ProgressCallback``, which print every log as a raw dict (two
     dicts of ~30 keys per evaluation here: the Trainer's and the BP-KL callback's). Add it with :meth:`attach`
     *after* :class:`BPKLCallback`, so that the BP-KL keys are in the metrics when its ``on_evaluate`` runs.
@@ -601,15 +612,24 @@ class ConsoleCallback(ProgressCallback):
         k_train: the matched BP's level, named in the line (``model/BP_<k_train>``).
         progress_bar: show a tqdm bar; ``None`` (default): when ``args.disable_tqdm`` is false and stderr is a TTY.
         stream: where the lines go (default: ``sys.stdout`` at the time of writing).
+        measure_cpu: measure at the start of a CPU run whether other work shares its cores (default: True).
     """
 
-    def __init__(self, k_train: int | None = None, *, progress_bar: bool | None = None, stream=None):
+    def __init__(self, k_train: int | None = None, *, progress_bar: bool | None = None, stream=None,
+                 measure_cpu: bool = True):
         super().__init__()
         self.k_train = None if k_train is None else check_int("k_train", k_train, 0)
         self.progress_bar = progress_bar
         self.stream = stream
+        self.measure_cpu = measure_cpu
         self.pending: dict = {}
         self._bar = False
+        # seconds since on_train_begin spent in evaluations and in saving checkpoints, and how many of each
+        self.phase_seconds = {"evaluation": 0.0, "checkpoint": 0.0}
+        self.phase_counts = {"evaluation": 0, "checkpoint": 0}
+        self._mark = None  # when the last step, evaluation or save ended
+        self._step_began = None
+        self._slow = None  # a model on the slow path: {"model_type", "steps", "seconds"} of its first steps
 
     def attach(self, trainer) -> "ConsoleCallback":
         """Replace ``trainer``'s printing and progress callbacks by this one; returns self."""
@@ -629,16 +649,57 @@ class ConsoleCallback(ProgressCallback):
             stream.write(line + "\n")
             stream.flush()
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._bar = self.progress_bar if self.progress_bar is not None else \
             (not args.disable_tqdm and is_terminal())
         self.current_step = 0
+        if state.is_world_process_zero:
+            self._announce_start(args, model)
         if self._bar:
-            super().on_train_begin(args, state, control, **kwargs)
+            super().on_train_begin(args, state, control, model=model, **kwargs)
+        self._mark = time.perf_counter()
+
+    def _announce_start(self, args, model) -> None:
+        """The lines before the first step: the cores shared with other work, a slow path."""
+        if self.measure_cpu and args.device.type == "cpu":
+            threads = torch.get_num_threads()
+            line = contention_line(cpu_share(threads), threads)
+            if line is not None:
+                self.write(line)
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        reason = slow_path(model_type, args.device)
+        if reason is not None:
+            self._slow = {"model_type": model_type, "steps": 0, "seconds": 0.0}
+            self.write(f"{reason}; the time of its first {SLOW_PATH_STEPS} steps follows")
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_began = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        slow = self._slow
+        if slow is not None and self._step_began is not None and slow["steps"] < SLOW_PATH_STEPS:
+            slow["steps"] += 1
+            slow["seconds"] += now - self._step_began
+            if slow["steps"] == SLOW_PATH_STEPS and state.is_world_process_zero:
+                per_step = slow["seconds"] / slow["steps"]
+                self.write(f"{slow['model_type']}: {per_step:.2f} s per step over the first {slow['steps']} steps; "
+                           f"its {state.max_steps} steps take about {format_duration(per_step * state.max_steps)} "
+                           "(evaluations not counted)")
+        self._mark = now
         if self.training_bar is not None:
             super().on_step_end(args, state, control, **kwargs)
+
+    def _phase_ended(self, phase: str) -> None:
+        """An evaluation or a save ended: the time since the last step, evaluation or save was spent in it."""
+        now = time.perf_counter()
+        if self._mark is not None:
+            self.phase_seconds[phase] += now - self._mark
+            self.phase_counts[phase] += 1
+        self._mark = now
+
+    def on_save(self, args, state, control, **kwargs):
+        self._phase_ended("checkpoint")
 
     def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
         if self._bar:
@@ -653,10 +714,22 @@ class ConsoleCallback(ProgressCallback):
             epoch = f" · epoch {logs['epoch']:.2f}" if isinstance(logs.get("epoch"), (int, float)) else ""
             self.write(f"step {state.global_step}{epoch} · train loss {_number(logs['loss'], 4)}")
         elif "train_runtime" in logs:
-            self.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f} s · mean train loss "
+            self.write(f"trained {state.global_step} steps in {format_duration(logs['train_runtime'])} "
+                       f"({self.phases_text(logs['train_runtime'])}) · mean train loss "
                        f"{_number(logs.get('train_loss'), 4)}")
 
+    def phases_text(self, runtime: float) -> str:
+        """``runtime`` (the Trainer's ``train_runtime``) split into training steps, evaluations and checkpoints."""
+        evaluation, checkpoint = self.phase_seconds["evaluation"], self.phase_seconds["checkpoint"]
+        parts = [f"{format_duration(max(runtime - evaluation - checkpoint, 0.0))} training steps"]
+        for phase, seconds in (("evaluation", evaluation), ("checkpoint", checkpoint)):
+            count = self.phase_counts[phase]
+            if count:
+                parts.append(f"{format_duration(seconds)} in {count} {phase}{'s' if count > 1 else ''}")
+        return ", ".join(parts)
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self._phase_ended("evaluation")
         super().on_evaluate(args, state, control, metrics=metrics, **kwargs)  # closes the evaluation bar
         if state.is_world_process_zero:
             self.write(evaluation_line({**self.pending, **(metrics or {})}, state.global_step, self.k_train))
