@@ -261,6 +261,11 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                         "--preset laptop_long, which gets closer to BP_0 (over an hour); paper: the authors' settings "
                         "for every figure, with the sweeps of Fig. 2a and App. E.1-E.3, E.5, E.7 (GPU-weeks; --only runs "
                         "a part)")
+    parser.add_argument("--grammar_file", default=None, metavar="GRAMMAR.json",
+                        help="train every run and build the data on the grammar in this file (the JSON Grammar.save "
+                        "writes: any q and arity, e.g. a hand-made M or a saved Random Hierarchy Model) instead of the "
+                        "preset's generated one; q and, for rules per level, ℓ are the file's, and the sweep over other "
+                        "grammar seeds (App. E.2) is left out (default: none, the paper's grammar)")
     parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
                         help=f"run only these steps, of: {', '.join(steps)} (default: every step)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

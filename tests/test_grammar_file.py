@@ -189,3 +189,38 @@ def test_a_bad_grammar_file_is_refused_in_one_line_before_any_folder_is_written(
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "`grammar_file`" in err and message in err
         assert not out.exists()
+
+
+def test_reproduce_plans_every_run_on_a_grammar_file_and_builds_its_data_and_runs_on_it(tmp_path):
+    from hf_treelang.reproduce import reproduce
+    from hf_treelang.reproduce.plan import planned_runs, resolve_for_plan
+    from hf_treelang.reproduce.presets import PRESETS
+    from hf_treelang.reproduce.steps import Context, with_grammar_file
+    from hf_treelang.train.arguments import grammar_content_hash
+
+    path = grammar_file(tmp_path)
+    grammar = Grammar.load(path)
+    spec = with_grammar_file(PRESETS["tiny"], path)
+    assert (spec.num_symbols, spec.grammar_sha256) == (3, grammar_content_hash(grammar))
+    assert "seed_sweep" not in spec.figure_steps()  # other grammar seeds: not of a grammar file
+    out = tmp_path / "out"
+    planned = planned_runs(Context(out, spec, progress=False))
+    assert {entry["task"] for entry in planned} == {"root", "mlm", "finetune"}
+    for entry in planned:  # every run of the reproduction, the sweeps and Fig. 1f's included
+        run = resolve_for_plan(entry, out)
+        assert run.data_args.file_grammar() == grammar, entry["name"]
+        assert run.config["data_args"]["grammar_file"] == "sha256:" + grammar_content_hash(grammar)
+    reproduce(out, "tiny", progress=False, grammar_file=str(path), only=["data", "train_root"])
+    assert Grammar.load(out / "data" / "grammar.json") == grammar
+    assert (out / "runs" / "root" / "grammar.json").read_bytes() == path.read_bytes()
+
+
+def test_reproduce_refuses_a_missing_grammar_file_in_one_line_before_writing_out(tmp_path, capsys):
+    from hf_treelang.cli import main as cli_main
+
+    out = tmp_path / "out"
+    code = cli_main(["reproduce", "--grammar_file", str(tmp_path / "missing.json"), "--preset", "tiny", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "`grammar_file`" in err and "does not exist" in err
+    assert not out.exists()

@@ -197,7 +197,8 @@ def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int
                                 max_steps: int | None = 600, num_test: int = 2048, num_eval: int = 512,
                                 batch_size: int = 32, learning_rate: float = 1e-4, seeds=(0,),
                                 num_evaluations: int = 1, use_dataset_builder: bool = True,
-                                classifier_hidden_size: int = 0, progress: bool = False) -> list:
+                                classifier_hidden_size: int = 0, progress: bool = False,
+                                grammar_file: str | None = None) -> list:
     """The runs of Fig. 1f as ``(arm, P, task, arguments)`` in the training scripts' names: sizes outer, then
     ``seeds`` (the run's ``arguments["seed"]``), arms inner.
 
@@ -205,17 +206,21 @@ def sample_complexity_arguments(checkpoint_path, *, depth: int, num_symbols: int
     ``scratch`` trains the checkpoint's architecture from scratch (task ``root``), ``frozen`` and ``finetuned`` start
     from ``checkpoint_path`` (task ``finetune``, a new root readout of ``classifier_hidden_size`` hidden units). The
     checkpoint need not exist yet: ``hf-treelang reproduce --plan`` lists these runs before the MLM model is trained.
+    With ``grammar_file`` (the checkpoint's grammar as a file) every run is on that grammar (``--grammar_file``), and
+    ``sigma``, ``grammar_seed``, ``num_symbols`` and ``use_dataset_builder`` are not used.
     """
     entries = []
     for size, seed, arm in itertools.product(sizes, check_seeds(seeds), arms):
         # a cap, not a count: the Trainer's max_steps would replace the epochs even for small P
         capped = max_steps is not None and epoch_steps(size, batch_size, epochs) > max_steps
-        arguments = {
-            "preset": "paper", "grammar_seed": int(grammar_seed),
+        grammar = {"grammar_file": str(grammar_file)} if grammar_file is not None else {
+            "grammar_seed": int(grammar_seed),
             **({} if "num_rules" in model_kwargs else {"sigma": float(sigma)}),  # an RHM's rules are uniform
-            "num_symbols": int(num_symbols), "depth": int(depth), "k_train": int(filter_level),
+            "num_symbols": int(num_symbols), "use_dataset_builder": bool(use_dataset_builder)}
+        arguments = {
+            "preset": "paper", **grammar, "depth": int(depth), "k_train": int(filter_level),
             "num_train": int(size), "num_eval": int(num_eval), "num_test": int(num_test),
-            "k_test": [int(filter_level)], "use_dataset_builder": bool(use_dataset_builder), **model_kwargs,
+            "k_test": [int(filter_level)], **model_kwargs,
             "num_train_epochs": float(epochs), "max_steps": int(max_steps) if capped else -1,
             "per_device_train_batch_size": int(batch_size), "learning_rate": float(learning_rate),
             "seed": int(seed), "num_evaluations": int(num_evaluations), "num_checkpoints": 0,
@@ -251,6 +256,7 @@ def sample_complexity_sweep(
     log: Callable | None = None,
     train: Callable | None = None,
     progress: bool = True,
+    grammar_file: str | None = None,
 ) -> SampleComplexityResult:
     """Run the arms of Fig. 1f over the list ``sizes`` of P (a sweep into ``work_dir``) and collect their accuracies.
 
@@ -269,6 +275,8 @@ def sample_complexity_sweep(
             the frozen − scratch gap per P with its spread over the seeds (:meth:`SampleComplexityResult.gap`).
         num_evaluations: evaluations (with the BP-KL callback) per run, besides the one before training.
         use_dataset_builder: draw the data through ``load_dataset("treelang", ...)`` (True) or ``sample_trees``.
+        grammar_file: train every arm on the grammar in this file (``--grammar_file``), the checkpoint's; default: the
+            grammar the checkpoint's config names, or its grammar.json when it names no seed (a grammar file's run).
         classifier_hidden_size: hidden units of the pre-trained arms' new root readout (0: linear).
         workers: runs trained at the same time (default: one per CPU core; 0: in this process).
         threads: torch threads per run (``torch.set_num_threads``, >= 1; default: the CPU cores shared out among
@@ -290,11 +298,15 @@ def sample_complexity_sweep(
     if max_steps is not None:
         check_positive("max_steps", max_steps)
     config = ckpt.config
+    if grammar_file is None and config.grammar_seed is None:  # no seed to regenerate it: the run's grammar.json
+        saved = ckpt.path / "grammar.json"
+        grammar_file = str(saved if saved.is_file() else ckpt.path.parent / "grammar.json")
+    hierarchy = hierarchy_arguments(ckpt.grammar) if grammar_file is None else {}  # a file gives them itself
     entries = sample_complexity_arguments(
-        ckpt.path, depth=ckpt.depth, num_symbols=ckpt.num_symbols, sigma=float(config.sigma),
-        grammar_seed=int(config.grammar_seed), filter_level=ckpt.filter_level,
-        model_kwargs={**{name: getattr(config, name) for name in ARCHITECTURE}, **hierarchy_arguments(ckpt.grammar)},
-        sizes=sizes, arms=arms,
+        ckpt.path, depth=ckpt.depth, num_symbols=ckpt.num_symbols, sigma=config.sigma,  # None: an RHM's (no σ)
+        grammar_seed=None if config.grammar_seed is None else int(config.grammar_seed), filter_level=ckpt.filter_level,
+        model_kwargs={**{name: getattr(config, name) for name in ARCHITECTURE}, **hierarchy},
+        sizes=sizes, arms=arms, grammar_file=grammar_file,
         epochs=epochs, max_steps=max_steps, num_test=num_test, num_eval=num_eval, batch_size=batch_size,
         learning_rate=learning_rate, seeds=seeds, num_evaluations=num_evaluations,
         use_dataset_builder=use_dataset_builder, classifier_hidden_size=classifier_hidden_size,

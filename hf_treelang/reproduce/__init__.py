@@ -93,7 +93,8 @@ def _check_out(out: Path, preset: Preset) -> None:
 
 
 def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Callable | None = None,
-              only: list | None = None, workers: int | None = None) -> ReproduceResult:
+              only: list | None = None, workers: int | None = None,
+              grammar_file: str | None = None) -> ReproduceResult:
     """Run (or resume) every step of a preset into ``out_dir`` and write ``out_dir/report.md``.
 
     Args:
@@ -108,12 +109,14 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
             steps on the finished runs (:func:`hf_treelang.reproduce.plan.train_ahead`; not with ``only``); 0: each
             run when its step needs it, in this process; None: the preset's
             :attr:`~hf_treelang.reproduce.presets.Preset.workers`.
+        grammar_file: train every run and build the data on the grammar in this file (the JSON ``Grammar.save``
+            writes) instead of the preset's generated one (:func:`~hf_treelang.reproduce.steps.with_grammar_file`).
     """
-    from .steps import steps_of  # lazy: loads torch; `hf-treelang --help` imports this package for its presets
+    from .steps import steps_of, with_grammar_file  # lazy: loads torch; `hf-treelang --help` imports this package
 
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
-    spec = PRESETS[preset]
+    spec = PRESETS[preset] if grammar_file is None else with_grammar_file(PRESETS[preset], grammar_file)
     out = Path(out_dir)
     _check_out(out, spec)
     steps = steps_of(spec)
@@ -199,15 +202,17 @@ def run(args) -> int:
             if args.only is not None:
                 raise ValueError("--only selects steps to run; --plan lists every training run of the preset")
             log = lambda line: print(line, flush=True)  # noqa: E731
-            if write_cached_plan(args.plan, args.preset, log=log) is None:
+            grammar_file = args.grammar_file
+            if grammar_file is not None or write_cached_plan(args.plan, args.preset, log=log) is None:
                 from .plan import write_plan  # lazy: loads torch; `hf-treelang --help` imports this package
 
                 register()
-                write_plan(args.plan, args.preset, log=log)
+                write_plan(args.plan, args.preset, log=log, grammar_file=grammar_file)
             return 0
         register()
         result = reproduce(args.out, args.preset, progress=not args.no_progress, only=args.only,
-                           workers=args.workers, log=lambda line: print(line, flush=True))
+                           workers=args.workers, log=lambda line: print(line, flush=True),
+                           grammar_file=args.grammar_file)
     except (ValueError, TypeError) as error:
         sys.stderr.write(f"hf-treelang reproduce: error: {error}\n")
         return 2

@@ -30,7 +30,7 @@ from hf_treelang.train.run import resolve
 
 from .plan_cache import PLAN_FILE, store_plan, write_plan_file
 from .presets import PRESETS, PUBLIC_PRESETS, check_figures
-from .steps import SAMPLE_COMPLEXITY_DIR, Context, figure_sweep_runs
+from .steps import SAMPLE_COMPLEXITY_DIR, Context, figure_sweep_runs, with_grammar_file
 
 # the figures fed by the main runs; the sweeps' figures are set where their runs are listed below
 ROOT_FIGURES = ("1c", "2b", "11")  # KL dynamics, accuracy per k_test, the classifier attention row
@@ -64,7 +64,7 @@ def planned_runs(ctx) -> list:
             filter_level=p.filter_level, model_kwargs=p.model, sizes=p.sample_sizes, epochs=p.sample_epochs,
             max_steps=p.sample_max_steps, num_test=p.num_test, batch_size=p.batch_size,
             learning_rate=p.learning_rate, num_evaluations=1, use_dataset_builder=p.use_dataset_builder,
-            classifier_hidden_size=p.finetune_classifier_hidden_size):
+            classifier_hidden_size=p.finetune_classifier_hidden_size, grammar_file=p.grammar_file):
         add(f"{SAMPLE_COMPLEXITY_DIR}/{sample_complexity.run_name(arm, size)}", task, arguments,
             (sample_complexity.FIGURE_ID,))
     for run, figures in figure_sweep_runs(ctx):
@@ -116,11 +116,14 @@ def lanes(preset) -> tuple:
     return (preset.workers, 1) if preset.workers else (1, preset.cpu_threads)
 
 
-def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None = None) -> dict:
-    """Write ``OUT/plan.json`` for ``preset`` (nothing is trained) and return it; ``log`` gets the summary lines."""
+def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None = None,
+               grammar_file: str | None = None) -> dict:
+    """Write ``OUT/plan.json`` for ``preset`` (on the grammar in ``grammar_file`` when given:
+    :func:`~hf_treelang.reproduce.steps.with_grammar_file`; nothing is trained) and return it; ``log`` gets the
+    summary lines."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PUBLIC_PRESETS}, got {preset!r}")
-    spec = PRESETS[preset]
+    spec = PRESETS[preset] if grammar_file is None else with_grammar_file(PRESETS[preset], grammar_file)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--plan OUT {str(out)!r} exists and is not a folder")
@@ -147,7 +150,8 @@ def write_plan(out, preset: str, *, measure_steps: int = 4, log: Callable | None
     if stopping:
         lines.append(f"  {stopping} of the runs stop once their validation accuracy stops improving: their steps are "
                      "counted at their cap, so the time is an upper bound")
-    store_plan(preset, out, _json(plan), lines)
+    if grammar_file is None:  # the cache holds the presets' own plans
+        store_plan(preset, out, _json(plan), lines)
     return write_plan_file(out, _json(plan), lines, log)
 
 

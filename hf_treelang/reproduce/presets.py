@@ -63,6 +63,10 @@ class Preset:
     after ``sweep_patience`` checks without an improvement, at most ``sweep_max_steps`` steps) instead of for
     ``sweep_epochs``. ``workers`` > 0 trains every run of the preset first, that many side by side on one thread
     each (the sweep runner), then runs the analyses on the finished runs; 0 trains each run when its step needs it.
+    ``grammar_file`` (``reproduce --grammar_file``; :func:`hf_treelang.reproduce.steps.with_grammar_file`) trains
+    every run and builds the data on the grammar in that file instead of the generated one (q and, for rules per
+    level, ℓ are then the file's), ``grammar_sha256`` the sha256 of its content, so that a step done with another
+    grammar under the same name is done again.
     """
 
     name: str
@@ -119,6 +123,8 @@ class Preset:
     training_preset: str = "paper"
     mlm_training_preset: str | None = None
     filtered_mlm_epochs: float | None = None
+    grammar_file: str | None = None
+    grammar_sha256: str | None = None
 
     def figure_steps(self) -> tuple:
         """The :data:`FIGURE_STEPS` this preset runs (those whose sweep it sizes)."""

@@ -161,7 +161,10 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
         "",
         "| setting | value |",
         "|---|---|",
-        f"| data | q={p.num_symbols}, ℓ={p.depth}, σ={p.sigma}, grammar seed {p.grammar_seed}, k_train={k} |",
+        f"| data | q={p.num_symbols}, ℓ={p.depth}, σ={p.sigma}, grammar seed {p.grammar_seed}, k_train={k} |"
+        if p.grammar_file is None else
+        f"| data | the grammar of `{p.grammar_file}` (sha256 {p.grammar_sha256[:12]}), q={p.num_symbols}, "
+        f"ℓ={p.depth}, k_train={k} |",
         f"| model | {', '.join(f'{key}={value}' for key, value in p.model.items())} |",
         f"| root classification | P={p.root_train}, {p.root_epochs:g} epochs{_epochs(p.root_checkpoint_epochs)} |",
         f"| masked language modelling | P={p.mlm_train}, {p.mlm_epochs:g} epochs{_epochs(p.mlm_checkpoint_epochs)} |",

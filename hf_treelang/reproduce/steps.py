@@ -30,7 +30,7 @@ from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.oracle import bp_accuracy, task_inputs
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.train.arguments import DataArguments
+from hf_treelang.train.arguments import DataArguments, apply_grammar_file, grammar_content_hash, read_grammar_file
 from hf_treelang.train.callbacks import REFERENCE_SIZE, BPKLCallback
 from hf_treelang.train.data import load_run_data
 from hf_treelang.sweep.runner import sweep_run
@@ -42,6 +42,23 @@ from .presets import Preset, step_names
 
 SWEEP_DIR = "sweep"  # OUT/runs/sweep/seed<s>_k<k>_L<n_L>_P<P>: one root-classification run of a sweep
 SAMPLE_COMPLEXITY_DIR = "sample_complexity"  # OUT/runs/sample_complexity/<arm>-P<P>: the runs of Fig. 1f
+
+
+def with_grammar_file(preset: Preset, path) -> Preset:
+    """``preset`` on the grammar in ``path`` (``reproduce --grammar_file``): every run and the data step use it
+    (:attr:`Preset.grammar_file`, its absolute path, and :attr:`Preset.grammar_sha256`, its content), q and, for rules
+    given per level, ℓ are the file's, and the sweep over other grammar seeds (App. E.2) is left out. A file that is
+    missing or not a grammar is a one-line ValueError naming ``grammar_file``."""
+    grammar = read_grammar_file(path)
+    return replace(preset, grammar_file=str(Path(path).resolve()), grammar_sha256=grammar_content_hash(grammar),
+                   num_symbols=grammar.num_symbols, depth=grammar.depth or preset.depth, grammar_seeds=())
+
+
+def preset_grammar(preset: Preset) -> Grammar:
+    """The grammar of a reproduction: its grammar file's, else the generated one of its seed, q and σ."""
+    if preset.grammar_file is not None:
+        return read_grammar_file(preset.grammar_file)
+    return Grammar.random(preset.num_symbols, preset.sigma, preset.grammar_seed)
 
 
 class Context:
@@ -70,9 +87,10 @@ class Context:
         model, optimiser and sizes); ``"paper"``: the paper's model and optimiser with this preset's model, sizes,
         batch and learning rate."""
         p = self.preset
-        arguments = {"preset": p.training_preset, "grammar_seed": int(p.grammar_seed), "sigma": float(p.sigma),
-                     "num_symbols": int(p.num_symbols), "depth": int(p.depth),
-                     "use_dataset_builder": bool(p.use_dataset_builder), "report_to": "none",
+        grammar = ({"grammar_file": p.grammar_file} if p.grammar_file is not None else
+                   {"grammar_seed": int(p.grammar_seed), "sigma": float(p.sigma), "num_symbols": int(p.num_symbols),
+                    "use_dataset_builder": bool(p.use_dataset_builder)})
+        arguments = {"preset": p.training_preset, **grammar, "depth": int(p.depth), "report_to": "none",
                      "logging_steps": 10**9, "disable_tqdm": not self.progress}
         if p.training_preset != "laptop":
             arguments.update({"num_test": int(p.num_test), "num_eval": int(p.num_test), **p.model,
@@ -134,7 +152,8 @@ class Context:
                 p.filter_level, p.root_train, self.num_layers, p.grammar_seed, p.root_epochs):
             return self.spec("root", "root")
         return sweep_run("root", self.arguments(
-            grammar_seed=seed, k_train=int(filter_level), num_train=int(num_train),
+            **({} if p.grammar_file is not None else {"grammar_seed": seed}),  # a grammar file has no seed
+            k_train=int(filter_level), num_train=int(num_train),
             k_test=[int(filter_level), 0] if filter_level else [0], num_hidden_layers=num_layers,
             **self.sweep_training(), **self.evaluation_sizes(p.sweep_num_eval, p.sweep_num_test),
             num_evaluations=1,  # step 0, step 1 and the last step: the sweeps read the final accuracy only
@@ -211,7 +230,8 @@ def write_sweep_runs(ctx: Context) -> list:
             "command": command_line(run.task, run.arguments, run.output_dir.relative_to(ctx.out)),
             "num_train": int(d.num_train), "k_train": int(d.k_train),
             "num_hidden_layers": int(run.model_args.model_kwargs(d.depth)["num_hidden_layers"]),
-            "grammar_seed": int(d.grammar_seed), "seed": int(run.training_args.seed), "num_test": int(d.num_test),
+            "grammar_seed": None if d.grammar_seed is None else int(d.grammar_seed),  # None: a grammar file's
+            "seed": int(run.training_args.seed), "num_test": int(d.num_test),
             "test_accuracy": final.get(f"eval_acc_ktest{d.k_train}"),
             "bp_accuracy": final.get(f"eval_bp_acc_ktest{d.k_train}"),
             "test_accuracy_k_test0": final.get("eval_acc_ktest0"), "bp_accuracy_k_test0": final.get("eval_bp_acc_ktest0"),
@@ -232,7 +252,8 @@ def sweep_points(ctx: Context, runs: list) -> list:
         points.append(accuracy_curves.SweepPoint(
             filter_level=int(d.k_train), num_train=int(d.num_train),
             num_layers=int(run.model_args.model_kwargs(d.depth)["num_hidden_layers"]),
-            grammar_seed=int(d.grammar_seed), final=summary["final"], output_dir=str(run.output_dir),
+            grammar_seed=None if d.grammar_seed is None else int(d.grammar_seed), final=summary["final"],
+            output_dir=str(run.output_dir),
             num_test=int(d.num_test)))
     return points
 
@@ -242,7 +263,9 @@ def _run_data(ctx: Context, num_train: int):
     p = ctx.preset
     data_args = DataArguments(grammar_seed=p.grammar_seed, sigma=p.sigma, num_symbols=p.num_symbols, depth=p.depth,
                               k_train=p.filter_level, num_train=num_train, num_eval=p.num_test, num_test=p.num_test,
-                              k_test=list(ctx.k_tests), use_dataset_builder=p.use_dataset_builder)
+                              k_test=list(ctx.k_tests), use_dataset_builder=p.use_dataset_builder,
+                              grammar_file=p.grammar_file)
+    apply_grammar_file(data_args, {"depth"})  # a grammar file's data arguments, as its runs have them
     return load_run_data(data_args)
 
 
@@ -251,9 +274,10 @@ def _step_data(ctx: Context) -> dict:
     p = ctx.preset
     folder = ctx.out / "data"
     folder.mkdir(parents=True, exist_ok=True)
-    grammar = Grammar.random(p.num_symbols, p.sigma, p.grammar_seed)
+    grammar = preset_grammar(p)
     grammar.save(folder / "grammar.json")
-    summary = {"grammar": grammar.params, "depth": p.depth, "k_train": p.filter_level, "k_tests": list(ctx.k_tests)}
+    summary = {"grammar": grammar.params, **({"grammar_file": p.grammar_file} if p.grammar_file else {}),
+               "depth": p.depth, "k_train": p.filter_level, "k_tests": list(ctx.k_tests)}
     for task, num_train in (("root", p.root_train), ("mlm", p.mlm_train)):
         data = _run_data(ctx, num_train)
         sizes = {"train": len(data.train), "validation": len(data.validation)}
@@ -276,7 +300,7 @@ def bp_baselines(preset: Preset, test_sets: dict) -> dict:
         preset: the data parameters.
         test_sets: ``{task: {k_test: EvaluationSet}}`` for task ``"root"`` and ``"mlm"``.
     """
-    grammar = Grammar.random(preset.num_symbols, preset.sigma, preset.grammar_seed)
+    grammar = preset_grammar(preset)
     q, depth = preset.num_symbols, preset.depth
     matched = BeliefPropagation(grammar, depth, preset.filter_level, on_impossible="flag")
     table = {}
@@ -392,6 +416,7 @@ def _step_sample_complexity(ctx: Context) -> dict:
         max_steps=p.sample_max_steps, num_test=p.num_test, batch_size=p.batch_size,
         learning_rate=p.learning_rate, progress=ctx.progress, use_dataset_builder=p.use_dataset_builder,
         num_evaluations=1, classifier_hidden_size=p.finetune_classifier_hidden_size, train=train_in_this_sweep,
+        grammar_file=p.grammar_file,
     )
     sample_complexity_analysis.write_outputs(result, ctx.out / "sample_complexity")
     return result.to_dict()
