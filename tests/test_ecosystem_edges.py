@@ -353,3 +353,45 @@ def test_a_model_with_its_fast_kernels_or_none_to_miss_is_not_announced():
 
     assert slow_path("treelang", "cpu") is None and slow_path("bert", "cpu") is None
     assert "CUDA" in slow_path("mamba", "cpu") and "rwkv" in slow_path("rwkv", "cpu")
+
+
+# ---------------------------------------------------------------- a long probe says where it is
+
+
+@pytest.fixture(scope="module")
+def untrained_mlm(tmp_path_factory):
+    import torch
+
+    from hf_treelang import TreeLangConfig, TreeLangForMaskedLM
+
+    folder = tmp_path_factory.mktemp("probe") / "mlm"
+    torch.manual_seed(0)
+    config = TreeLangConfig.from_data(num_symbols=3, depth=2, filter_level=0, hidden_size=16, num_hidden_layers=1,
+                                      intermediate_size=32)
+    TreeLangForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+PROBE = dict(num_train=64, num_validation=32, num_test=32, epochs=3, batch_size=32, probe_hidden=0, seed=1)
+
+
+@pytest.mark.parametrize("every, shown", [(0.0, [1, 2, 3]), (3600.0, [1, 3])])
+def test_a_probe_off_a_terminal_says_its_progress_in_periodic_lines(untrained_mlm, monkeypatch, every, shown):
+    from hf_treelang.analysis import probing
+
+    monkeypatch.setattr(probing, "PROGRESS_EVERY_S", every)
+    lines = []
+    probing.probe(untrained_mlm, progress=False, log=lines.append, **PROBE)
+    assert lines[0].startswith("estimated time")
+    assert lines[1].startswith("hidden states of 128 sequences") and lines[2].startswith("hidden states done in")
+    epochs = [line for line in lines if line.startswith("probe epoch")]
+    assert [line.split(":")[0] for line in epochs] == [f"probe epoch {e}/3" for e in shown]
+    assert all("so far, about" in line and line.endswith("left") for line in epochs)
+
+
+def test_a_probe_with_a_progress_bar_writes_no_epoch_lines(untrained_mlm):
+    from hf_treelang.analysis import probing
+
+    lines = []
+    probing.probe(untrained_mlm, progress=True, log=lines.append, **PROBE)
+    assert not [line for line in lines if line.startswith("probe epoch")] and len(lines) == 3

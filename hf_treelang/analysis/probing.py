@@ -56,7 +56,7 @@ from hf_treelang.core.resources import (DEFAULT_MAX_HOURS, check_max_hours, chec
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.data.metadata import ancestor_labels
 from hf_treelang.plotting import level_color, pyplot, save_figure
-from hf_treelang.sweep.estimate import format_duration
+from hf_treelang.progress import format_duration
 from hf_treelang.train import paper_settings as paper
 
 from .activations import batches, check_outputs, run_with_cache
@@ -64,6 +64,7 @@ from .checkpoint import Checkpoint, as_checkpoint, task_of
 from .io import check_positive, cli_error, prepare_output, write_json
 
 POSITION_MODES = ("all", "ends")
+PROGRESS_EVERY_S = 30.0  # off a terminal, a line over the probe epochs at most this often (and after the first, last)
 PROBE_TARGETS = ("ancestors", "messages")  # what `hf-treelang probe --target` probes: probe or probe_messages
 
 
@@ -415,9 +416,10 @@ def probe_checkpoint(checkpoint, device="cpu") -> Checkpoint:
 
 
 def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_train, num_validation, num_test, seed,
-             device, estimate: Callable | None, messages: bool = False) -> _ProbeData:
+             device, estimate: Callable | None, messages: bool = False, log: Callable | None = None) -> _ProbeData:
     """Load and check, refuse what exceeds the machine's memory, sample the trees, and collect the hidden states
-    (``estimate(ckpt, leaves, layers, levels)``, if given, is called before the hidden states are computed)."""
+    (``estimate(ckpt, leaves, layers, levels)``, if given, is called before the hidden states are computed; ``log``,
+    if given, gets a line when they start and when they are done)."""
     ckpt = probe_checkpoint(checkpoint, device=device)
     if messages and ckpt.arity != 2:
         raise ValueError(f"checkpoint {ckpt.describe()} has trees of arity {ckpt.arity}: the message probes read App. "
@@ -440,7 +442,12 @@ def _prepare(checkpoint, *, levels, layers, data_filter_level, positions, num_tr
     trees = sample_trees(ckpt.grammar, n, depth, k_data, seed)
     if estimate is not None:
         estimate(ckpt, trees.leaves, layers, levels)
+    if log is not None:
+        log(f"hidden states of {n} sequences through the encoder ({len(layers)} layers kept) ...")
+    start = time.perf_counter()
     states = hidden_states(ckpt, trees.leaves)[:, layers]  # (n, P, L, d)
+    if log is not None:
+        log(f"hidden states done in {format_duration(time.perf_counter() - start)}")
     length = trees.leaves.shape[1]
     all_positions = torch.arange(length)
     return _ProbeData(
@@ -462,9 +469,13 @@ class _Fit:
 
 
 def _fit(data: _ProbeData, labels: torch.Tensor, *, loss: Callable, score: Callable, higher_is_better: bool,
-         epochs: int, batch_size: int, learning_rate: float, probe_hidden: int, seed: int, progress: bool) -> _Fit:
+         epochs: int, batch_size: int, learning_rate: float, probe_hidden: int, seed: int, progress: bool,
+         log: Callable | None = None) -> _Fit:
     """Train one batched readout per (layer, label column) on ``labels`` (n, L, V) or (n, L, V, q); each probe's
     best epoch (0 = before training) is chosen by ``score`` on the validation sequences.
+
+    ``progress``: a bar over the epochs (a terminal); else ``log``, if given, gets a line after the first epoch, then
+    at most every :data:`PROGRESS_EVERY_S` seconds and after the last, with the time left at the epochs' mean pace.
 
     ``loss(logits (P, T, V, q), labels (T, V, ...))`` is the sum over the P*V probes of each one's mean loss over the
     tokens (independent training, see the module docstring); ``score`` gives (P, T, V) per-token scores.
@@ -487,6 +498,7 @@ def _fit(data: _ProbeData, labels: torch.Tensor, *, loss: Callable, score: Calla
     history = [validation_score()]  # (P, V) per epoch, epoch 0 first
     best_score = history[0].copy()
     best_epoch = np.zeros_like(best_score, dtype=np.int64)
+    start = last_line = time.perf_counter()
     for epoch in tqdm(range(1, epochs + 1), desc="probe epochs", disable=not progress, leave=False):
         order = torch.randperm(num_train, generator=generator)
         for part in batches(num_train, batch_size):
@@ -504,6 +516,12 @@ def _fit(data: _ProbeData, labels: torch.Tensor, *, loss: Callable, score: Calla
             best.copy_where(probes, torch.as_tensor(improved))
             best_score = np.where(improved, history[-1], best_score)
             best_epoch = np.where(improved, epoch, best_epoch)
+        now = time.perf_counter()
+        if log is not None and not progress and (epoch in (1, epochs) or now - last_line >= PROGRESS_EVERY_S):
+            left = (now - start) / epoch * (epochs - epoch)
+            log(f"probe epoch {epoch}/{epochs}: {format_duration(now - start)} so far, about {format_duration(left)} "
+                "left")
+            last_line = now
     return _Fit(best=best, last=probes, best_validation=best_score, best_epoch=best_epoch, history=np.stack(history))
 
 
@@ -546,9 +564,10 @@ def probe(
         learning_rate: Adam learning rate (1e-4).
         probe_hidden: H, hidden units of each readout (64 in App. E.6); 0 for a linear readout.
         seed: seed of the data, the initialisation and the batch order.
-        progress: show a progress bar over epochs.
-        log: called with one line, the estimated time (:class:`ProbeEstimate`), before the work starts; None
-            (the default) skips the estimate and its measurement.
+        progress: show a progress bar over epochs (on a terminal; :mod:`hf_treelang.cli` turns it off elsewhere).
+        log: called with one line, the estimated time (:class:`ProbeEstimate`), before the work starts, then with
+            the hidden states' start and end and, without ``progress``, periodic lines over the epochs (:func:`_fit`);
+            None (the default) skips the estimate and its measurement.
         max_hours: with ``log``, a call estimated to take longer is refused before the work starts (a ValueError
             naming ``--epochs`` and the most epochs within the bound). Before any sampling, a call whose estimated
             peak memory (:func:`hf_treelang.core.resources.probe_bytes`) exceeds the machine's is refused too.
@@ -568,7 +587,7 @@ def probe(
 
     data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
                     positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
-                    seed=seed, device=device, estimate=None if log is None else estimate, messages=False)
+                    seed=seed, device=device, estimate=None if log is None else estimate, messages=False, log=log)
     ckpt, levels, trees, depth, k_data = data.ckpt, data.levels, data.trees, data.ckpt.depth, data.data_filter_level
     labels = torch.as_tensor(probe_targets(trees, levels, ckpt.arity))  # (n, L, V)
     weight = data.states.shape[1] * len(levels)  # sum, not mean, of the P*V probe losses: independent training
@@ -578,7 +597,7 @@ def probe(
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)) * weight
 
     fit = _fit(data, labels, loss=loss, score=_hits, higher_is_better=True, epochs=epochs, batch_size=batch_size,
-               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress)
+               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress, log=log)
     eval_batch, states, test = max(batch_size, 1024), data.states, data.test
     test_states, test_labels = states[test], labels[test]
     final_accuracy = _accuracy(fit.last, test_states, test_labels, data.all_positions, eval_batch, ckpt.device)
@@ -796,7 +815,7 @@ def probe_messages(
 
     data = _prepare(checkpoint, levels=levels, layers=layers, data_filter_level=data_filter_level,
                     positions=positions, num_train=num_train, num_validation=num_validation, num_test=num_test,
-                    seed=seed, device=device, estimate=None if log is None else estimate, messages=True)
+                    seed=seed, device=device, estimate=None if log is None else estimate, messages=True, log=log)
     ckpt, levels, depth, k_data = data.ckpt, data.levels, data.ckpt.depth, data.data_filter_level
     upward = BeliefPropagation(ckpt.grammar, depth, k_data).upward_messages(data.trees.leaves)
     targets = message_targets(upward, levels, depth)  # (n, L, 2, V, q)
@@ -810,7 +829,7 @@ def probe_messages(
         return _kl(logits, y).mean(1).sum()
 
     fit = _fit(data, labels, loss=loss, score=_kl, higher_is_better=False, epochs=epochs, batch_size=batch_size,
-               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress)
+               learning_rate=learning_rate, probe_hidden=probe_hidden, seed=seed, progress=progress, log=log)
     eval_batch, states, test, dev = max(batch_size, 1024), data.states, data.test, ckpt.device
     test_kl = lambda probes: _mean_score(_kl, probes, states[test], labels[test], data.all_positions,  # noqa: E731
                                          eval_batch, dev)
