@@ -395,3 +395,30 @@ def test_a_probe_with_a_progress_bar_writes_no_epoch_lines(untrained_mlm):
     lines = []
     probing.probe(untrained_mlm, progress=True, log=lines.append, **PROBE)
     assert not [line for line in lines if line.startswith("probe epoch")] and len(lines) == 3
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_the_template_figure_of_a_model_at_step_0_draws_every_panel_without_a_warning(tmp_path):
+    import warnings
+
+    from hf_treelang import Grammar
+    from hf_treelang.analysis.attention import plot_template_dynamics, template_dynamics
+    from hf_treelang.analysis.construction import write_bp_transformer
+
+    depth = 3
+    folder = write_bp_transformer(tmp_path / "built", Grammar.random(3, 1.0, 0), depth)  # one model, at step 0
+    result = template_dynamics(folder, num_samples=16)
+    assert list(result.steps) == [0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure = plot_template_dynamics(result)
+        figure.canvas.draw()
+    assert not [str(w.message) for w in caught]
+    bottom = [ax for ax in figure.axes if ax.get_title().endswith("vs App. F templates")]
+    assert len(bottom) == depth
+    for ax in bottom:
+        low, high = ax.get_xlim()
+        drawn = [x for line in ax.get_lines() for x in line.get_xdata() if low <= x <= high and x > 0]
+        assert len(drawn) >= depth, ax.get_title()  # every template's similarity is a point on the axis

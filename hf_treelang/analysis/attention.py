@@ -403,9 +403,11 @@ def describe_template(layer: int, depth: int) -> str:
 def plot_template_dynamics(result: TemplateResult):
     """Three rows: App. F's templates, the final model's maps (drawn alike), and each layer's similarity to every
     template over training (one panel per model layer, one line per template in the colour of BP_k, k = ℓ − t; App.
-    F's own template of the layer drawn thicker; dotted: the similarity of the uniform map, 2**(t−1) / 2**ℓ)."""
+    F's own template of the layer drawn thicker; dotted: the similarity of the uniform map, 2**(t−1) / 2**ℓ). The
+    step axis is logarithmic, step 0 (a model built, not trained: ``hf-treelang construct``) drawn at 0.5."""
     plt = pyplot()
     depth, layers = result.depth, result.maps.shape[1]
+    steps = np.where(np.asarray(result.steps) > 0, result.steps, 0.5)  # (c,) step 0 drawn at 0.5 on the log axis
     cols = max(depth, layers)
     fig, axes = plt.subplots(3, cols, figsize=(3.0 * cols, 8.6), squeeze=False,
                              gridspec_kw={"height_ratios": [1.0, 1.0, 1.15]})
@@ -424,12 +426,12 @@ def plot_template_dynamics(result: TemplateResult):
         ax = axes[2][col]
         for t in range(1, depth + 1):
             color = level_color(depth - t, depth)
-            ax.plot(result.steps, result.similarity[:, col, t - 1], marker=".", color=color,
+            ax.plot(steps, result.similarity[:, col, t - 1], marker="o", ms=3, color=color,
                     lw=2.2 if t == col + 1 else 1.1, label=f"template {t} (level {depth - t})")
             ax.axhline(uniform_similarity(depth, t), color=color, ls=":", lw=0.8, alpha=0.6)
         ax.set_xscale("log")
         ax.set_ylim(0.0, 1.02)
-        ax.set_xlabel("training step", fontsize=8)
+        ax.set_xlabel("training step (step 0 at 0.5)" if 0 in result.steps else "training step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.set_title(f"layer {col + 1} vs App. F templates", fontsize=9)
         if col == 0:
