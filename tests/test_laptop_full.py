@@ -102,3 +102,18 @@ def test_a_run_command_gives_a_value_of_none_that_the_preset_would_fill_and_reso
     (filled,), _ = runs_from_command_line("root", [a for a in command.split()[2:] if a not in ("--checkpoint_epochs",
                                                                                              "none")])
     assert filled.training_args.checkpoint_epochs, "without the flag the paper preset fills its checkpoint epochs"
+
+
+def test_findings_record_the_wall_time_of_every_call_the_root_runs_time_and_the_machine(ahead):
+    from hf_treelang.reproduce.findings import write_findings
+    from hf_treelang.reproduce.timing import TIMING_FILE
+
+    out, preset, _, result = ahead
+    calls = json.loads((out / TIMING_FILE).read_text())["calls"]
+    assert len(calls) == 1 and calls[0]["steps_ran"] == [step.name for step in result.steps]
+    _, path = write_findings(out, preset)
+    findings = json.loads(path.read_text())
+    assert findings["wall_time_s"] == pytest.approx(calls[0]["seconds"]) and findings["calls"] == 1
+    assert findings["machine"]["cores"] >= 1 and findings["machine"]["cpu"] is not None
+    root = json.loads((out / "runs" / "root" / "metrics.json").read_text())
+    assert findings["root_run_s"] == root["train_runtime_s"]

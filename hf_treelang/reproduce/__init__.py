@@ -145,8 +145,10 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     from .plan import EngineRunner, marker_record, marker_valid, remaining_lines, train_ahead
     from .report import DONE_DIR, read_json, write_report
     from .steps import Context
+    from .timing import record_call
 
     preset = spec.name
+    started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / PRESET_FILE, asdict(spec))
     (out / DONE_DIR).mkdir(exist_ok=True)
@@ -155,6 +157,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     runner = EngineRunner(out, log=lambda line: log(line) if "training it again" in line or "FAILED" in line else None)
     ctx = Context(out, spec, progress, run=runner)
     invalidated = False  # a run was trained in this call: later markers may describe older runs
+    trained_ahead = 0
     records = []
     threads = torch.get_num_threads()
     if spec.cpu_threads:
@@ -165,7 +168,8 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
             for line in remaining_lines(ctx):
                 log(line)
         if workers and only is None:
-            invalidated = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None) > 0
+            trained_ahead = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None)
+            invalidated = trained_ahead > 0
         bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
         for name, function in bar:
             if only is not None and name not in only:
@@ -188,6 +192,8 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
             log(f"{name}: finished in {seconds:.1f} s")
     finally:
         torch.set_num_threads(threads)
+    record_call(out, time.perf_counter() - started, steps_ran=[r.name for r in records if r.status == "ran"],
+                trained_runs=trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train")))
     report = write_report(out, spec, records)
     return ReproduceResult(out_dir=out, preset=preset, steps=records, report=report)
 

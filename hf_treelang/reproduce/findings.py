@@ -75,6 +75,7 @@ from hf_treelang.core.noise import Z, bounded_mean_error, family_z, fraction_err
 from hf_treelang.jsonio import read_json, read_json_object
 
 from .presets import Preset, check_figures, step_names
+from .timing import timing_summary
 
 FINDINGS_FILE = "findings.json"
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = VERDICTS = ("reproduced", "not reproduced", "inconclusive",
@@ -1637,11 +1638,12 @@ def check_all(out, preset: Preset | None = None) -> list:
 
 
 def write_findings(out, preset: Preset | None = None) -> tuple:
-    """Check every figure (:func:`check_all`) and write ``OUT/findings.json``; returns (findings, path)."""
+    """Check every figure (:func:`check_all`) and write ``OUT/findings.json`` (with the reproduction's time and
+    machine, :func:`~hf_treelang.reproduce.timing.timing_summary`); returns (findings, path)."""
     findings = check_all(out, preset)
     counts = {verdict: sum(f.verdict == verdict for f in findings) for verdict in VERDICTS}
     path = write_json(Path(out) / FINDINGS_FILE, {"preset": None if preset is None else preset.name,
-                                                  "verdicts": counts,
+                                                  **timing_summary(out), "verdicts": counts,
                                                   "findings": [f.to_dict() for f in findings]})
     return findings, path
 

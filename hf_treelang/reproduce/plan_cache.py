@@ -56,7 +56,8 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``, else the platform's processor)."""
     try:
         with open("/proc/cpuinfo") as handle:
             return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
@@ -79,7 +80,7 @@ def plan_key(preset: str, out) -> str:
         "preset": preset,
         "out": str(out),
         "code": code_digest(),
-        "machine": [socket.gethostname(), platform.machine(), _cpu_model(), os.cpu_count(),
+        "machine": [socket.gethostname(), platform.machine(), cpu_model(), os.cpu_count(),
                     os.environ.get("CUDA_VISIBLE_DEVICES"),
                     sorted(name for name in _device_names() if name.startswith("nvidia"))],
         "versions": {package: _version(package) for package in MEASURED_PACKAGES},

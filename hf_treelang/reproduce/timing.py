@@ -1,0 +1,61 @@
+"""How long a reproduction took, and on what: ``OUT/timing.json`` (one record per call of ``reproduce``).
+
+A reproduction may take several calls (an interrupted one resumes, a rerun skips finished steps): each call appends
+its wall time, the steps it ran and the runs it trained. The report's ``findings.json`` carries their total as
+``wall_time_s`` with the calls, the main root run's own training time as ``root_run_s`` (a yardstick of the
+machine: the same run on another machine scales the whole preset's time) and the machine. Standard library only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+from hf_treelang.jsonio import read_json_object, write_json_atomic
+
+from .plan_cache import cpu_model
+
+TIMING_FILE = "timing.json"
+ROOT_RUN = "runs/root/metrics.json"  # the main root run's summary: its train_runtime_s
+
+
+def machine() -> dict:
+    """The machine a reproduction ran on: CPU model, cores, platform, and the GPU where torch sees one."""
+    description = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            description["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return description
+
+
+def record_call(out, seconds: float, *, steps_ran: list, trained_runs: int) -> dict:
+    """Append one call of ``reproduce`` to ``OUT/timing.json``; returns the file's content."""
+    path = Path(out) / TIMING_FILE
+    record = read_json_object(path) or {}
+    calls = list(record.get("calls") or [])
+    calls.append({"finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "seconds": float(seconds), "steps_ran": list(steps_ran), "trained_runs": int(trained_runs),
+                  "machine": machine()})
+    record = {"calls": calls}
+    write_json_atomic(path, record, indent=2)
+    return record
+
+
+def timing_summary(out) -> dict:
+    """``wall_time_s`` (every call's wall time, summed), ``calls``, ``root_run_s`` and ``machine`` (the last call's)
+    of the reproduction in ``out``; empty when no call was recorded."""
+    calls = (read_json_object(Path(out) / TIMING_FILE) or {}).get("calls") or []
+    if not calls:
+        return {}
+    root = read_json_object(Path(out) / ROOT_RUN) or {}
+    return {"wall_time_s": sum(float(call.get("seconds", 0.0)) for call in calls), "calls": len(calls),
+            "root_run_s": root.get("train_runtime_s"), "machine": calls[-1].get("machine")}
+
+
+__all__ = ["TIMING_FILE", "machine", "record_call", "timing_summary"]
