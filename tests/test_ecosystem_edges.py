@@ -422,3 +422,50 @@ def test_the_template_figure_of_a_model_at_step_0_draws_every_panel_without_a_wa
         low, high = ax.get_xlim()
         drawn = [x for line in ax.get_lines() for x in line.get_xdata() if low <= x <= high and x > 0]
         assert len(drawn) >= depth, ax.get_title()  # every template's similarity is a point on the axis
+
+
+def _grid_figure(tmp_path, monkeypatch, grid: dict):
+    """The sweep figure and summary of ``grid`` (TINY_SWEEP's base) with every run finished at made-up numbers."""
+    from hf_treelang import plotting
+    from hf_treelang.sweep import figure, runner
+    from hf_treelang.sweep.spec import load_spec
+
+    base = {key: value for key, value in TINY_SWEEP["base"].items() if key not in grid}
+    spec = load_spec({**TINY_SWEEP, "base": base, "grid": grid})
+    runs = runner.spec_runs(spec, tmp_path / "out")
+    records = {run.name: {"accuracy": 0.5 + 0.1 * i, "bp_accuracy": 0.9,
+                          "metrics": {f"eval_kl_bp_k{run.data_args.k_train}": 0.1}} for i, run in enumerate(runs)}
+    drawn = []
+    save = plotting.save_figure
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, path, **kwargs: drawn.append(fig) or save(fig, path))
+    (tmp_path / "out").mkdir()
+    figure.write_grid_figure(tmp_path / "out", spec, runs, records)
+    return figure.grid_summary(spec, runs, records), drawn[0]
+
+
+def test_the_sweep_figure_draws_a_filter_level_as_categories_not_joined(tmp_path, monkeypatch):
+    summary, fig = _grid_figure(tmp_path, monkeypatch, {"k_train": [0, 1, 2]})
+    assert summary["x_axis"] == "k_train" and summary["x_scale"] == "category" and not summary["numeric_x"]
+    accuracy = fig.axes[0]
+    assert [label.get_text() for label in accuracy.get_xticklabels()] == ["0", "1", "2"]
+    assert accuracy.get_xscale() == "linear" and list(accuracy.get_xticks()) == [0, 1, 2]
+    assert all(line.get_linestyle() == "None" for line in accuracy.get_lines())  # no line joins two levels
+
+
+def test_the_sweep_figure_draws_a_quantity_beside_a_level_on_a_continuous_axis(tmp_path, monkeypatch):
+    summary, fig = _grid_figure(tmp_path, monkeypatch, {"k_train": [0, 1], "num_train": [16, 32, 128]})
+    assert summary["x_axis"] == "num_train" and summary["x_scale"] == "log"  # a factor of 8: logarithmic
+    assert [series["label"] for series in summary["series"]] == ["k_train=0", "k_train=1"]
+    assert fig.axes[0].get_xscale() == "log"
+    assert any(line.get_linestyle() == "-" for line in fig.axes[0].get_lines())
+
+
+@pytest.mark.parametrize("axis, values, quantity", [
+    ("k_train", [0, 1], False), ("seed", [0, 1], False), ("grammar_seed", [3, 4], False),
+    ("model_type", ["bert", "gpt2"], False), ("num_train", [64, 128], True), ("sigma", [0.5, 1.0], True),
+    ("learning_rate", [1e-4, 1e-3], True),
+])
+def test_an_axis_is_a_quantity_unless_it_names_a_level_a_seed_or_a_word(axis, values, quantity):
+    from hf_treelang.sweep.figure import is_quantity
+
+    assert is_quantity(axis, values) is quantity
