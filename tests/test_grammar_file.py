@@ -92,6 +92,16 @@ def test_a_grammar_file_trains_with_its_grammar_as_data_oracle_and_grammar_json(
         assert result.final_metrics.get(key) == pytest.approx(expected.get(key), abs=1e-12)
 
 
+def test_the_oracle_leaves_out_rows_of_probability_zero_for_any_grammar_but_the_papers_family():
+    from hf_treelang.train.callbacks import may_give_probability_zero
+
+    assert not may_give_probability_zero(Grammar.random(num_symbols=4, sigma=1.0, grammar_seed=0))
+    assert may_give_probability_zero(hand_made_grammar())  # three child pairs without a parent
+    assert may_give_probability_zero(rhm_grammar())  # arity 3, rules per level
+    full = Grammar.random(num_symbols=3, sigma=1.0, grammar_seed=0)
+    assert may_give_probability_zero(Grammar(full.M, np.array([0.5, 0.5, 0.0])))  # a root it never draws
+
+
 def test_the_training_data_follow_the_files_grammar(tmp_path):
     grammar = hand_made_grammar()
     path = grammar_file(tmp_path)
