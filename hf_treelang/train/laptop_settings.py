@@ -50,13 +50,14 @@ SMOKE_CLM = {**CLM, **SMOKE}
 FINETUNE = {**OPTIMISER, "num_train": 2**11, "num_eval": 512, "num_test": 256, "num_train_epochs": 10.0,
             "num_evaluations": 8}
 # ``reproduce --preset laptop_full``: laptop_long's runs with evaluation sets sized so that sampling noise does not
-# decide a verdict (in-sample 2**15, test 2**14 per k_test), and the sweeps of Figs. 2a / 6 / 7 / 8 / 9 / 11 at the
-# laptop model's size: every sweep run trained until its validation accuracy (2**12 held-out sequences) has not
-# improved for 8 checks of 128 steps, at most 24,576 steps, tested on 2**13 sequences per k_test; the full hierarchy
-# (k_train = 0) needs more data than the filtered ones, so its P start and end one doubling higher; Figs. 6 and 7 take
-# three of those P (and Fig. 7 three k_train); the runs trained two at a time, one thread each.
+# decide a verdict (in-sample 2**15, test 2**14 per k_test; the probes tested on 2**14 sequences), and the sweeps of
+# Figs. 2a / 6 / 7 / 8 / 9 / 11 at the laptop model's size: every sweep run trained until its validation accuracy
+# (2**12 held-out sequences) has not improved for 8 checks of 128 steps, at most 24,576 steps, tested on 2**13
+# sequences per k_test; the full hierarchy (k_train = 0) needs more data than the filtered ones, so its P start and
+# end one doubling higher; Figs. 6 and 7 take three of those P (and Fig. 7 three k_train); the runs trained two at a
+# time, one thread each.
 FULL = {
-    "main_num_eval": 2**15, "main_num_test": 2**14,
+    "main_num_eval": 2**15, "main_num_test": 2**14, "probe_validation": 2**12, "probe_test": 2**14,
     "sweep_filter_levels": (0, 1, 2, 3, 4),
     "sweep_sizes": (2**11, 2**12, 2**13, 2**14, 2**15, 2**16),
     "sweep_sizes_filtered": (2**10, 2**11, 2**12, 2**13, 2**14, 2**15),
