@@ -234,3 +234,22 @@ def test_reproduce_refuses_a_missing_grammar_file_in_one_line_before_writing_out
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "`grammar_file`" in err and "does not exist" in err
     assert not out.exists()
+
+
+def test_fig1f_arms_of_a_grammar_files_mlm_model_train_on_its_grammar(tmp_path):
+    from hf_treelang.analysis.sample_complexity import sample_complexity_sweep
+
+    path = grammar_file(tmp_path)
+    train(file_run("mlm", path, tmp_path / "mlm", "--depth", "3"))
+    seen = {}
+
+    def record(run):  # the arms' runs as resolved, not trained
+        seen[run.name] = run
+        return {"accuracy": 0.5, "bp_accuracy": 0.6}
+
+    sample_complexity_sweep(tmp_path / "mlm", [16], tmp_path / "sweep", epochs=1.0, num_test=16, num_eval=8,
+                            train=record, progress=False)
+    assert set(seen) == {"scratch-P16", "frozen-P16", "finetuned-P16"}
+    for run in seen.values():
+        assert run.data_args.file_grammar() == Grammar.load(path)
+        assert run.data_args.grammar_seed is None and run.data_args.use_dataset_builder is False
