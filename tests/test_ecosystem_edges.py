@@ -469,3 +469,33 @@ def test_an_axis_is_a_quantity_unless_it_names_a_level_a_seed_or_a_word(axis, va
     from hf_treelang.sweep.figure import is_quantity
 
     assert is_quantity(axis, values) is quantity
+
+
+# ---------------------------------------------------------------- the scripts' --help
+
+
+def _flags(text: str) -> set:
+    return set(re.findall(r"^  (--\w[\w-]*)", text, flags=re.MULTILINE))
+
+
+@pytest.mark.parametrize("task, own, others", [("mlm", "--mask_rate", "--freeze_encoder"),
+                                                ("finetune", "--freeze_encoder", "--mask_rate"),
+                                                ("clm", "--num_train", "--ensemble_seeds")])
+def test_a_scripts_help_lists_its_task_and_the_common_flags_and_help_all_lists_every_one(task, own, others):
+    script = REPO / "training" / f"run_{task}.py"
+    brief = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300)
+    full = subprocess.run([sys.executable, str(script), "--help-all"], capture_output=True, text=True, timeout=300)
+    assert brief.returncode == 0 and full.returncode == 0, brief.stderr + full.stderr
+    shown, every = _flags(brief.stdout), _flags(full.stdout)
+    assert {own, "--output_dir", "--preset", "--max_steps", "--report_to", "--help-all"} <= shown
+    assert others not in shown and "--fsdp" not in shown and "--neftune_noise_alpha" not in shown
+    assert shown < every and {others, "--fsdp", "--neftune_noise_alpha"} <= every
+    assert len(shown) <= len(every) // 2, len(shown)
+    assert "--help-all" in brief.stdout.split("\n\n")[-1]  # the last paragraph says where the others are
+
+
+def test_a_flag_the_help_leaves_out_is_still_accepted():
+    from hf_treelang.train.arguments import parse_command_line
+
+    _, _, training_args, _, explicit = parse_command_line("mlm", ["--logging_first_step", "true"])
+    assert training_args.logging_first_step is True and "logging_first_step" in explicit

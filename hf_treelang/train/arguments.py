@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
@@ -38,7 +38,7 @@ from hf_treelang.core.params import (
     check_sigma,
     warn_renamed,
 )
-from hf_treelang.help_format import HelpFormatter
+from hf_treelang.help_format import HelpFormatter, brief_help
 from hf_treelang.models.architectures import TREELANG, patch_config
 from hf_treelang.models.configuration_treelang import TreeLangConfig
 
@@ -1054,10 +1054,33 @@ class ArgumentParser(HfArgumentParser):
         raise ValueError(f"{message} (see --help for the flags and their types)")
 
 
-def parser() -> HfArgumentParser:
-    """The scripts' parser: the three run dataclasses and :class:`EnsembleArguments`."""
-    return ArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
-                          formatter_class=HelpFormatter, allow_abbrev=False)  # no prefix of a flag is a flag
+# The transformers flags a script's --help lists beside the package's own (the data, model and ensemble arguments and
+# the fields TreeLangTrainingArguments declares): the ones used most. --help-all lists every flag; each is accepted.
+COMMON_TRAINING_FLAGS = ("max_steps", "warmup_steps", "lr_scheduler_kwargs", "label_smoothing_factor", "bf16", "tf32",
+                         "torch_compile", "use_cpu", "resume_from_checkpoint", "disable_tqdm", "run_name",
+                         "save_total_limit", "push_to_hub", "hub_model_id")
+# The flags of some tasks only, by task: the --help of another task's script leaves them out.
+TASK_ONLY_FLAGS = {**dict.fromkeys(("mask_rate", *MASK_OPTION_FIELDS), ("mlm",)),
+                   **dict.fromkeys(("model_name_or_path", "freeze_encoder", "classifier_hidden_size"), ("finetune",)),
+                   **dict.fromkeys(("ensemble_seeds", "ensemble_k_train", "ensemble_mode"), ("root", "mlm"))}
+
+
+def help_flags(task: str) -> set:
+    """The fields whose flags ``--help`` of ``task``'s script lists: the package's own and
+    :data:`COMMON_TRAINING_FLAGS`, less the other tasks' (:data:`TASK_ONLY_FLAGS`)."""
+    names = {f.name for cls in (DataArguments, ModelArguments, EnsembleArguments) for f in fields(cls) if f.init}
+    names |= set(vars(TreeLangTrainingArguments)["__annotations__"]) | set(COMMON_TRAINING_FLAGS)
+    return {name for name in names if task in TASK_ONLY_FLAGS.get(name, (task,))}
+
+
+def parser(task: str | None = None) -> HfArgumentParser:
+    """The scripts' parser: the three run dataclasses and :class:`EnsembleArguments`; with ``task``, its ``--help``
+    lists :func:`help_flags` and ``--help-all`` every flag (:func:`hf_treelang.help_format.brief_help`)."""
+    built = ArgumentParser((DataArguments, ModelArguments, TreeLangTrainingArguments, EnsembleArguments),
+                           formatter_class=HelpFormatter, allow_abbrev=False)  # no prefix of a flag is a flag
+    if task is None:
+        return built
+    return brief_help(built, help_flags(task), hidden="the other fields of transformers' TrainingArguments")
 
 
 def _renamed(values: dict, where: str) -> dict:
@@ -1120,7 +1143,7 @@ def parse_command_line(task: str, argv: list | None = None) -> tuple:
             warn_renamed(f"--{old}", f"--{new}", "the training scripts")
             explicit = (explicit - {old}) | {new}
     argv, nones = _none_flags(argv)
-    parsed = parser().parse_args_into_dataclasses(args=argv)
+    parsed = parser(task).parse_args_into_dataclasses(args=argv)
     for name in nones:  # `--flag none`: no value, given (so the preset does not fill it)
         setattr(next(arguments for arguments in parsed if hasattr(arguments, name)), name, None)
     return _finish(task, *parsed, explicit=explicit)
