@@ -216,7 +216,7 @@ def test_a_folder_of_the_earlier_layout_loads_with_the_same_symbol_probabilities
     assert loaded.config.vocab_size == Q + 2 and torch.equal(actual, expected)
 
 
-def test_the_published_treelang_runs_load_with_one_vocabulary_and_their_own_codes_probabilities():
+def test_the_published_treelang_runs_load_with_one_vocabulary_and_their_own_codes_probabilities(tmp_path):
     """The comparison's TreeLang runs (configs of q + 1 ids): loaded here, their symbol probabilities are those their
     own saved modelling code gives in a Python without hf_treelang, to float rounding (1e-6)."""
     from transformers import PreTrainedTokenizerFast
@@ -244,7 +244,7 @@ print(json.dumps({{"imported": "hf_treelang" in sys.modules, "probabilities": ou
     payload = json.dumps({name: (str(folder), task, q, x.tolist()) for name, (folder, task, q, x) in cases.items()})
     done = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, text=True, timeout=600,
                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-                               "HOME": str(ROOT / "tests")}, cwd="/")
+                               "HOME": str(tmp_path)}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
     assert theirs["imported"] is False
