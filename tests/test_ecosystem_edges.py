@@ -499,3 +499,20 @@ def test_a_flag_the_help_leaves_out_is_still_accepted():
 
     _, _, training_args, _, explicit = parse_command_line("mlm", ["--logging_first_step", "true"])
     assert training_args.logging_first_step is True and "logging_first_step" in explicit
+
+
+def test_a_sweep_asked_for_its_bar_draws_none_into_a_file(tmp_path, monkeypatch, capsys):
+    from hf_treelang.sweep import runner
+    from hf_treelang.train import loop
+
+    def train(run, cache=None, callbacks=()):  # the runs fail at once: only the sweep's own output is left
+        raise RuntimeError("not trained here")
+
+    monkeypatch.setattr(loop, "_train", train)
+    pack_jobs = runner.pack_jobs
+    monkeypatch.setattr(runner, "pack_jobs",  # one run per job, each through loop._train
+                        lambda runs, states, together=True, device=None: pack_jobs(runs, states, together=False))
+    runner.run_sweep(TINY_SWEEP, tmp_path / "out", workers=0, progress=True, estimate=False, log=print)
+    captured = capsys.readouterr()  # stderr is not a terminal here
+    assert "not trained here" in captured.out  # the runs were tried
+    assert "\r" not in captured.err + captured.out and "sweep:" not in captured.err

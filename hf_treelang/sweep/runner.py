@@ -39,7 +39,7 @@ from hf_treelang.claims import claim_folder, describe, is_claim_file, owner
 from hf_treelang.core.params import check_int
 from hf_treelang.jsonio import append_jsonl, read_json_object, read_jsonl, write_json_atomic, write_jsonl_atomic
 from hf_treelang.processes import exit_with_parent
-from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
+from hf_treelang.progress import is_terminal, quiet_progress_bars_off_terminal
 from hf_treelang.train.folders import (
     ENSEMBLE_FILE,
     checkpoints,
@@ -607,7 +607,7 @@ def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, t
     records = _refresh_results(out, runs, states, merge)
     by_name = {run.name: run for run in runs}
     failed, trained = {}, []
-    bar = tqdm(total=len(pending), desc="sweep", unit="run", disable=not progress)
+    bar = tqdm(total=len(pending), desc="sweep", unit="run", disable=not (progress and is_terminal()))  # never a file
 
     def on_result(payload: dict, results: list) -> None:
         for result in results:
