@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from hf_treelang.train.loop import train
 from hf_treelang.train.run import identity_config, runs_from_command_line
@@ -94,6 +95,51 @@ def test_a_stopped_run_resumed_from_a_checkpoint_ends_with_the_same_bytes_and_re
     assert records[0] == records[1]
 
 
+class StopAfterSaving(TrainerCallback):
+    """Raises once the checkpoint of ``step`` is written: the process stopped there."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt(f"stopped after saving step {self.step}")
+
+
+def test_a_run_resumed_from_the_checkpoint_where_the_rule_fired_trains_no_further_step(tmp_path, stopped_run):
+    folder, full = stopped_run
+    interrupted = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12"),
+              callbacks=[StopAfterSaving(full.global_step)])
+    checkpoint = interrupted / f"checkpoint-{full.global_step}"
+    assert checkpoint.is_dir()
+    resumed = train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12", "--resume_from_checkpoint",
+                         str(checkpoint)))
+    assert resumed.global_step == full.global_step
+    first, second = load_file(folder / "model.safetensors"), load_file(interrupted / "model.safetensors")
+    assert all(torch.equal(first[key], second[key]) for key in first)
+
+
+@pytest.mark.parametrize("task, extra", [
+    ("mlm", ()), ("clm", ()),
+    ("root", ("--model_type", "bert", "--config_overrides",
+              "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,intermediate_size=16")),
+], ids=["mlm", "clm", "root-bert"])
+def test_the_rule_stops_runs_of_every_task_and_architecture_at_a_check(tmp_path, task, extra):
+    arguments = list(TINY)
+    if extra:  # another architecture takes its sizes from --config_overrides
+        for flag in ("--hidden_size", "--num_hidden_layers", "--intermediate_size"):
+            del arguments[arguments.index(flag):arguments.index(flag) + 2]
+    (run,), _ = runs_from_command_line(task, arguments + ["--output_dir", str(tmp_path / "run"), *RULE, *extra])
+    result = train(run)
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())["early_stopping"]
+    checks = [step for step, _ in record["checks"]]
+    assert checks == list(range(12, result.global_step + 1, 12)) and result.history[-1]["step"] == result.global_step
+    assert record["stopped"] == (result.global_step < 40 * 12)
+    assert record["checks"][-1][1] == pytest.approx(result.final_metrics["eval_accuracy"], abs=1e-12)
+
+
 def test_the_rule_off_leaves_a_run_identity_as_it_was(tmp_path):
     plain = _run(tmp_path / "a")
     assert not any(name.startswith("early_stopping") for name in plain.config["training_args"])
@@ -104,6 +150,7 @@ def test_the_rule_off_leaves_a_run_identity_as_it_was(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--early_stopping_patience", "0"], "early_stopping_patience"),
+    (["--early_stopping_patience", "2", "--train_engine", "dataloader"], "not honoured by --train_engine dataloader"),
     (["--early_stopping_patience", "2", "--early_stopping_threshold", "-0.1"], "early_stopping_threshold"),
     (["--early_stopping_patience", "2", "--early_stopping_eval_steps", "0"], "early_stopping_eval_steps"),
     (["--early_stopping_threshold", "0.01"], "needs --early_stopping_patience"),

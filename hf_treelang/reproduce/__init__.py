@@ -157,7 +157,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     runner = EngineRunner(out, log=lambda line: log(line) if "training it again" in line or "FAILED" in line else None)
     ctx = Context(out, spec, progress, run=runner)
     invalidated = False  # a run was trained in this call: later markers may describe older runs
-    trained_ahead = 0
+    trained_ahead, status = 0, "stopped"
     records = []
     threads = torch.get_num_threads()
     if spec.cpu_threads:
@@ -190,10 +190,15 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
                                 **marker_record(spec, used, out)})
             records.append(StepRecord(name, "ran", seconds))
             log(f"{name}: finished in {seconds:.1f} s")
+        status = "finished"
+    except BaseException as error:
+        status = f"stopped by {type(error).__name__}"
+        raise
     finally:
         torch.set_num_threads(threads)
-    record_call(out, time.perf_counter() - started, steps_ran=[r.name for r in records if r.status == "ran"],
-                trained_runs=trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train")))
+        record_call(out, time.perf_counter() - started, preset=asdict(spec), status=status,
+                    steps_ran=[r.name for r in records if r.status == "ran"],
+                    trained_runs=trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train")))
     report = write_report(out, spec, records)
     return ReproduceResult(out_dir=out, preset=preset, steps=records, report=report)
 

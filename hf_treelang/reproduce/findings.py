@@ -61,6 +61,7 @@ deepest common ancestor, ``(i ^ j).bit_length()`` (0 for i itself, 1 for its sib
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -1643,7 +1644,9 @@ def write_findings(out, preset: Preset | None = None) -> tuple:
     findings = check_all(out, preset)
     counts = {verdict: sum(f.verdict == verdict for f in findings) for verdict in VERDICTS}
     path = write_json(Path(out) / FINDINGS_FILE, {"preset": None if preset is None else preset.name,
-                                                  **timing_summary(out), "verdicts": counts,
+                                                  **timing_summary(out, None if preset is None else
+                                                                   dataclasses.asdict(preset)),
+                                                  "verdicts": counts,
                                                   "findings": [f.to_dict() for f in findings]})
     return findings, path
 

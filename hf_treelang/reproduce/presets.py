@@ -137,6 +137,13 @@ class Preset:
         }
         return tuple(name for name in FIGURE_STEPS if has[name])
 
+    @property
+    def sweep_budget(self) -> str:
+        """How long a sweep run trains, in words: ``"5 epochs"``, or by the validation stopping rule with its cap."""
+        if self.sweep_patience is None:
+            return f"{self.sweep_epochs:g} epochs"
+        return f"until the validation accuracy stops improving (at most {self.sweep_max_steps:,} steps)"
+
     def sweep_sizes_of(self, filter_level: int) -> tuple:
         """P of the root-classification sweep at k_train = ``filter_level`` (Fig. 2a: 2^9..2^17, or 2^20 if k > 0)."""
         return self.sweep_sizes if filter_level == 0 or not self.sweep_sizes_filtered else self.sweep_sizes_filtered

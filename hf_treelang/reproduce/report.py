@@ -239,7 +239,7 @@ def write_report(out: Path, preset: Preset, records: list) -> Path:
 
     if p.figure_steps():
         lines += ["## Accuracy vs P (Fig. 2a, App. E.1-E.3)", "",
-                  f"Final root test accuracy of runs trained {p.sweep_epochs:g} epochs on P labelled sequences; BP: "
+                  f"Final root test accuracy of runs trained {p.sweep_budget} on P labelled sequences; BP: "
                   "BP_{k_train} on the same test inputs (optimal in sample only).", ""]
         for name, caption in (("fig2a_e3", "Fig. 2a (k_test = 0) and App. E.3 (k_test = k_train)"),
                               ("e1_layers", "App. E.1: n_L encoder blocks"),

@@ -434,7 +434,7 @@ def _step_root_sweep(ctx: Context) -> dict:
     points = sweep_points(ctx, root_sweep_specs(ctx, filter_levels=p.sweep_filter_levels))
     figure = accuracy_curves.AccuracyFigure(
         title=f"Root classification accuracy vs P (ℓ={p.depth}, q={p.num_symbols}, grammar seed {p.grammar_seed}, "
-        f"{p.sweep_epochs:g} epochs; dashed: BP_k_train on the same inputs)",
+        f"{p.sweep_budget}; dashed: BP_k_train on the same inputs)",
         depth=p.depth,
         panels=[
             accuracy_curves.accuracy_panel(points, k_test="full", vary="filter_level",
@@ -446,8 +446,7 @@ def _step_root_sweep(ctx: Context) -> dict:
     accuracy_curves.write_outputs(figure, ctx.out / "accuracy_vs_samples", "fig2a_e3")
     kl = kl_vs_samples(
         points, depth=p.depth, num_samples=p.analysis_samples,
-        title=f"Fig. 9: KL(BP_k_train ‖ model) of the root vs P (ℓ={p.depth}, q={p.num_symbols}, {p.sweep_epochs:g} "
-        "epochs)")
+        title=f"Fig. 9: KL(BP_k_train ‖ model) of the root vs P (ℓ={p.depth}, q={p.num_symbols}, {p.sweep_budget})")
     write_kl_outputs(kl, ctx.out / "accuracy_vs_samples", "fig9_kl")
     write_sweep_runs(ctx)
     return {**_curves_summary(figure), "Fig. 9": kl.to_dict()["curves"]}
@@ -458,7 +457,7 @@ def _step_layers_sweep(ctx: Context) -> dict:
     p = ctx.preset
     points = sweep_points(ctx, layers_sweep_specs(ctx))
     figure = accuracy_curves.AccuracyFigure(
-        title=f"App. E.1: root accuracy vs P for n_L encoder blocks (k=0, ℓ={p.depth}, {p.sweep_epochs:g} epochs)",
+        title=f"App. E.1: root accuracy vs P for n_L encoder blocks (k=0, ℓ={p.depth}, {p.sweep_budget})",
         depth=p.depth,
         panels=[accuracy_curves.accuracy_panel(points, k_test="full", vary="num_layers",
                                                title="k_train = k_test = 0")],

@@ -1,14 +1,17 @@
 """How long a reproduction took, and on what: ``OUT/timing.json`` (one record per call of ``reproduce``).
 
 A reproduction may take several calls (an interrupted one resumes, a rerun skips finished steps): each call appends
-its wall time, the steps it ran and the runs it trained. The report's ``findings.json`` carries their total as
-``wall_time_s`` with the calls, the main root run's own training time as ``root_run_s`` (a yardstick of the
+its wall time, how it ended, the digest of its preset's values, the steps it ran and the runs it trained (an
+interrupted call too). The report's ``findings.json`` carries their total as
+``wall_time_s`` with the calls made with the same preset values, the main root run's own training time as ``root_run_s`` (a yardstick of the
 machine: the same run on another machine scales the whole preset's time) and the machine. Standard library only.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import os
 import platform
 from pathlib import Path
@@ -34,23 +37,34 @@ def machine() -> dict:
     return description
 
 
-def record_call(out, seconds: float, *, steps_ran: list, trained_runs: int) -> dict:
-    """Append one call of ``reproduce`` to ``OUT/timing.json``; returns the file's content."""
+def preset_digest(preset: dict) -> str:
+    """sha256 of a preset's values (``dataclasses.asdict``): the calls of one reproduction share it."""
+    return hashlib.sha256(json.dumps(preset, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def record_call(out, seconds: float, *, preset: dict, status: str, steps_ran: list, trained_runs: int) -> dict:
+    """Append one call of ``reproduce`` to ``OUT/timing.json`` (``status``: ``"finished"``, or how it ended);
+    returns the file's content."""
     path = Path(out) / TIMING_FILE
     record = read_json_object(path) or {}
     calls = list(record.get("calls") or [])
     calls.append({"finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "seconds": float(seconds), "steps_ran": list(steps_ran), "trained_runs": int(trained_runs),
-                  "machine": machine()})
+                  "seconds": float(seconds), "status": status, "preset": preset_digest(preset),
+                  "steps_ran": list(steps_ran), "trained_runs": int(trained_runs), "machine": machine()})
     record = {"calls": calls}
     write_json_atomic(path, record, indent=2)
     return record
 
 
-def timing_summary(out) -> dict:
-    """``wall_time_s`` (every call's wall time, summed), ``calls``, ``root_run_s`` and ``machine`` (the last call's)
-    of the reproduction in ``out``; empty when no call was recorded."""
+def timing_summary(out, preset: dict | None = None) -> dict:
+    """``wall_time_s`` (the wall times of the calls made with ``preset``'s values, or of every call, summed),
+    ``calls`` (how many), ``root_run_s`` (the main root run's training time, ``runs/root``: one thread, beside the
+    preset's other runs when it trains them side by side) and ``machine`` (the last call's) of the reproduction in
+    ``out``; empty when no such call was recorded."""
     calls = (read_json_object(Path(out) / TIMING_FILE) or {}).get("calls") or []
+    if preset is not None:
+        digest = preset_digest(preset)
+        calls = [call for call in calls if call.get("preset") == digest]
     if not calls:
         return {}
     root = read_json_object(Path(out) / ROOT_RUN) or {}

@@ -50,7 +50,15 @@ from hf_treelang.train.folders import (
     read_identity,
 )
 from hf_treelang.train.loop import choose_ensemble_mode, train, train_together
-from hf_treelang.train.run import Run, check_arguments, check_together, from_payload, resolve, result_arguments
+from hf_treelang.train.run import (
+    Run,
+    check_arguments,
+    check_together,
+    from_payload,
+    resolve,
+    result_arguments,
+    trains_apart,
+)
 
 from .estimate import estimate as estimate_runs, estimate_lines
 from .figure import write_grid_figure
@@ -234,11 +242,11 @@ def trains_stacked(runs: list, device: str | None = None) -> bool:
         check_together(runs)
     except ValueError:
         return False
-    first = runs[0]
-    if first.training_args.early_stopping_patience is not None:  # each run stops at its own step
+    if trains_apart(runs):
         return False
     if device is None:
         return True
+    first = runs[0]
     return choose_ensemble_mode(first.model_args.config(first.data_args),
                                 first.training_args.per_device_train_batch_size, device) == "stacked"
 

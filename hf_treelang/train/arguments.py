@@ -15,6 +15,7 @@ The dataclasses' own defaults are the paper's model and optimiser, for code that
 from __future__ import annotations
 
 import hashlib
+import functools
 import json
 import os
 import sys
@@ -983,7 +984,8 @@ class EnsembleArguments:
 NONE_VALUE = "none"  # `--flag none` gives an optional number or list field no value (the preset's is not used)
 
 
-def _nullable_fields() -> set:
+@functools.lru_cache(maxsize=1)
+def nullable_fields() -> frozenset:
     """The fields of the run dataclasses that may be None and hold numbers or lists (not text, where "none" is a
     value of its own: ``--report_to none``)."""
     names = set()
@@ -992,12 +994,12 @@ def _nullable_fields() -> set:
             options = typing.get_args(hint)
             if type(None) in options and str not in options:
                 names.add(name)
-    return names
+    return frozenset(names)
 
 
 def _none_flags(argv: list) -> tuple:
-    """(``argv`` without the ``--flag none`` pairs of :func:`_nullable_fields`, the names they give None)."""
-    nullable, kept, nones = _nullable_fields(), [], set()
+    """(``argv`` without the ``--flag none`` pairs of :func:`nullable_fields`, the names they give None)."""
+    nullable, kept, nones = nullable_fields(), [], set()
     index = 0
     while index < len(argv):
         token = argv[index]

@@ -35,6 +35,7 @@ from hf_treelang.dataset_builder.treelang import TreeLangBuilderConfig, config_n
 from hf_treelang.models.modeling_treelang import check_input_ids, check_labels
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.masking import mask_evaluation_set
+from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.core.sampling import SPLITS, TreeSample, sample_trees
 
 from .arguments import DataArguments, grammar_content_hash
@@ -275,5 +276,17 @@ def to_datasets(task: str, data: RunData, mask_token_id: int):
     return train, validation
 
 
+def validation_tensors(task: str, validation, num_symbols: int) -> tuple:
+    """``(input_ids, labels)`` of a run's validation set (:func:`to_datasets`) as its evaluation reads them, int64
+    tensors: the causal task's leaves behind BOS (:func:`hf_treelang.core.oracle.next_leaf_inputs`, labels the
+    leaves, as :class:`~hf_treelang.train.collators.NextLeafCollator` makes them); the other tasks' columns."""
+    columns = validation.with_format("numpy")
+    inputs = torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64)  # (n, 2**l)
+    if task == "clm":
+        return next_leaf_inputs(inputs, num_symbols), inputs
+    return inputs, torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)
+
+
 __all__ = ["EvaluationSet", "RunData", "SigmaCurriculum", "check_split", "dataset_config", "grammar_file_split_seed",
-           "load_run_data", "read_columns", "run_grammar", "sigma_curriculum", "split_sampling_seed", "to_datasets"]
+           "load_run_data", "read_columns", "run_grammar", "sigma_curriculum", "split_sampling_seed", "to_datasets",
+           "validation_tensors"]

@@ -41,8 +41,7 @@ from .optimizers import CUSTOM_OPTIMIZERS
 HONOURED_BY_BOTH = frozenset({
     # the package's own
     "preset", "num_evaluations", "num_checkpoints", "resume_checkpoint_steps", "cpu_threads", "checkpoint_epochs", "overwrite_output_dir",
-    "train_engine", "step_mode", "qk_learning_rate_multiplier", "early_stopping_patience", "early_stopping_threshold",
-    "early_stopping_eval_steps",
+    "train_engine", "step_mode", "qk_learning_rate_multiplier",
     # folders
     "output_dir", "resume_from_checkpoint",
     # the optimisation (Trainer.create_optimizer_and_scheduler; the step clips and smooths)
@@ -75,8 +74,12 @@ HONOURED_BY_DATALOADER_ONLY = frozenset({
     "ignore_data_skip", "include_num_input_tokens_seen", "torch_empty_cache_steps",
 })
 
+# Honoured by the device engine only: the validation stopping rule (hf_treelang.train.stopping), whose resumed run
+# stops before its first step when the rule fired at its checkpoint, which the stock epoch loop cannot do.
+HONOURED_BY_DEVICE_ONLY = frozenset({"early_stopping_patience", "early_stopping_threshold", "early_stopping_eval_steps"})
+
 HONOURED_FIELDS = {
-    "device": HONOURED_BY_BOTH,
+    "device": HONOURED_BY_BOTH | HONOURED_BY_DEVICE_ONLY,
     "dataloader": HONOURED_BY_BOTH | HONOURED_BY_DATALOADER_ONLY,
 }
 

@@ -79,7 +79,7 @@ from .collators import (
     NextLeafCollator,
     RootClassificationCollator,
 )
-from .data import sigma_curriculum, to_datasets
+from .data import sigma_curriculum, to_datasets, validation_tensors
 from .device_data import TrainingStream, optimizer_steps
 from .folders import (
     ENSEMBLE_FILE,
@@ -101,7 +101,15 @@ from .hub import upload_run, without_trainer_pushes
 from .launch import leave_process_group, relaunch_data_parallel_cpu
 from .outputs import ARCHITECTURE_FILE, write_outputs, write_tokenizer
 from .readout import keep_frozen_in_eval_mode
-from .run import MEMBERS_DIR, Run, check_output, check_together, command_line, runs_from_command_line
+from .run import (
+    MEMBERS_DIR,
+    Run,
+    check_output,
+    check_together,
+    command_line,
+    runs_from_command_line,
+    trains_apart,
+)
 from .trainer import EnsembleTrainer, MemberState, RunDataCache, member_log_history, trainer_for
 
 # "auto" stacks members on the CPU while one member's training step costs at most this many floating-point
@@ -404,10 +412,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
         bp_callback.attach(trainer)
         stopping = None
         if args.early_stopping_patience is not None:
-            columns = validation_set.with_format("numpy")
             stopping = ValidationStoppingCallback(
-                torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
-                torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64),
+                *validation_tensors(task, validation_set, data_args.num_symbols),
                 patience=args.early_stopping_patience, threshold=args.early_stopping_threshold,
                 every=args.early_stopping_eval_steps, batch_size=args.per_device_eval_batch_size).attach(trainer)
         ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
@@ -468,9 +474,9 @@ def train_together(runs: list, *, mode: str = "auto", ensemble_dir=None, resume_
 
     This process owns the ensemble's folder and every run's folder from start to end, as :func:`train` does.
     """
+    if mode == "auto" and trains_apart(runs):
+        mode = "sequential"
     check_together(runs, mode=mode, resume_from_checkpoint=resume_from_checkpoint)
-    if mode == "auto" and any(run.training_args.early_stopping_patience is not None for run in runs):
-        mode = "sequential"  # each run stops at its own step: one model each
     if mode == "auto":
         first = runs[0]
         mode = choose_ensemble_mode(first.model_args.config(first.data_args),
@@ -592,10 +598,7 @@ def _train_stacked(runs: list, ensemble_dir: str, cache: RunDataCache, resume, e
             data, run.data_args, task, run.training_args.per_device_eval_batch_size))
         callback.prepare()  # the BP targets, once per distinct data config
         _, validation = to_datasets(task, data, run.data_args.num_symbols)
-        columns = validation.with_format("numpy")
-        states.append(MemberState(run, data, callback,
-                                  torch.as_tensor(np.asarray(columns["input_ids"]), dtype=torch.int64),
-                                  torch.as_tensor(np.asarray(columns["labels"]), dtype=torch.int64)))
+        states.append(MemberState(run, data, callback, *validation_tensors(task, validation, run.data_args.num_symbols)))
     def begin():  # each member folder becomes a run folder, complete when run_complete.json is written
         for run in runs:
             start_run_folder(run.task, run.data_args, run.model_args, run.training_args, command=run.command())

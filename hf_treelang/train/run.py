@@ -236,8 +236,9 @@ def command_line(task: str, arguments: dict, output_dir) -> str:
     for key, value in sorted(arguments.items()):
         if key in RESERVED_ARGUMENTS:
             continue
-        if value is None:  # no value, given: the preset must not fill it (parse_command_line reads "none")
-            parts += [f"--{key}", NONE_VALUE]
+        if value is None:  # given no value: `--flag none`, read back as None, so that the preset does not fill it
+            if key in nullable_fields():  # (a text field's None is its default)
+                parts += [f"--{key}", NONE_VALUE]
             continue
         values = value if isinstance(value, list) else [value]
         if not values:  # an empty list: "none" where the flag spells it so (report_to), else the flag's default
@@ -632,6 +633,12 @@ def _comparable(run: Run) -> dict:
             for kind, fields in values.items()}
 
 
+def trains_apart(runs: list) -> bool:
+    """Whether ``runs`` train one model each, never stacked: the validation stopping rule stops each run at its own
+    step (a stacked ensemble trains its members in one model, to one step)."""
+    return any(run.training_args.early_stopping_patience is not None for run in runs)
+
+
 def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=None) -> None:
     """Raise a ValueError naming the argument and the runs if ``runs`` cannot train together (one process, one
     batched model or one after another); writes nothing and builds no data."""
@@ -688,7 +695,7 @@ def check_together(runs: list, *, mode: str = "auto", resume_from_checkpoint=Non
                  f"--qk_learning_rate_multiplier {args.qk_learning_rate_multiplier}")
         raise ValueError(f"{given} trains a single model's weights, and a stacked ensemble's are stacked: pass "
                          f"--ensemble_mode sequential")
-    if mode == "stacked" and args.early_stopping_patience is not None:
+    if mode == "stacked" and trains_apart(runs):
         raise ValueError("--early_stopping_patience stops each run at its own step, and a stacked ensemble trains "
                          "its members in one model: pass --ensemble_mode sequential (or auto)")
     if resume_from_checkpoint is not None:

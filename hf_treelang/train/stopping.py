@@ -8,7 +8,8 @@ improvement, and the run's weights, final evaluation and model card are those of
 ``max_steps``) is the longest the run may train: a run that reaches it before the rule fires says so
 (:attr:`StoppingRecord.stopped` false).
 
-This is transformers' ``EarlyStoppingCallback`` (its patience and threshold) without ``load_best_model_at_end``:
+The rule runs on the device engine (``--train_engine device``, the default). It is transformers'
+``EarlyStoppingCallback`` (its patience and threshold) without ``load_best_model_at_end``:
 the run keeps the weights it stopped with, so that a resumed run and an uninterrupted one are the same bytes (the
 checks are in the Trainer's log history, which a checkpoint restores; nothing else needs saving). Each check is
 logged as ``stop_validation_accuracy`` (TensorBoard, ``trainer_state.json``) and the run folder's ``metrics.json``
@@ -101,8 +102,8 @@ class ValidationStoppingCallback(TrainerCallback):
         # a resumed run: its checks so far are in the restored log history
         self.record.checks = [(int(entry["step"]), float(entry[CHECK_KEY])) for entry in state.log_history
                               if CHECK_KEY in entry]
-        if self.record.stopped:  # resumed after the rule fired (interrupted while writing): nothing more to train
-            control.should_training_stop = True
+        if self.record.stopped:  # resumed after the rule fired (interrupted while writing): the device engine's
+            control.should_training_stop = True  # epoch loop then stops before its first step
         return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):

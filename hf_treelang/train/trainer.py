@@ -581,6 +581,8 @@ class TreeLangTrainer(SmoothsOverSymbols, EvaluatesEveryRow, ResumesWhole, Train
         if not model.training:
             model.train()
         for step in range(start, batches.steps):
+            if self.control.should_training_stop:  # a callback stopped the run before this step (a resumed run)
+                break
             inputs = batches.batch(step)
             self.control = self.callback_handler.on_step_begin(args, state, self.control)
             logged, grad_norm = self.lean_step(model, inputs)
