@@ -697,12 +697,20 @@ def dataset_card(columns: list, num_runs: int, title: str, config_name: str = "d
             described.append(f"- `{column}`: the run's final `{column}` (metrics.json; `eval_kl_bp_k<k>` mean "
                              "KL(BP_k ‖ model) in nats, `eval_acc_ktest<k>` / `eval_bp_acc_ktest<k>` the model's and "
                              "the matched BP's accuracy on k_test = k)")
+    return results_card(config_name, "compare.csv", title or "Architectures against the exact BP oracle",
+                        f"One row per training run ({num_runs} runs), written by `hf-treelang compare`; `compare.md` "
+                        "averages them per group (the runs that differ only in their seed).", described)
+
+
+def results_card(config_name: str, data_file: str, title: str, intro: str, described: list) -> str:
+    """The dataset card (README.md) of a results folder: its ``configs:`` front matter points
+    ``datasets.load_dataset(DIR)`` at ``data_file`` (one row per run) as its one config, ``config_name``
+    (:func:`table_config_name`), then ``intro``, how to load it and ``described`` (a line per column)."""
     return "\n".join([
-        "---", "configs:", f"- config_name: {config_name}", "  data_files: compare.csv", "  default: true", "tags:",
+        "---", "configs:", f"- config_name: {config_name}", f"  data_files: {data_file}", "  default: true", "tags:",
         "- hf-treelang",
-        "- belief-propagation", "- results", "---", "", f"# {title or 'Architectures against the exact BP oracle'}",
-        "", f"One row per training run ({num_runs} runs), written by `hf-treelang compare`; `compare.md` averages them "
-        "per group (the runs that differ only in their seed). Load it with `datasets.load_dataset(\"path/to/this/"
+        "- belief-propagation", "- results", "---", "", f"# {title}",
+        "", f"{intro} Load it with `datasets.load_dataset(\"path/to/this/"
         "folder\")` (split `train`; its one config is named by the table's content, so that a cached earlier table "
         "is never served).", "", "## Columns", "", *described, ""])
 
@@ -744,4 +752,5 @@ def run(args) -> int:
 
 __all__ = ["POOLED_FIELDS", "RunRow", "check_out_holds_no_run", "command_of", "compare", "count_parameters",
            "differences", "grammar_of", "group_rows", "kept_apart_lines", "markdown_table", "model_config_identity",
-           "read_run", "recorded_arguments", "rerun_check_row", "returns_up", "setting_of", "table_config_name"]
+           "read_run", "recorded_arguments", "rerun_check_row", "results_card", "returns_up", "setting_of",
+           "table_config_name"]

@@ -212,19 +212,21 @@ def check_sizes(tolerance: float = SIZE_TOLERANCE, counts: dict | None = None) -
     return sizes
 
 
-def selected(cells_: list, only) -> list:
-    """The cells named in ``only`` (cell names or patterns' prefixes; None: all), refusing an empty selection or name
-    (an empty prefix would select every cell) and a name that matches none."""
+def selected(cells_: list, only, what: str = "cell") -> list:
+    """The cells (or any items with a ``name``, called ``what`` in the errors) named in ``only`` (names or their
+    prefixes; None: all), refusing an empty selection or name (an empty prefix would select every item) and a name
+    that matches none."""
     if only is None:
         return list(cells_)
     if isinstance(only, str) or not only or any(not isinstance(name, str) or not name.strip() for name in only):
-        raise ValueError(f"--only {only!r}: name one cell or more by its name or a prefix of it (an empty name would "
-                         f"select every cell; leave --only out for all); the cells: "
+        raise ValueError(f"--only {only!r}: name one {what} or more by its name or a prefix of it (an empty name would "
+                         f"select every {what}; leave --only out for all); the {what}s: "
                          f"{', '.join(c.name for c in cells_)}")
     chosen = [cell for cell in cells_ if any(cell.name == name or cell.name.startswith(name) for name in only)]
     unknown = [name for name in only if not any(c.name == name or c.name.startswith(name) for c in cells_)]
     if unknown:
-        raise ValueError(f"--only {unknown}: no cell is named so; the cells: {', '.join(c.name for c in cells_)}")
+        raise ValueError(f"--only {unknown}: no {what} is named so; the {what}s: "
+                         f"{', '.join(c.name for c in cells_)}")
     return chosen
 
 
