@@ -34,15 +34,21 @@ def epoch_steps(num_train: int, batch_size: int, epochs: float) -> int:
 
 
 def architecture_key(run) -> tuple:
-    """What a step's cost depends on: task head, sizes, batch and the frozen encoder (runs sharing it share a rate)."""
+    """What a step's cost depends on: task head, architecture (TreeLang's sizes, or another model type and its
+    ``config_overrides``), sizes, batch and the frozen encoder (runs sharing it share a rate)."""
     m, d = run.model_args, run.data_args
+    other = None if m.is_treelang else (m.model_type, m.config_overrides, m.config_name)
     return (run.task if run.task in ("mlm", "clm") else "root", d.depth, d.num_symbols, m.hidden_size,
             m.model_kwargs(d.depth)["num_hidden_layers"], m.num_attention_heads, m.intermediate_size,
-            run.training_args.per_device_train_batch_size, bool(m.freeze_encoder) and run.task == "finetune")
+            run.training_args.per_device_train_batch_size, bool(m.freeze_encoder) and run.task == "finetune", other)
 
 
 def describe_key(key: tuple) -> str:
-    head, depth, q, d, layers, heads, d_ff, batch, frozen = key
+    head, depth, q, d, layers, heads, d_ff, batch, frozen, other = key
+    if other is not None:  # another architecture: its own sizes are in its overrides
+        model_type, overrides, config = other
+        sized = ", ".join(part for part in (overrides, config and f"config {config}") if part)
+        return f"{head}, ℓ={depth}, q={q}, {model_type}" + (f" ({sized})" if sized else "") + f", batch {batch}"
     return (f"{head}, ℓ={depth}, q={q}, d={d}, {layers} layers, {heads} head(s), d'={d_ff}, batch {batch}"
             + (", encoder frozen" if frozen else ""))
 
