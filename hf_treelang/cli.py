@@ -7,9 +7,9 @@ namespace. :func:`run_command` runs one sub-command from an argument list (what 
 same parser as the console script.
 
 Imports at module level stay within the standard library and the package's light modules (``version``,
-``help_format``, ``train.paper_settings``, ``train.folders``, ``reproduce.presets``); ``tests/test_imports.py``
-checks that none of the above imports torch, and ``tests/test_layers.py`` that no module of the package imports this
-one.
+``help_format``, ``train.paper_settings``, ``train.laptop_settings``, ``train.folders``, ``reproduce.presets``);
+``tests/test_imports.py`` checks that none of the above imports torch, and ``tests/test_layers.py`` that no module of
+the package imports this one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hf_treelang import register
 from hf_treelang.help_format import HelpFormatter
 from hf_treelang.progress import quiet_progress_bars_off_terminal
 from hf_treelang.reproduce.presets import PRESETS, PUBLIC_PRESETS, step_names
+from hf_treelang.train import laptop_settings as laptop
 from hf_treelang.train import paper_settings as paper
 from hf_treelang.train.folders import check_output_folder
 from hf_treelang.version import __version__
@@ -34,6 +35,7 @@ CONVERT_TASKS = ("root", "mlm")  # hf_treelang.models.convert.TASKS
 CALIBRATION_TASKS = ("mlm", "root")  # hf_treelang.core.oracle.TASKS
 PROBE_POSITIONS = ("all", "ends")  # hf_treelang.analysis.probing.POSITION_MODES
 SAMPLE_COMPLEXITY_ARMS = ("scratch", "frozen", "finetuned")  # hf_treelang.analysis.sample_complexity.ARMS
+PSTAR_EPSILON, PSTAR_DELTA = 0.02, 0.01  # hf_treelang.analysis.pstar.EPSILON, DELTA
 PROBE_MAX_HOURS = 24.0  # hf_treelang.core.resources.DEFAULT_MAX_HOURS
 
 
@@ -217,21 +219,30 @@ def _parse_sizes(text: str) -> list:
 
 
 def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="an MLM-pre-trained TreeLang checkpoint folder")
+    full = laptop.FULL
+    parser.add_argument("checkpoint", nargs="?", default=None,
+                        help="an MLM-pre-trained TreeLang checkpoint folder: Fig. 1f's arms (default: none, the "
+                        "learner mode: --model_type trained from scratch on the grammar the options name)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--sizes", type=_parse_sizes, default=[2**7, 2**9, 2**11],
-                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default: 2^7,2^9,2^11)")
-    parser.add_argument("--arms", nargs="+", choices=SAMPLE_COMPLEXITY_ARMS, default=list(SAMPLE_COMPLEXITY_ARMS),
-                        help=f"which arms to run (default: {' '.join(SAMPLE_COMPLEXITY_ARMS)})")
-    parser.add_argument("--epochs", type=float, default=20.0, help="training epochs per run")
-    parser.add_argument("--max-steps", type=int, default=600,
-                        help="cap on the optimizer steps of one run (the defaults: <= 15 min on a 2-core CPU)")
-    parser.add_argument("--num-test", type=int, default=2048, help="test sequences (k_test = k_train)")
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size (paper: 32)")
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate (paper: 1e-4)")
+    parser.add_argument("--sizes", type=_parse_sizes, default=None,
+                        help="comma-separated P values, e.g. 256,1024 or 2^8,2^10 (default: 2^7,2^9,2^11 with a "
+                        "CHECKPOINT; none in the learner mode, which needs them)")
     parser.add_argument("--seeds", "--seed", dest="seeds", type=int, nargs="+", default=[0],
-                        help="seeds of the runs, e.g. --seeds 0 1 2: every arm and P once per seed, and the "
-                        "frozen − scratch gap per P reported as mean ± standard deviation over the seeds (default: 0)")
+                        help="seeds of the runs, e.g. --seeds 0 1 2: every arm (or the learner) and P once per seed; "
+                        "the arms' frozen − scratch gap per P and the learner's P* are reported with their spread "
+                        "over the seeds (default: 0)")
+    parser.add_argument("--num-test", "--num_test", dest="num_test", type=int, default=None,
+                        help=f"test sequences (default: 2048, k_test = k_train, with a CHECKPOINT; "
+                        f"{full['sweep_num_test']} of k_test = 0 in the learner mode)")
+    parser.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=None,
+                        help="cap on the optimizer steps of one run (default: 600 with a CHECKPOINT, <= 15 min on a "
+                        f"2-core CPU; {full['sweep_max_steps']} in the learner mode, laptop_full's)")
+    parser.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=None,
+                        help="batch size (default: 32, the paper's and the laptop preset's)")
+    parser.add_argument("--learning-rate", "--learning_rate", dest="learning_rate", type=float, default=None,
+                        help="Adam learning rate (default: 1e-4, the paper's, with a CHECKPOINT; in the learner mode "
+                        "the rate the architecture comparison tuned for the cell <paper|rhm>-root-<model_type> of "
+                        "--rates, refused when it has none)")
     parser.add_argument("--workers", type=int, default=None,
                         help="runs trained at the same time, 0 = in this process (default: one per CPU core)")
     parser.add_argument("--threads", type=int, default=None,
@@ -240,6 +251,49 @@ def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="run in an OUT written with other settings (runs of unchanged identity are kept)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    arms = parser.add_argument_group("Fig. 1f's arms (with a CHECKPOINT)")
+    arms.add_argument("--arms", nargs="+", choices=SAMPLE_COMPLEXITY_ARMS, default=None,
+                      help=f"which arms to run (default: {' '.join(SAMPLE_COMPLEXITY_ARMS)})")
+    arms.add_argument("--epochs", type=float, default=None, help="training epochs per run (default: 20)")
+    learner = parser.add_argument_group(
+        "one learner against BP_0 (no CHECKPOINT)",
+        "Root classification from scratch on the full hierarchy, every (P, seed) trained until its validation "
+        "accuracy stops improving; writes runs.csv / runs.json (one row per run), pstar.json (P* by accuracy and by "
+        "KL, with their spread over seeds), README.md (a dataset card: load_dataset(OUT)), summary.md and the "
+        "figures. P* is the smallest P at which the mean test accuracy over the seeds comes within ε of BP_0's, "
+        "interpolated linearly in ln P between the grid points around the crossing.")
+    learner.add_argument("--model_type", default=None,
+                         help="the architecture: treelang or a model type of transformers (default: treelang)")
+    learner.add_argument("--config_overrides", default=None,
+                         help="its size, 'field=value,...', TreeLang's its own flags of those names (default: the "
+                         "architecture comparison's size for the model type, one layer per level)")
+    learner.add_argument("--rates", default=None,
+                         help="the comparison's tuned rates (default: docs/compare/protocol/rates.json of the "
+                         "repository)")
+    learner.add_argument("--grammar_seed", type=int, default=None, help="the grammar's seed (default: 0)")
+    learner.add_argument("--sigma", type=float, default=None, help="σ of the paper's grammar (default: 1.0)")
+    learner.add_argument("--num_symbols", type=int, default=None,
+                         help="q, an RHM's v (default: 4 for the paper's grammar, 8 for an RHM)")
+    learner.add_argument("--depth", type=int, default=None,
+                         help="ℓ, an RHM's L (default: 4 for the paper's grammar, 3 for an RHM)")
+    learner.add_argument("--num_rules", type=int, default=None,
+                         help="m: train on a Random Hierarchy Model with m rules per symbol (default: none, the "
+                         "paper's grammar)")
+    learner.add_argument("--num_classes", type=int, default=None, help="an RHM's root classes n_c (default: v)")
+    learner.add_argument("--arity", type=int, default=None, help="an RHM's arity s (default: 2)")
+    learner.add_argument("--num_eval", type=int, default=None,
+                         help=f"validation sequences of the stopping rule and the KL (default: "
+                         f"{full['sweep_num_eval']})")
+    learner.add_argument("--early_stopping_patience", type=int, default=None,
+                         help=f"checks without an improvement that stop a run (default: {full['sweep_patience']})")
+    learner.add_argument("--early_stopping_eval_steps", type=int, default=None,
+                         help=f"optimizer steps between two checks (default: {full['sweep_check_steps']})")
+    learner.add_argument("--early_stopping_threshold", type=float, default=None,
+                         help="the improvement a check must exceed (default: 0.0)")
+    learner.add_argument("--epsilon", type=float, default=None,
+                         help=f"ε of P*, the accuracy gap to BP_0 (default: {PSTAR_EPSILON})")
+    learner.add_argument("--delta", type=float, default=None,
+                         help=f"δ of P*_KL, the KL to BP_0 in nats (default: {PSTAR_DELTA})")
 
 
 def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -385,12 +439,15 @@ COMMANDS = {
     ),
     "sample-complexity": (
         "hf_treelang.analysis.sample_complexity",
-        "accuracy vs P, three arms (Fig. 1f)",
-        "Root accuracy vs labelled P without pre-training, and from an MLM checkpoint frozen or fine-tuned (paper "
-        "Fig. 1f). Prints the estimated time first; writes sample_complexity.png and sample_complexity.json, "
-        "redrawn as runs finish. Each run keeps its folder under OUT/runs (a sweep, see hf-treelang sweep): a rerun "
-        "reuses a run only when its identity (arguments, checkpoint content, data format) is unchanged, and "
-        "refuses an OUT written with other settings unless --force.",
+        "accuracy vs P: three arms (Fig. 1f), or any learner against BP_0 with P*",
+        "Root accuracy vs P. With an MLM CHECKPOINT: without pre-training, and from the checkpoint frozen or "
+        "fine-tuned (paper Fig. 1f), writing sample_complexity.png and sample_complexity.json. Without one: the "
+        "learner --model_type (the architecture comparison's size and tuned rate by default) on the paper's grammar "
+        "or a Random Hierarchy Model (--num_rules), each (P, seed) trained until its validation accuracy stops "
+        "improving, against BP_0, with P*. Prints the estimated time first; the files are redrawn as runs finish. "
+        "Each run keeps its folder under OUT/runs (a sweep, see hf-treelang sweep): a rerun reuses a run only when "
+        "its identity (arguments, checkpoint content, data format) is unchanged, and refuses an OUT written with "
+        "other settings unless --force.",
         _sample_complexity_arguments,
     ),
     "sweep": (

@@ -1,27 +1,37 @@
-"""Sample complexity of root classification with and without MLM pre-training (paper Fig. 1f, Sec. 4).
+"""Sample complexity: test accuracy against the number P of training sequences, in two modes of one command.
 
-For every number P of labelled training sequences, three arms are trained on root classification:
+**The arms of Fig. 1f** (``hf-treelang sample-complexity CHECKPOINT``; paper Sec. 4): for every P, three arms are
+trained on root classification:
 
 * ``scratch``   — no pre-training: a randomly initialised encoder of the MLM checkpoint's architecture (○);
 * ``frozen``    — the MLM-pre-trained encoder, frozen; only the new readout learns (□);
 * ``finetuned`` — the MLM-pre-trained encoder, fine-tuned with the readout (◇).
 
-The runs are a sweep (:mod:`hf_treelang.sweep`): ``OUT/runs/<arm>-P<P>/`` each, trained on worker processes, the
-estimated time printed before the first step, the figure redrawn as runs finish. A rerun into the same folder skips a
-run only when its identity is unchanged — the same arguments, the same content of the MLM checkpoint, the same data
-format — trains it again when that changed, and resumes interrupted runs; a folder written with other settings (sizes,
-epochs, steps, ...) is refused unless ``force``. The reported number is the test accuracy on data of the
-pre-training filter level (k_test = k_train), next to the accuracy of BP_{k_train} on the same inputs.
+**One learner against the exact optimum** (``hf-treelang sample-complexity --model_type ARCH --sizes ...``, no
+checkpoint: :func:`learner_sweep`): a grammar (the paper's, or a Random Hierarchy Model), an architecture (the
+comparison's size and tuned rate by default) and a grid of P × seeds, each run trained from scratch until its
+validation accuracy stops improving (:class:`hf_treelang.sweep.sample_complexity.Curve`), reported as its test accuracy
+on k_test = 0 next to BP_0's on the same inputs and its KL to BP_0, with P* — the smallest P at which the mean accuracy
+over the seeds comes within ε of BP_0's, defined in :mod:`hf_treelang.analysis.pstar` — and its spread over seeds
+(the files of :mod:`hf_treelang.analysis.sample_complexity_results`: ``runs.csv``/``runs.json``, ``pstar.json``, a
+dataset card, figures).
 
-With several ``seeds`` every (arm, P) is trained once per seed (folders ``<arm>-P<P>-seed<s>``; one seed keeps
-``<arm>-P<P>``): an arm's accuracy is the mean over its seeds, and the gain of pre-training is reported per P as the
-gap frozen − scratch (and fine-tuned − scratch), paired by seed, with its mean and its spread over the seeds
-(:class:`SeedGap`).
+The runs are a sweep (:mod:`hf_treelang.sweep`): ``OUT/runs/<arm>-P<P>/`` (or ``OUT/runs/<grammar>/<architecture>-P<P>
+-seed<s>/``) each, trained on worker processes, the estimated time printed before the first step, the figures redrawn
+as runs finish. A rerun into the same folder skips a run only when its identity is unchanged — the same arguments, the
+same content of the MLM checkpoint, the same data format — trains it again when that changed, and resumes interrupted
+runs; a folder written with other settings (sizes, epochs, steps, ...) is refused unless ``force``.
 
-The defaults of ``hf-treelang sample-complexity`` (P = 2^7, 2^9, 2^11; 20 epochs capped at 600 steps: 80, 320 and 600
-steps; 2048 test sequences) keep the default MLM checkpoint of ``training/run_mlm.py`` (the paper's model) within
-15 minutes on a 2-core CPU: 3 000 optimizer steps, the frozen arm's at about a fifth of the cost (an estimate from
-measured steps/s, see ``training/README.md``, "Sweeps").
+In the arms mode the reported number is the test accuracy on data of the pre-training filter level (k_test =
+k_train), next to the accuracy of BP_{k_train} on the same inputs. With several ``seeds`` every (arm, P) is trained
+once per seed (folders ``<arm>-P<P>-seed<s>``; one seed keeps ``<arm>-P<P>``): an arm's accuracy is the mean over its
+seeds, and the gain of pre-training is reported per P as the gap frozen − scratch (and fine-tuned − scratch), paired by
+seed, with its mean and its spread over the seeds (:class:`SeedGap`).
+
+The arms mode's defaults (P = 2^7, 2^9, 2^11; 20 epochs capped at 600 steps: 80, 320 and 600 steps; 2048 test
+sequences) keep the default MLM checkpoint of ``training/run_mlm.py`` (the paper's model) within 15 minutes on a 2-core
+CPU: 3 000 optimizer steps, the frozen arm's at about a fifth of the cost (an estimate from measured steps/s, see
+``training/README.md``, "Sweeps").
 """
 
 from __future__ import annotations
@@ -33,11 +43,15 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.sweep.runner import RUNS_DIR, execute_runs, sweep_run
+from hf_treelang.sweep import sample_complexity as learners
 from hf_treelang.sweep.estimate import epoch_steps
+from hf_treelang.sweep.runner import RUNS_DIR, execute_runs, sweep_run
+from hf_treelang.train.folders import finished_run
 
+from . import sample_complexity_results as results
 from .checkpoint import as_checkpoint
 from .io import check_output_dir, check_positive, cli_error, prepare_output, write_json
+from .pstar import DELTA, EPSILON, check_threshold
 
 ARMS = ("scratch", "frozen", "finetuned")
 FIGURE_ID = "1f"
@@ -149,12 +163,8 @@ class SampleComplexityResult:
 
 
 def check_sizes(sizes) -> list:
-    if sizes is None or len(sizes) == 0:
-        raise ValueError("sizes must list at least one number of labelled sequences P, got none")
-    sizes = [check_positive("sizes", p) for p in sizes]
-    if len(set(sizes)) != len(sizes):
-        raise ValueError(f"sizes must not repeat a number of labelled sequences P, got {sizes}")
-    return sizes
+    """The numbers P (:func:`hf_treelang.sweep.sample_complexity.check_sizes`) as a list."""
+    return list(learners.check_sizes(sizes))
 
 
 def check_arms(arms) -> tuple:
@@ -166,14 +176,9 @@ def check_arms(arms) -> tuple:
 
 
 def check_seeds(seeds) -> list:
-    """``seeds`` (an int or a list of ints >= 0 without repeats) as a list."""
-    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else list(seeds or [])
-    if not seeds:
-        raise ValueError("seeds must list at least one seed of the runs, got none")
-    seeds = [check_positive("seeds", s, low=0) for s in seeds]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must not repeat, got {seeds}")
-    return seeds
+    """``seeds`` (an int or a list of ints >= 0 without repeats) as a list
+    (:func:`hf_treelang.sweep.sample_complexity.check_seeds`)."""
+    return list(learners.check_seeds(seeds))
 
 
 def run_name(arm: str, size: int, seed: int | None = None) -> str:
@@ -384,18 +389,184 @@ def write_outputs(result: SampleComplexityResult, out_dir) -> dict:
     return paths
 
 
-def run(args) -> int:
-    """``hf-treelang sample-complexity`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status."""
+# ---------------------------------------------------------------- one learner against the exact optimum
+
+
+@dataclass
+class LearnerResult:
+    """What :func:`learner_sweep` trained and wrote.
+
+    Attributes:
+        curve: the :class:`~hf_treelang.sweep.sample_complexity.Curve`.
+        rows: one row per finished run (:data:`~hf_treelang.analysis.sample_complexity_results.ROW_COLUMNS`).
+        entry: the curve's ``pstar.json`` object (None without a finished run).
+        failed: ``{run name: error}`` of the runs that failed.
+        files: the files written into the sweep folder.
+    """
+
+    curve: object
+    rows: list
+    entry: dict | None
+    failed: dict = field(default_factory=dict)
+    files: list = field(default_factory=list)
+
+
+def learner_rows(runs: list, work_dir) -> list:
+    """The rows of the ``runs`` (of a sweep in ``work_dir``) finished with today's identity."""
+    rows = []
+    for run in runs:
+        summary = finished_run(run.output_dir, run.identity)
+        if summary is not None:
+            rows.append(results.run_row(run, summary, work_dir))
+    return rows
+
+
+def learner_sweep(curve, work_dir, *, epsilon: float = EPSILON, delta: float = DELTA, workers: int | None = None,
+                  threads: int | None = None, force: bool = False, progress: bool = True,
+                  log: Callable | None = None) -> LearnerResult:
+    """Train every (P, seed) of ``curve`` (a :class:`~hf_treelang.sweep.sample_complexity.Curve`) into ``work_dir``
+    and write its results there (:func:`~hf_treelang.analysis.sample_complexity_results.write_results`: the rows, P*
+    at ``epsilon`` and P*_KL at ``delta``, the figures), redrawn as runs finish.
+
+    Every check — the grid, the thresholds, each run's arguments, an ``work_dir`` of other runs without ``force`` —
+    runs before the first run starts; ``workers``, ``threads``, ``progress`` and ``log`` as in
+    :func:`sample_complexity_sweep`."""
+    check_threshold("epsilon", epsilon, 1.0)
+    check_threshold("delta", delta)
+    if threads is not None:
+        threads = check_positive("threads", threads)
+    runs = curve.runs(work_dir)
+    source = {"command": "sample-complexity", "runs": [{"name": r.name, "task": r.task, "arguments": r.arguments}
+                                                       for r in runs]}
+
+    def redraw(records: dict, planned: list) -> None:
+        rows = learner_rows(planned, work_dir)
+        if rows:
+            results.write_results(rows, work_dir, epsilon=epsilon, delta=delta)
+
+    sweep = execute_runs(runs, work_dir, source=source, force=force, workers=workers, threads=threads,
+                         progress=progress, log=log, on_record=redraw)
+    rows = learner_rows(runs, work_dir)
+    written = results.write_results(rows, work_dir, epsilon=epsilon, delta=delta) if rows else {"entries": [],
+                                                                                                "files": []}
+    return LearnerResult(curve=curve, rows=rows, entry=(written["entries"] or [None])[0], failed=dict(sweep.failed),
+                         files=written["files"])
+
+
+LEARNER_OPTIONS = ("model_type", "config_overrides", "rates", "grammar_seed", "sigma", "num_symbols", "depth",
+                   "num_rules", "num_classes", "arity", "num_eval", "early_stopping_patience",
+                   "early_stopping_eval_steps", "early_stopping_threshold", "epsilon", "delta")
+ARMS_OPTIONS = ("arms", "epochs")
+ARMS_DEFAULTS = {"sizes": [2**7, 2**9, 2**11], "arms": list(ARMS), "epochs": 20.0, "max_steps": 600,
+                 "num_test": 2048, "batch_size": 32, "learning_rate": 1e-4}
+HIERARCHY_DEFAULTS = {"num_symbols": 8, "depth": 3}  # the comparison's Random Hierarchy Model, rhm-v8-m4-s2-L3
+PAPER_DEFAULTS = {"num_symbols": 4, "depth": 4}
+
+
+def check_mode(args) -> None:
+    """Refuse, in one line, an option of the other mode: the learner's options without a CHECKPOINT, the arms' with
+    one."""
+    learner = args.checkpoint is None
+    other = ARMS_OPTIONS if learner else LEARNER_OPTIONS
+    given = [name for name in other if getattr(args, name, None) is not None]
+    if given:
+        if learner:
+            raise ValueError(f"--{given[0]} is an option of Fig. 1f's arms, which start from an MLM CHECKPOINT; "
+                             f"without one the command trains the learner --model_type from scratch")
+        raise ValueError(f"--{given[0]} is an option of the learner mode (no CHECKPOINT); with a CHECKPOINT the "
+                         f"arms of Fig. 1f train on its grammar and architecture")
+
+
+def learner_curve(args):
+    """The :class:`~hf_treelang.sweep.sample_complexity.Curve` the command line of the learner mode names."""
+    if args.sizes is None:
+        raise ValueError("--sizes: the learner mode (no CHECKPOINT) needs the grid of P, e.g. --sizes 2^10,2^12,2^14")
+    hierarchy = any(getattr(args, name) is not None for name in ("num_rules", "num_classes", "arity"))
+    defaults = HIERARCHY_DEFAULTS if hierarchy else PAPER_DEFAULTS
+    num_symbols = defaults["num_symbols"] if args.num_symbols is None else args.num_symbols
+    depth = defaults["depth"] if args.depth is None else args.depth
+    seed = 0 if args.grammar_seed is None else args.grammar_seed
+    if hierarchy:
+        if args.num_rules is None:
+            raise ValueError("--num_classes / --arity choose a Random Hierarchy Model, which needs --num_rules (m)")
+        if args.sigma is not None:
+            raise ValueError(f"--sigma {args.sigma} is the paper's grammar's; a Random Hierarchy Model (--num_rules) "
+                             f"has uniform rules: leave it out")
+        grammar = learners.random_hierarchy(num_symbols, args.num_rules, depth, 2 if args.arity is None else args.arity,
+                                            args.num_classes, seed)
+    else:
+        grammar = learners.paper_grammar(seed, 1.0 if args.sigma is None else args.sigma, num_symbols, depth)
+    learner = learners.default_learner(args.model_type or "treelang", grammar, learning_rate=args.learning_rate,
+                                       config_overrides=args.config_overrides,
+                                       rates_file=args.rates or learners.RATES_FILE)
+    given = {"patience": args.early_stopping_patience, "every": args.early_stopping_eval_steps,
+             "threshold": args.early_stopping_threshold, "max_steps": args.max_steps}
+    stopping = learners.Stopping(**{name: value for name, value in given.items() if value is not None})
+    sizes = {"num_validation": args.num_eval, "num_test": args.num_test}
+    return learners.Curve(grammar, learner, tuple(args.sizes), tuple(check_seeds(args.seeds)), stopping,
+                          batch_size=args.batch_size, **{name: value for name, value in sizes.items()
+                                                         if value is not None})
+
+
+def _shown(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _pstar_line(name: str, found: dict, threshold: str) -> str:
+    if found["mean"] is None:
+        return f"{name} ({threshold}): none ({found['reason']}" + (
+            f": at most {found['at_most']:,})" if found["at_most"] is not None else ")")
+    spread = "" if found["std"] is None else f", ± {found['std']:,.0f} over the {found['num_seeds_crossing']} seeds " \
+                                              f"that cross alone"
+    return f"{name} ({threshold}): {found['mean']:,.0f}{spread}"
+
+
+def run_learner(args) -> int:
+    """The learner mode of ``hf-treelang sample-complexity`` (no CHECKPOINT); returns the exit status."""
     try:
+        check_mode(args)
+        if args.threads is not None:
+            check_positive("threads", args.threads)
+        check_output_dir(args.out)
+        curve = learner_curve(args)
+        result = learner_sweep(curve, args.out, epsilon=EPSILON if args.epsilon is None else args.epsilon,
+                               delta=DELTA if args.delta is None else args.delta, workers=args.workers,
+                               threads=args.threads, force=args.force, progress=not args.no_progress,
+                               log=lambda line: print(line, flush=True))
+    except (ValueError, TypeError) as error:
+        return cli_error("sample-complexity", error)
+    entry = result.entry
+    print(f"{curve.name}: learning rate {curve.learner.learning_rate:g}")
+    if entry is not None:
+        for size, accuracy, bp, kl in zip(entry["sizes"], entry["accuracy"], entry["bp_accuracy"], entry["kl_bp0"]):
+            print(f"  P={size}: accuracy {_shown(accuracy)} (BP_0 {_shown(bp)}), KL to BP_0 {_shown(kl, 4)}")
+        print(_pstar_line("P*", entry["pstar"], f"accuracy within ε={entry['epsilon']:g} of BP_0's"))
+        print(_pstar_line("P*_KL", entry["pstar_kl"], f"KL to BP_0 below δ={entry['delta']:g}"))
+        print(f"wrote {', '.join(str(path) for path in result.files)}")
+    for name, error in result.failed.items():
+        print(f"run {name} failed: {error}")
+    return 1 if result.failed else 0
+
+
+def run(args) -> int:
+    """``hf-treelang sample-complexity`` with the arguments :mod:`hf_treelang.cli` parsed; returns the exit status:
+    Fig. 1f's arms with a CHECKPOINT, one learner's curve without (:func:`run_learner`)."""
+    if args.checkpoint is None:
+        return run_learner(args)
+    try:
+        check_mode(args)
+        options = {name: ARMS_DEFAULTS[name] if getattr(args, name) is None else getattr(args, name)
+                   for name in ARMS_DEFAULTS}
         check_seeds(args.seeds)
         if args.threads is not None:
             check_positive("threads", args.threads)
         check_output_dir(args.out)
         result = sample_complexity_sweep(
-            args.checkpoint, args.sizes, args.out, arms=args.arms, epochs=args.epochs, max_steps=args.max_steps,
-            num_test=args.num_test, batch_size=args.batch_size, learning_rate=args.learning_rate, seeds=args.seeds,
-            workers=args.workers, threads=args.threads, force=args.force, out_dir=args.out,
-            progress=not args.no_progress, log=lambda line: print(line, flush=True),
+            args.checkpoint, options["sizes"], args.out, arms=options["arms"], epochs=options["epochs"],
+            max_steps=options["max_steps"], num_test=options["num_test"], batch_size=options["batch_size"],
+            learning_rate=options["learning_rate"], seeds=args.seeds, workers=args.workers, threads=args.threads,
+            force=args.force, out_dir=args.out, progress=not args.no_progress,
+            log=lambda line: print(line, flush=True),
         )
     except (ValueError, TypeError) as error:
         return cli_error("sample-complexity", error)
