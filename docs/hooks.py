@@ -9,6 +9,9 @@ from the JSON files the measuring commands wrote.
   ``benchmarks/results/*.json``, rendered by ``benchmarks/gpu_check.py``'s own tables, newest first;
 * ``results/comparison.md`` — ``docs/compare/``: the architecture comparison's table, rates (``protocol/rates.json``,
   where ``training/compare_architectures.py docs/compare/protocol`` writes them) and commands;
+* ``results/sample_complexity.md`` — ``docs/sample_complexity/``: P* of every learner per grammar (``pstar.json``), its
+  scaling with n_c m^L, the figures and every run's command (``runs.json``), as
+  ``python training/sample_complexity_campaign.py OUT --publish docs/sample_complexity`` wrote them;
 * ``results/reproduction.md`` — the findings of each reproduction preset in ``docs/results_data/reproduce_<preset>/``
   (``findings.json``, the file ``hf-treelang reproduce`` wrote, and a ``NOTE.md`` with its command), then the earlier
   reports (``docs/results_data/reproduction_earlier.md``).
@@ -162,6 +165,79 @@ def _comparison_page() -> str:
     return "\n".join(lines)
 
 
+def _pstar_cell(found: dict) -> str:
+    if found["mean"] is None:
+        return f"≤ {found['at_most']:,}" if found["at_most"] is not None else "–"
+    return f"{found['mean']:,.0f}" + ("" if found["std"] is None else f" ± {found['std']:,.0f}")
+
+
+def _seed_cells(found: dict) -> str:
+    return ", ".join(f"{entry['seed']}: " + (f"{entry['pstar']:,.0f}" if entry["pstar"] is not None else
+                                             f"≤ {entry['at_most']:,}" if entry["at_most"] is not None else "–")
+                     for entry in found["per_seed"])
+
+
+def _sample_complexity_page(folder: Path | None = None) -> str:
+    """The page of ``folder`` (default ``docs/sample_complexity``; a test gives another), its figures linked where
+    the site serves them (``../sample_complexity/``)."""
+    from hf_treelang.analysis import sample_complexity_results as results
+
+    folder = ROOT / "docs" / "sample_complexity" if folder is None else Path(folder)
+    entries = results.read_entries(folder)
+    lines = ["# Results: the sample complexity of learners", "",
+             "How many training sequences P each learner needs before its root classifier reaches the exact optimum: "
+             "every root architecture of [the comparison](comparison.md), at its size and tuned rate, on the "
+             "paper's grammar and on Random Hierarchy Models, each (P, seed) trained until its validation accuracy "
+             "stops improving (`hf_treelang.sweep.sample_complexity`). P* is the smallest P at which the mean test "
+             "accuracy on k_test = 0 over the seeds comes within ε of BP_0's on the same inputs, interpolated "
+             "linearly in ln P between the grid points around the crossing; P*_KL the same for the KL to BP_0 "
+             "below δ (`hf_treelang.analysis.pstar`). Generated from `docs/sample_complexity/pstar.json` and "
+             "`runs.json`.", "",
+             "## What the runs say", "", f"<!-- {results.SUMMARY_NAME} -->", *results.summary_lines(entries),
+             f"<!-- /{results.SUMMARY_NAME} -->", ""]
+    if not entries:
+        return "\n".join(lines)
+    lines += ["## P* per grammar and architecture", "",
+              "± is the standard deviation of the seeds' own P* (each seed's curve alone); ≤ P: within the threshold "
+              "already at the smallest P; –: never on the grid.", "",
+              "| grammar | architecture | learning rate | P* (ε) | P* per seed | P*_KL (δ) | runs |",
+              "|---|---|---|---|---|---|---|"]
+    for entry in entries:
+        lines.append(f"| {entry['grammar']} | {entry['architecture']} | {entry['learning_rate']} | "
+                     f"{_pstar_cell(entry['pstar'])} (ε = {entry['epsilon']:g}) | {_seed_cells(entry['pstar'])} | "
+                     f"{_pstar_cell(entry['pstar_kl'])} (δ = {entry['delta']:g}) | {entry['num_runs']} |")
+    lines.append("")
+    fits = {entry["architecture"]: entry["fit"] for entry in entries if entry.get("fit")}
+    if fits:
+        lines += ["## P* against n_c m^L", "",
+                  "The least-squares slope of ln P* against ln(n_c m^L) over the Random Hierarchy Models with a P*, "
+                  "± its standard error from the residuals; the theory's slope is 1.", "",
+                  "| architecture | slope | grammars with a P* | consistent with 1 (2 standard errors) |",
+                  "|---|---|---|---|"]
+        for architecture, fit in fits.items():
+            slope = "–" if fit["slope"] is None else f"{fit['slope']:.2f}" + (
+                "" if fit["slope_se"] is None else f" ± {fit['slope_se']:.2f}")
+            verdict = {True: "yes", False: "no", None: "–"}[fit["consistent_with_theory"]]
+            lines.append(f"| {architecture} | {slope} | {fit['num_points']} | {verdict} |")
+        lines.append("")
+        if (folder / results.SCALING_FIGURE).is_file():
+            lines += [f"![P* against n_c m^L](../sample_complexity/{results.SCALING_FIGURE})", ""]
+    lines += ["## Accuracy and KL against P", ""]
+    for grammar in dict.fromkeys(entry["grammar"] for entry in entries):
+        figure = next(entry["figure"] for entry in entries if entry["grammar"] == grammar)
+        lines += [f"### {grammar}", "", f"![{grammar}](../sample_complexity/{figure})", ""]
+    runs = json.loads((folder / "runs.json").read_text())
+    lines += ["## Every run's command", "",
+              "Each run trained alone (its `--output_dir` relative to the campaign's folder):", "",
+              "| run | learning rate | accuracy | BP_0 | KL to BP_0 | steps | stopped | command |",
+              "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        lines.append(f"| {run['run']} | {run['learning_rate']} | {run['accuracy']} | {run['bp_accuracy']} | "
+                     f"{run['kl_bp0']} | {run['steps']} | {run['stopped']} | `{run['command']}` |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 REPRODUCTION_PRESETS = ("quick", "laptop_long")  # docs/results_data/reproduce_<preset>/{findings.json,NOTE.md}
 
 
@@ -200,7 +276,8 @@ def _reproduction_page() -> str:
 
 
 GENERATED = {"reference/cli.md": _cli_page, "reference/flags.md": _flags_page, "results/gpu.md": _gpu_page,
-             "results/comparison.md": _comparison_page, "results/reproduction.md": _reproduction_page}
+             "results/comparison.md": _comparison_page, "results/sample_complexity.md": _sample_complexity_page,
+             "results/reproduction.md": _reproduction_page}
 
 
 def on_files(files, config):

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the site's pages: not the data its results pages are generated from, nor the run folders (and their cards) under
 # docs/compare (mkdocs.yml's exclude_docs)
 PAGES = sorted(path for path in (ROOT / "docs").rglob("*.md")
-               if path.relative_to(ROOT / "docs").parts[0] not in ("results_data", "compare"))
+               if path.relative_to(ROOT / "docs").parts[0] not in ("results_data", "compare", "sample_complexity"))
 BLOCKS = [(page, index, block) for page in PAGES
           for index, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))]
 
@@ -54,6 +54,8 @@ def _script_flags(script: str) -> set:
 
     if script == "compare_architectures.py":
         return {"out", "stage", "workers", "only", "help"}
+    if script == "sample_complexity_campaign.py":
+        return {"out", "only", "workers", "plan", "publish", "help"}
     ensemble = {field for field in EnsembleArguments.__dataclass_fields__}
     return {*known_arguments(), *ensemble, "help"}
 
