@@ -136,3 +136,61 @@ def test_template_command_refuses_several_folders_and_a_folder_that_is_not_a_run
     error = capsys.readouterr().err
     assert str(checkpoint) in error and "has no run_config.json" in error
     assert not out.exists()
+
+
+def _flip_last_byte(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header, another number
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_rotted_after_the_run_finished_is_refused_by_every_analysis_that_reads_it(tiny_mlm_run,
+                                                                                                 tmp_path):
+    import shutil
+
+    from hf_treelang.analysis import load_checkpoint
+    from hf_treelang.train.folders import DamagedFile, check_run_complete
+
+    run = shutil.copytree(tiny_mlm_run, tmp_path / "run")
+    _flip_last_byte(run / "checkpoint-1" / "model.safetensors")
+    for analysis in (lambda: load_checkpoint(run / "checkpoint-1"),
+                     lambda: attention.template_dynamics(run, num_samples=8)):
+        with pytest.raises(DamagedFile) as refused:
+            analysis()
+        line = str(refused.value)
+        assert "\n" not in line and "checkpoint-1" in line and "model.safetensors is damaged" in line, line
+        assert "sha256" in line and f"rm -r {str(run / 'checkpoint-1')!r}" in line, line
+    check_run_complete(run)  # the run itself stays finished: its final model is intact
+    load_checkpoint(run)
+
+
+def test_a_removed_checkpoint_leaves_the_run_finished_and_its_dynamics_go_without_it(tiny_mlm_run, tmp_path):
+    import shutil
+
+    from hf_treelang.analysis import load_checkpoint
+    from hf_treelang.train.folders import check_run_complete
+
+    run = shutil.copytree(tiny_mlm_run, tmp_path / "run")
+    shutil.rmtree(run / "checkpoint-1")
+    check_run_complete(run)
+    assert list(attention.template_dynamics(run, num_samples=8).steps) == [3, 12]
+    with pytest.raises(ValueError, match="checkpoint-1' does not exist"):
+        load_checkpoint(run / "checkpoint-1")
+
+
+def test_a_rotted_checkpoint_of_a_finished_run_of_another_architecture_is_refused_too(tmp_path):
+    from hf_treelang.analysis import load_checkpoint
+    from hf_treelang.train.folders import DamagedFile, checkpoints
+    from hf_treelang.train.loop import main
+
+    run = tmp_path / "gpt2"
+    tiny = ["--depth", "2", "--num_symbols", "3", "--num_train", "32", "--num_eval", "8", "--num_test", "8",
+            "--per_device_train_batch_size", "8", "--max_steps", "4", "--num_evaluations", "1", "--num_checkpoints",
+            "2", "--disable_tqdm", "true", "--report_to", "none", "--cpu_threads", "1", "--use_dataset_builder",
+            "false", "--model_type", "gpt2", "--config_overrides", "n_embd=16,n_layer=1,n_head=1"]
+    assert main("clm", [*tiny, "--output_dir", str(run)], as_script=True) == 0
+    (_, first), *_ = checkpoints(run)
+    _flip_last_byte(first / "model.safetensors")
+    with pytest.raises(DamagedFile, match=rf"{first.name}'.*model.safetensors is damaged \(its content differs"):
+        load_checkpoint(first)
+    load_checkpoint(run)  # the run itself stays finished

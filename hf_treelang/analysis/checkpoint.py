@@ -155,9 +155,10 @@ class Checkpoint:
 def read_checkpoint_config(path) -> tuple[Path, dict]:
     """Validate a checkpoint folder without loading it; returns (path, config.json as a dict).
 
-    A model folder (``save_pretrained``, ``hf-treelang convert``, a ``checkpoint-N``) is read as it is; a training
-    run's output folder must be complete (``run_complete.json``, :mod:`hf_treelang.train.folders`): a run killed
-    before it wrote everything is refused, naming what it lacks.
+    A model folder (``save_pretrained``, ``hf-treelang convert``) is read as it is; a training run's output folder
+    must be complete (``run_complete.json``, :mod:`hf_treelang.train.folders`): a run killed before it wrote
+    everything is refused, naming what it lacks; a ``checkpoint-N`` of a finished run must match what the run
+    recorded of it (a file changed since is refused, naming it and what to do).
     """
     folder, config = read_model_config("checkpoint", path)
     check_run_complete(folder, "checkpoint")
@@ -261,7 +262,8 @@ def _other_architecture(path) -> tuple | None:
                          "another architecture written by the training scripts (run_mlm.py, run_clm.py or run_root.py "
                          "with --model_type), whose run_config.json gives q, the depth and k_train")
     folder, config = read_model_config("checkpoint", folder, model_type=model_type)
-    check_run_complete(run_folder, "checkpoint")
+    for checked in dict.fromkeys((run_folder, folder)):  # the run, then a checkpoint-N against its record
+        check_run_complete(checked, "checkpoint")
     run_config = read_json_object(run_folder / RUN_CONFIG)
     if run_config is None:
         raise ValueError(f"checkpoint {str(folder)!r}: {str(run_folder / RUN_CONFIG)!r} is not a JSON object")

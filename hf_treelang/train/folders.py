@@ -25,7 +25,8 @@ files go, anything else in the folder stays).
 A file damaged after it was written (a copy cut short, a checkpoint's save killed half-way, a disk error) is named
 before anything loads it (:class:`DamagedFile`, with what to do: resume from an earlier checkpoint, or train again):
 :func:`check_run_complete` compares every file the package reads back that a complete run folder's marker lists
-with the size recorded there (and the weights with their recorded sha256); :func:`check_resume_checkpoint` and
+with the size recorded there (and the weights with their recorded sha256), and a ``checkpoint-N`` of the run with
+what the marker lists of it when an analysis loads the checkpoint; :func:`check_resume_checkpoint` and
 :func:`read_model_config` check each file's own format (:func:`file_damage`: JSON that parses, a safetensors file as
 long as its header says, a torch archive with its end).
 
@@ -348,8 +349,8 @@ def _earlier_checkpoint(run_folder: Path, before: int | None = None) -> Path | N
 
 def repair_advice(folder) -> str:
     """What to do about a damaged or missing file of ``folder``: resume from the latest intact checkpoint (of a run
-    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again. A checkpoint of a finished
-    run is needed by nothing but a resume from it: the advice says so, and how to remove it or keep it."""
+    folder; of the run a ``checkpoint-N`` belongs to, an earlier one), or train again. A damaged checkpoint of a
+    finished run needs no resume: the advice says so, and how to remove it (the run stays finished without it)."""
     folder = Path(folder)
     step = folder.name[len(CHECKPOINT_PREFIX):]
     if folder.name.startswith(CHECKPOINT_PREFIX) and step.isdigit():
@@ -359,7 +360,8 @@ def repair_advice(folder) -> str:
         if completed_run(run) is not None:
             return (f"its run {str(run)!r} is finished and its final model intact, so nothing needs resuming: "
                     f"remove the damaged checkpoint (rm -r {str(folder)!r}; or hf-treelang prune {str(run)!r}, which "
-                    "removes every checkpoint) or keep it, which the run's analyses do not read"
+                    "removes every checkpoint) or restore it from a copy; the run stays finished without it, and an "
+                    "analysis of the run's checkpoints (hf-treelang attention --template) reads the others"
                     + ("" if resume is None else f"; to train again from an earlier step, {resume}"))
         if resume is not None:
             return f"resume from an earlier checkpoint: {resume}"
@@ -480,10 +482,13 @@ def _files_under(folder: Path) -> dict:
 
 def write_run_complete(output_dir, **summary) -> Path:
     """Write ``run_complete.json`` last, atomically: ``summary``, every file the run folder holds with its size, and
-    the sha256 of the weights (``digests``), which :func:`check_run_complete` compares before a load."""
+    the sha256 of the weights, the run's and each ``checkpoint-N``'s (``digests``), which :func:`check_run_complete`
+    compares before a load."""
     folder = Path(output_dir)
-    digests = {name: _weights_digest(folder / name) for name in WEIGHT_FILES if (folder / name).is_file()}
-    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": _files_under(folder), "digests": digests})
+    files = _files_under(folder)
+    digests = {relative: _weights_digest(folder / relative) for relative in files
+               if Path(relative).name in WEIGHT_FILES and (relative in WEIGHT_FILES or _in_checkpoint(relative))}
+    return write_json_atomic(folder / RUN_COMPLETE, {**summary, "files": files, "digests": digests})
 
 
 def start_run_folder(task: str, data_args, model_args, training_args, command: str | None = None) -> Path:
@@ -537,9 +542,10 @@ def _unremovable(checkpoint: Path) -> str | None:
 
 
 def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
-    """Remove the ``checkpoint-<step>`` folders of a finished run, which it needs only to resume: what a shared or
-    published run folder need not carry (they are most of its bytes). The run stays complete for every analysis and
-    sweep: ``run_complete.json`` is rewritten first, listing the files that remain and the checkpoints removed
+    """Remove the ``checkpoint-<step>`` folders of a finished run, which a resume and the attention template
+    dynamics read: what a shared or published run folder need not carry (they are most of its bytes). The run stays
+    complete for every analysis and sweep (the template dynamics then read its final model alone):
+    ``run_complete.json`` is rewritten first, listing the files that remain and the checkpoints removed
     (``pruned``), so an interrupted prune leaves a complete folder with a few unlisted files that a second call
     removes. Refuses a folder that is not a complete run (:func:`check_run_complete`) or that a live process holds.
 
@@ -553,7 +559,9 @@ def prune_checkpoints(output_dir, name: str = "run") -> tuple[list, int]:
     removed_bytes = sum(f.stat().st_size for path in found for f in path.rglob("*") if f.is_file())
     kept = {relative: size for relative, size in document.get("files", {}).items()
             if relative.split("/", 1)[0] not in names}
-    write_json_atomic(folder / RUN_COMPLETE, {**document, "files": kept,
+    digests = {relative: digest for relative, digest in (document.get("digests") or {}).items()
+               if relative.split("/", 1)[0] not in names}
+    write_json_atomic(folder / RUN_COMPLETE, {**document, "files": kept, "digests": digests,
                                               "pruned": sorted(set(document.get("pruned") or []) | set(names))})
     for path in found:
         shutil.rmtree(path)
@@ -573,18 +581,23 @@ def is_run_folder(path) -> bool:
 
 
 def check_run_complete(path, name: str = "run") -> None:
-    """Refuse a run folder that is not complete, naming what is missing; a model folder (no run_config.json) passes.
+    """Refuse a run folder that is not complete, naming what is missing, and a damaged ``checkpoint-N`` of a finished
+    run; any other model folder (no run_config.json) passes.
 
     A complete run folder has ``run_complete.json`` (written last) and every file it lists, each file the package
     reads back (:data:`READ_BACK_SUFFIXES`) of the size recorded there, in its format, and the weights of the
     recorded sha256 (:func:`file_damage`); a damaged one is :class:`DamagedFile` naming it and what to do
-    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here. The files of its
-    ``checkpoint-N`` folders are not required: only a resume reads a checkpoint, and checks it then
-    (:func:`check_resume_checkpoint`, :func:`last_checkpoint`), so a removed or damaged checkpoint leaves the run
-    finished.
+    (:func:`repair_advice`). Every analysis, fine-tuning and runner loads a run through here. The run's
+    ``checkpoint-N`` folders are not required of it, so a removed or damaged checkpoint leaves the run finished. A
+    ``checkpoint-N`` itself, which analyses read (the template dynamics, or one passed by name), is checked against its
+    finished run's record the same way when it loads; a checkpoint the record does not list (of a run still training)
+    has its format checked only (:func:`read_model_config`), as a resume's is (:func:`check_resume_checkpoint`).
     """
     folder = Path(path)
     if not is_run_folder(folder):
+        if _is_checkpoint_name(folder.name) and is_run_folder(folder.parent) \
+                and (folder.parent / RUN_COMPLETE).is_file():
+            _check_recorded(folder.parent, name, checkpoint=folder.name)
         return
     marker = folder / RUN_COMPLETE
     if not marker.is_file():
@@ -593,32 +606,49 @@ def check_run_complete(path, name: str = "run") -> None:
             f"`{name}` {str(folder)!r} is an incomplete training run: it lacks {', '.join(missing)} (training writes "
             f"{RUN_COMPLETE} last, so the run was interrupted or is still running); {repair_advice(folder)}"
         )
+    _check_recorded(folder, name)
+
+
+def _check_recorded(run: Path, name: str, checkpoint: str | None = None) -> None:
+    """Compare the files that the ``run_complete.json`` of the run folder ``run`` lists with that record: the run's
+    own (``checkpoint`` None; its checkpoints' are left out), or those of its ``checkpoint-N`` folder named
+    ``checkpoint``. The errors name that folder and the file in it."""
+    folder = run if checkpoint is None else run / checkpoint
     try:
-        document = json.loads(marker.read_text())
+        document = json.loads((run / RUN_COMPLETE).read_text())
         listed, digests = document.get("files", {}), document.get("digests") or {}
         sizes = {str(f): (None if isinstance(size, bool) or not isinstance(size, int) else size)
                  for f, size in listed.items()}
     except (ValueError, AttributeError) as error:
-        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE} is not a valid marker ({error}); "
-                         f"{repair_advice(folder)}") from None
-    sizes = {relative: size for relative, size in sizes.items() if not _in_checkpoint(relative)}
-    missing = [f for f in sizes if not (folder / f).is_file()]
+        raise ValueError(f"`{name}` {str(folder)!r}: {RUN_COMPLETE}{'' if checkpoint is None else ' of its run'} is "
+                         f"not a valid marker ({error}); {repair_advice(folder)}") from None
+    if checkpoint is None:
+        sizes = {relative: size for relative, size in sizes.items() if not _in_checkpoint(relative)}
+    else:
+        sizes = {relative: size for relative, size in sizes.items() if relative.startswith(checkpoint + "/")}
+    missing = [(run / f).relative_to(folder).as_posix() for f in sizes if not (run / f).is_file()]
     if missing:
-        raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}")
+        raise ValueError(f"`{name}` {str(folder)!r}: files listed in {RUN_COMPLETE} are missing: {_shown(missing)}"
+                         + ("" if checkpoint is None else f"; {repair_advice(folder)}"))
     for relative, size in sizes.items():
         if Path(relative).suffix in READ_BACK_SUFFIXES:
-            damage = file_damage(folder / relative, size)
-            if damage is None and relative in digests and _weights_digest(folder / relative) != digests[relative]:
+            damage = file_damage(run / relative, size)
+            if damage is None and relative in digests and _weights_digest(run / relative) != digests[relative]:
                 damage = f"its content differs from the sha256 {RUN_COMPLETE} recorded"
             if damage is not None:
-                raise DamagedFile(f"`{name}` {str(folder)!r}: {relative} is damaged ({damage}); "
-                                  f"{repair_advice(folder)}")
+                raise DamagedFile(f"`{name}` {str(folder)!r}: {(run / relative).relative_to(folder).as_posix()} is "
+                                  f"damaged ({damage}); {repair_advice(folder)}")
+
+
+def _is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is a ``checkpoint-<step>`` folder's."""
+    return name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX):].isdigit()
 
 
 def _in_checkpoint(relative: str) -> bool:
     """Whether the run-relative path ``relative`` lies in a ``checkpoint-<step>`` folder of the run."""
     top, _, rest = relative.partition("/")
-    return bool(rest) and top.startswith(CHECKPOINT_PREFIX) and top[len(CHECKPOINT_PREFIX):].isdigit()
+    return bool(rest) and _is_checkpoint_name(top)
 
 
 def completed_run(path) -> dict | None:

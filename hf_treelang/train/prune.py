@@ -1,4 +1,5 @@
-"""``hf-treelang prune RUN...``: a finished run folder without the checkpoints it needs only to resume, ready to share.
+"""``hf-treelang prune RUN...``: a finished run folder without its checkpoints (read by a resume and by the attention
+template dynamics, nothing else), ready to share.
 
 Every folder is checked (a complete run, held by no live process) before any is touched; the pruning itself is
 :func:`hf_treelang.train.folders.prune_checkpoints`.
