@@ -230,6 +230,30 @@ def test_a_relative_config_name_identifies_the_model_its_run_trained_not_the_fil
     assert group["seeds"] == [0, 1]
 
 
+def test_runs_on_a_grammar_file_pool_by_the_grammars_content_not_the_files_name(runs, tmp_path):
+    """Two runs trained on different grammars saved under one name are two settings; one grammar saved under two
+    names is one setting, its seeds pooled."""
+    from hf_treelang import Grammar
+
+    def on_file(run, folder, name, grammar_seed):
+        edited = _edited(run, folder, data_args={"grammar_file": name})
+        grammar = Grammar.random(3, 1.0, grammar_seed)
+        (edited / "grammar.json").unlink()
+        grammar.save(edited / "grammar.json")
+        marker = json.loads((edited / "run_complete.json").read_text())
+        marker["files"]["grammar.json"] = (edited / "grammar.json").stat().st_size
+        (edited / "run_complete.json").write_text(json.dumps(marker))
+        return read_run(edited)
+
+    first = on_file(runs["adam-s0"], tmp_path / "a", "g.json", 1)
+    other = on_file(runs["adam-s1"], tmp_path / "b", "g.json", 2)
+    groups = group_rows([first, other])
+    assert [group["seeds"] for group in groups] == [[0], [1]]
+    renamed = on_file(runs["adam-s1"], tmp_path / "c", "elsewhere/mine.json", 1)
+    (group,) = group_rows([first, renamed])
+    assert group["seeds"] == [0, 1]
+
+
 @pytest.mark.parametrize("inside", ["", "figures"])
 def test_an_out_folder_that_is_or_lies_inside_a_run_is_refused_before_anything_is_written(runs, tmp_path, capsys,
                                                                                        inside):

@@ -43,10 +43,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.noise import difference_error, family_z, invalid_error, told_apart
 from hf_treelang.dataset_builder.treelang import hierarchy_config_name
 from hf_treelang.plotting import pyplot, save_figure
-from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments
+from hf_treelang.train.arguments import DataArguments, ModelArguments, TreeLangTrainingArguments, grammar_content_hash
 from hf_treelang.train.folders import WEIGHT_FILES, check_run_complete, is_run_folder
 from hf_treelang.train.run import UNKEYED_TRAINING_FIELDS, command_line, config_file_hash
 
@@ -59,9 +60,11 @@ from .io import check_output_dir, cli_error, prepare_output, write_json
 def grammar_of(setting: dict) -> str:
     """The grammar a run's data come from, in words: ``rhm-v8-m4-s2-L3`` (a Random Hierarchy Model, named as its
     dataset config, :func:`~hf_treelang.dataset_builder.treelang.hierarchy_config_name`) or ``q=4 ℓ=4 σ=1.0 seed 0``
-    (the paper's log-normal grammar). Runs of different grammars are never drawn in one panel: their KLs are on
-    different scales."""
+    (the paper's log-normal grammar), or ``grammar sha256:<first digits> ℓ=3`` (a user's ``--grammar_file``, by its
+    content). Runs of different grammars are never drawn in one panel: their KLs are on different scales."""
     data = setting.get("data_args") or {}
+    if data.get("grammar_file"):  # a user's grammar: its content's digest (setting_of)
+        return f"grammar {str(data['grammar_file'])[:19]} ℓ={data.get('depth')}"
     if data.get("num_rules"):
         return hierarchy_config_name(data.get("num_symbols"), data.get("num_classes") or data.get("num_symbols"),
                                      data["num_rules"], data.get("arity"), data.get("depth"),
@@ -209,6 +212,9 @@ def setting_of(run_config: dict, folder: Path | None = None) -> dict:
     if model.get("config_name"):
         model["config_name"] = (model_config_identity(folder) if folder is not None
                                 else config_file_hash(model["config_name"]))
+    if data.get("grammar_file"):  # a user's grammar by its content, as the run's identity holds it
+        grammar = Grammar.load(folder / "grammar.json" if folder is not None else data["grammar_file"])
+        data["grammar_file"] = "sha256:" + grammar_content_hash(grammar)
     return {"task": run_config.get("task"), "data_args": data, "model_args": model, "training_args": training}
 
 
