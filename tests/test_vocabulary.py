@@ -196,11 +196,23 @@ def test_initialisation_and_one_step_are_bit_for_bit_those_of_the_q_way_readout(
 
 def test_a_config_of_the_earlier_layout_reads_as_the_same_q_symbols(tmp_path):
     earlier = {"model_type": "treelang", "vocab_size": Q + 1, "bos_token_id": Q, "depth": DEPTH}
-    for config in (TreeLangConfig.from_dict(earlier), TreeLangConfig.from_dict({**earlier, "bos_token_id": None}),
-                   TreeLangConfig(vocab_size=Q + 1, bos_token_id=Q)):
+    (tmp_path / "config.json").write_text(json.dumps(earlier))
+    for config in (TreeLangConfig.from_dict(earlier), TreeLangConfig(vocab_size=Q + 1, bos_token_id=Q),
+                   AutoConfig.from_pretrained(tmp_path)):
         assert (config.num_symbols, config.vocab_size, config.bos_token_id, config.pad_token_id) == (Q, Q + 2, Q, Q + 1)
-    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in earlier.items() if k != "bos_token_id"}))
-    assert AutoConfig.from_pretrained(tmp_path).num_symbols == Q  # a file written before the causal head
+
+
+@pytest.mark.parametrize("bos_token_id", ["absent", None, Q])
+def test_a_config_dict_reads_as_the_constructor_reads_its_arguments(tmp_path, bos_token_id):
+    """``vocab_size = q + 2`` whichever way a config is built: only the earlier layout's mark (``bos_token_id`` one
+    below ``vocab_size``) reads a dict as ``q + 1`` ids."""
+    arguments = {"vocab_size": Q + 2, "depth": DEPTH}
+    if bos_token_id != "absent":
+        arguments["bos_token_id"] = bos_token_id
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "treelang", **arguments}))
+    for config in (TreeLangConfig(**arguments), TreeLangConfig.from_dict(arguments),
+                   AutoConfig.from_pretrained(tmp_path)):
+        assert (config.num_symbols, config.vocab_size, config.bos_token_id) == (Q, Q + 2, Q)
 
 
 @pytest.mark.parametrize("task", ["mlm", "clm", "root"])

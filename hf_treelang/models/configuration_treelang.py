@@ -58,8 +58,10 @@ class TreeLangConfig(PreTrainedConfig):
     Args:
         vocab_size (`int`, defaults to 6): number of token ids, `q + 2`: the symbols `0 .. q-1`, the mask token `q`
             and the padding token `q + 1` (the tokenizer's ids; the logits of the masked-LM and causal-LM heads cover
-            them all); `q >= 2`. A config dict of the earlier layout, `vocab_size = q + 1` with `bos_token_id = q`
-            (or without `bos_token_id`), is read as q symbols: every saved TreeLang checkpoint loads.
+            them all); `q >= 2`. The earlier layout, `vocab_size = q + 1`, is told by its mark, `bos_token_id =
+            vocab_size - 1` (which every config saved in it carries), and read as the same q symbols, whether the
+            config is built from arguments, a dict or a file; without that mark (`bos_token_id` absent, None or q)
+            `vocab_size` is q + 2.
         depth (`int`, defaults to 4): depth ℓ of the trees; sequences have exactly `arity**depth` tokens (`2**depth`).
         arity (`int`, defaults to 2): children s of every node of the data's trees (2 for the paper's grammars, any
             s >= 2 for a Random Hierarchy Model); sequences have `arity**depth` <= 65 536 tokens.
@@ -151,14 +153,6 @@ class TreeLangConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if self.id2label is None or len(self.id2label) != self.num_labels:
             self._name_symbol_labels()
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """transformers' `from_dict`; a dict without a `bos_token_id` (saved before the causal head existed) has the
-        earlier layout, `vocab_size = q + 1`, and is read as q symbols."""
-        if config_dict.get("bos_token_id") is None and _is_int(config_dict.get("vocab_size")):
-            config_dict = {**config_dict, "bos_token_id": config_dict["vocab_size"] - 1}
-        return super().from_dict(config_dict, **kwargs)
 
     def to_dict(self) -> dict:
         """transformers' dict, without `num_classes` when it is unset (the paper's configs keep their files)."""
