@@ -223,6 +223,13 @@ def test_reproduce_plans_every_run_on_a_grammar_file_and_builds_its_data_and_run
     reproduce(out, "tiny", progress=False, grammar_file=str(path), only=["data", "train_root"])
     assert Grammar.load(out / "data" / "grammar.json") == grammar
     assert (out / "runs" / "root" / "grammar.json").read_bytes() == path.read_bytes()
+    # the runs read OUT's copy: the user's file edited afterwards changes nothing of the reproduction ...
+    assert json.loads((out / "preset.json").read_text())["grammar_file"] == str((out / "grammar_file.json").resolve())
+    # ... and OUT refuses a reproduction on another grammar
+    other = tmp_path / "other.json"
+    Grammar.random(3, 1.0, 7).save(other)
+    with pytest.raises(ValueError, match="another grammar"):
+        reproduce(out, "tiny", progress=False, grammar_file=str(other), only=["data"])
 
 
 def test_reproduce_refuses_a_missing_grammar_file_in_one_line_before_writing_out(tmp_path, capsys):

@@ -45,6 +45,7 @@ from .plan_cache import write_cached_plan
 from .presets import PRESETS, PUBLIC_PRESETS, Preset
 
 PRESET_FILE = "preset.json"
+GRAMMAR_COPY = "grammar_file.json"  # OUT's copy of a --grammar_file, which every run of the reproduction reads
 MAX_WORKERS = 256  # processes that train a preset's runs side by side (reproduce --workers)
 
 # Names of the steps and report modules, imported on first access (PEP 562): they import torch, transformers and
@@ -90,6 +91,9 @@ def _check_out(out: Path, preset: Preset) -> None:
     if recorded is not None and recorded.get("name") != preset.name:
         raise ValueError(f"OUT {str(out)!r} holds a reproduction with preset {recorded.get('name')!r}; use another "
                          f"folder for preset {preset.name!r}")
+    if recorded is not None and recorded.get("grammar_sha256") != preset.grammar_sha256:
+        raise ValueError(f"OUT {str(out)!r} holds a reproduction on another grammar (sha256 "
+                         f"{recorded.get('grammar_sha256')}, this one's {preset.grammar_sha256}); use another folder")
 
 
 def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Callable | None = None,
@@ -112,6 +116,8 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         grammar_file: train every run and build the data on the grammar in this file (the JSON ``Grammar.save``
             writes) instead of the preset's generated one (:func:`~hf_treelang.reproduce.steps.with_grammar_file`).
     """
+    from hf_treelang.train.arguments import read_grammar_file  # lazy: as the steps below
+
     from .steps import steps_of, with_grammar_file  # lazy: loads torch; `hf-treelang --help` imports this package
 
     if preset not in PRESETS:
@@ -130,6 +136,11 @@ def reproduce(out_dir, preset: str = "quick", *, progress: bool = True, log: Cal
         raise ValueError(f"`workers` must be an integer in [0, {MAX_WORKERS}], got {workers!r}")
     with claim_folder(out, "OUT"):  # one reproduction per folder: a second one is refused, naming this process
         _check_out(out, spec)  # again, now that the folder is ours
+        if grammar_file is not None:  # every run reads OUT's copy: an edit of the user's file changes no run
+            out.mkdir(parents=True, exist_ok=True)
+            copy = out / GRAMMAR_COPY
+            read_grammar_file(grammar_file).save(copy)
+            spec = with_grammar_file(spec, copy)
         return _reproduce_owned(out, spec, steps, only=only, progress=progress, log=log, workers=workers)
 
 
