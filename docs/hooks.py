@@ -238,11 +238,17 @@ def _sample_complexity_page(folder: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-REPRODUCTION_PRESETS = ("quick", "laptop_long")  # docs/results_data/reproduce_<preset>/{findings.json,NOTE.md}
+REPRODUCTION_PRESETS = ("laptop_full", "quick", "laptop_long")  # docs/results_data/reproduce_<preset>/: findings.json,
+# NOTE.md, sweep_runs.json; the report's figures in docs/figures/reproduce_<preset>/
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _findings_section(preset: str) -> list:
-    from hf_treelang.reproduce.findings import describe
+    from hf_treelang.reproduce.findings import describe, rules_digest
     from hf_treelang.reproduce.report import margins_cell
 
     folder = DATA / f"reproduce_{preset}"
@@ -250,7 +256,20 @@ def _findings_section(preset: str) -> list:
     if not findings.is_file():
         return []
     record = json.loads(findings.read_text())
-    lines = [f"## `hf-treelang reproduce --preset {preset}`, under today's rules", ""]
+    today = record.get("rules") == rules_digest()
+    lines = [f"## `hf-treelang reproduce --preset {preset}`"
+             + (", under today's rules" if today else ", under the rules of its day"), ""]
+    if not today:
+        lines += ["These verdicts were decided by rules that have changed since (`findings.json` records no digest "
+                  "of today's `hf_treelang/reproduce/findings.py`); the measured numbers stand.", ""]
+    if record.get("wall_time_s") is not None:
+        machine = record.get("machine") or {}
+        root = record.get("root_run_s")
+        lines += [f"Wall time {_duration(record['wall_time_s'])} over {record.get('calls', 1)} call(s) on "
+                  f"{machine.get('cpu', 'an unnamed CPU')} ({machine.get('cores', '?')} cores"
+                  + (f", {machine['gpu']}" if machine.get("gpu") else "") + ")"
+                  + (f"; its main root run trained in {_duration(root)}" if root is not None else "")
+                  + " (from `findings.json`).", ""]
     note = folder / "NOTE.md"
     if note.is_file():
         lines += [note.read_text().strip(), ""]
@@ -262,7 +281,10 @@ def _findings_section(preset: str) -> list:
         measured = describe(shown) + (f" ({finding['note']})" if finding["note"] else "")
         lines.append(f"| {finding['figure']} | {finding['verdict']} | {measured.replace('|', '/')} | "
                      f"{margins_cell(finding['measured'].get('margins') or []).replace('|', '/')} |")
-    return lines + [""]
+    lines.append("")
+    for figure in sorted((ROOT / "docs" / "figures" / f"reproduce_{preset}").glob("*.png")):
+        lines += [f"![{figure.stem}](../figures/{figure.parent.name}/{figure.name})", ""]
+    return lines
 
 
 def _reproduction_page() -> str:

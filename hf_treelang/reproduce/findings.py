@@ -62,6 +62,7 @@ deepest common ancestor, ``(i ^ j).bit_length()`` (0 for i itself, 1 for its sib
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -72,7 +73,16 @@ from typing import Callable
 import numpy as np
 
 from hf_treelang.analysis.io import write_json
-from hf_treelang.core.noise import Z, bounded_mean_error, family_z, fraction_error, invalid_error, told_apart
+from hf_treelang.core.noise import (
+    Z,
+    bounded_mean_error,
+    difference_error,
+    family_z,
+    fraction_error,
+    invalid_error,
+    mean_error,
+    told_apart,
+)
 from hf_treelang.jsonio import read_json, read_json_object
 
 from .presets import Preset, check_figures, step_names
@@ -338,7 +348,7 @@ def _difference_noise(first, second, *, same_inputs: bool) -> float | NoNoise:
     for error in (first, second):
         if isinstance(error, NoNoise):
             return error
-    return first + second if same_inputs else math.hypot(first, second)
+    return difference_error(first, second, same_inputs=same_inputs)
 
 
 def all_of(outcomes) -> bool | None:
@@ -849,7 +859,7 @@ def _check_mlm_attention(data: dict, out: Path) -> tuple:
         firsts.append(d[0])
         climbs.append(np.nanmax(d) - d[0])
     if len(models) > 1:  # the spread over seeds
-        first_noise, climb_noise = (float(np.std(v, ddof=1) / math.sqrt(len(v))) for v in (firsts, climbs))
+        first_noise, climb_noise = (mean_error(np.asarray(v)) for v in (firsts, climbs))
     else:
         widest = int(np.nanargmax(distance))
         first_noise = _share_noise(model, float(itself[0]), depth - 1)
@@ -1638,12 +1648,18 @@ def check_all(out, preset: Preset | None = None) -> list:
     return [check(out, preset) for check in CHECKS]
 
 
+def rules_digest() -> str:
+    """The first digits of the sha256 of this module's source: the rules a findings file was decided by."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
 def write_findings(out, preset: Preset | None = None) -> tuple:
     """Check every figure (:func:`check_all`) and write ``OUT/findings.json`` (with the reproduction's time and
     machine, :func:`~hf_treelang.reproduce.timing.timing_summary`); returns (findings, path)."""
     findings = check_all(out, preset)
     counts = {verdict: sum(f.verdict == verdict for f in findings) for verdict in VERDICTS}
     path = write_json(Path(out) / FINDINGS_FILE, {"preset": None if preset is None else preset.name,
+                                                  "rules": rules_digest(),
                                                   **timing_summary(out, None if preset is None else
                                                                    dataclasses.asdict(preset)),
                                                   "verdicts": counts,
