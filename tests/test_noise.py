@@ -83,3 +83,15 @@ def test_a_paired_error_that_is_not_a_standard_error_tells_no_level_apart(bad, t
     rows = [dict(row) for row in ROWS]
     rows[1]["eval_kl_gap_se_bp_k1"] = bad
     assert _history(tmp_path, rows).within_noise_of_closest()[1] is None
+
+
+def test_the_error_of_a_mean_is_the_sample_deviation_over_root_n_in_every_container():
+    import numpy as np
+    import torch
+
+    values = [0.5, 1.5, 2.0, 4.0]
+    expected = math.sqrt(sum((v - 2.0) ** 2 for v in values) / 3) / 2  # s (n - 1 in its denominator) / √n, n = 4
+    for container in (values, np.array(values), torch.tensor(values, dtype=torch.float64)):
+        assert noise.mean_error(container) == pytest.approx(expected, rel=1e-15, abs=0)
+    for too_few in ([], [1.0], np.array([1.0]), torch.tensor([1.0])):
+        assert math.isnan(noise.mean_error(too_few))  # no spread is measured from fewer than two values

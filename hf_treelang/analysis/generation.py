@@ -45,6 +45,7 @@ import torch
 
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
+from hf_treelang.core.noise import mean_error
 from hf_treelang.core.oracle import NEXT_LEAF_TASK, next_leaf_inputs
 from hf_treelang.core.params import check_int
 from hf_treelang.core.resources import check_memory, generation_bytes, model_sizes
@@ -123,7 +124,7 @@ def _mean_and_error(values: np.ndarray) -> tuple:
         return None, math.inf
     if values.size == 1:
         return float(values[0]), math.inf
-    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
+    return float(values.mean()), mean_error(values)
 
 
 @dataclass

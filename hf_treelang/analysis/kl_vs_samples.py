@@ -23,6 +23,7 @@ import torch
 
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.metrics import compare_with_bp, kl_divergence
+from hf_treelang.core.noise import mean_error
 from hf_treelang.core.oracle import predicted_marginals
 from hf_treelang.core.sampling import uniform_sequences
 from hf_treelang.plotting import level_color, pyplot, save_figure
@@ -100,9 +101,7 @@ def uniform_kl(output_dir, *, num_samples: int = 10_000, seed: int = UNIFORM_SEE
     log_model, _ = symbol_log_probabilities(logits, q, getattr(model.config, "num_classes", None))  # (n', q)
     per_sequence = kl_divergence(targets, log_model)  # (n',)
     kl = compare_with_bp(log_model, targets)["kl"]
-    error = float(per_sequence.std(unbiased=True) / per_sequence.numel() ** 0.5) if per_sequence.numel() > 1 \
-        else float("nan")
-    return float(kl), int((~possible).sum()), error
+    return float(kl), int((~possible).sum()), mean_error(per_sequence)
 
 
 def kl_vs_samples(points, *, title: str, depth: int, num_samples: int = 10_000) -> KLFigure:

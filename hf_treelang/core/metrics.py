@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .noise import mean_error
+
 
 def _as_float64(values) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values) if not isinstance(values, torch.Tensor) else values).to(torch.float64)
@@ -140,16 +142,11 @@ class DistributionComparison:
         return {
             "kl_mean": float(self.kl.mean()) if self.kl.size else math.nan,
             "kl_median": float(np.median(self.kl)) if self.kl.size else math.nan,
-            "kl_standard_error": _standard_error(self.kl),
+            "kl_standard_error": mean_error(self.kl),
             "argmax_match": float(self.argmax_match.mean()) if self.argmax_match.size else math.nan,
             "spearman_mean": float(spearman.mean()) if spearman.size else math.nan,
-            "spearman_standard_error": _standard_error(spearman),
+            "spearman_standard_error": mean_error(spearman),
         }
-
-
-def _standard_error(values: np.ndarray) -> float:
-    """Sample standard deviation / √n of ``values`` (n,); NaN for n < 2."""
-    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
 
 
 def compare_distributions(reference, model) -> DistributionComparison:

@@ -27,6 +27,7 @@ Standard library only; the analyses (:mod:`hf_treelang.analysis.dynamics`) and t
 from __future__ import annotations
 
 import math
+import statistics
 from numbers import Real
 from statistics import NormalDist
 
@@ -68,6 +69,28 @@ def fraction_error(fraction: float, count: int) -> float:
     if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:
         raise ValueError(f"`fraction` must be a number in [0, 1], got {fraction!r}")
     return math.sqrt(fraction * (1.0 - fraction) / count)
+
+
+def mean_error(values) -> float:
+    """Standard error s/√n of the mean of ``values``, n per-input values (a numpy array or a torch tensor, computed in
+    its own dtype; any other sequence of numbers in float64), s their sample standard deviation (n − 1 in its
+    denominator); NaN for fewer than two values.
+
+    Example:
+        >>> mean_error([1.0, 2.0, 3.0, 4.0, 5.0])  # s = √2.5 over √5
+        0.7071067811865476
+    """
+    if hasattr(values, "numel"):  # a torch tensor: its std divides by n − 1
+        count = int(values.numel())
+        spread = values.std() if count > 1 else None
+    elif hasattr(values, "std") and hasattr(values, "size"):  # a numpy array
+        count = int(values.size)
+        spread = values.std(ddof=1) if count > 1 else None
+    else:
+        values = [float(value) for value in values]
+        count = len(values)
+        spread = statistics.stdev(values) if count > 1 else None
+    return math.nan if spread is None else float(spread / math.sqrt(count))
 
 
 def bounded_mean_error(low: float, high: float, count: int) -> float:
@@ -125,4 +148,5 @@ def family_z(comparisons: int, z: float = Z) -> float:
     return normal.inv_cdf(1.0 - (1.0 - normal.cdf(z)) / comparisons)
 
 
-__all__ = ["Z", "bounded_mean_error", "difference_error", "family_z", "fraction_error", "invalid_error", "told_apart"]
+__all__ = ["Z", "bounded_mean_error", "difference_error", "family_z", "fraction_error", "invalid_error",
+           "mean_error", "told_apart"]

@@ -59,6 +59,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.metrics import accuracy, compare_with_bp, kl_divergence, log_probabilities
+from hf_treelang.core.noise import mean_error
 from hf_treelang.core.oracle import (
     NEXT_LEAF_TASK,
     TASKS,
@@ -69,7 +70,7 @@ from hf_treelang.core.oracle import (
     next_leaf_loss,
     task_inputs,
 )
-from hf_treelang.core.params import MAX_SIZE, check_int, check_param
+from hf_treelang.core.params import MAX_SIZE, check_int
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.models.architectures import slow_path
@@ -190,8 +191,7 @@ def _gap_standard_errors(per_level: dict, means: dict, prefix: str) -> dict:
     out = {}
     for k, per_sequence in per_level.items():
         gap = per_sequence - per_level[closest]  # (n,)
-        out[f"{prefix}{KL_GAP_SE_KEY}{k}"] = (float(gap.std() / math.sqrt(gap.numel())) if gap.numel() > 1
-                                              else float("nan"))
+        out[f"{prefix}{KL_GAP_SE_KEY}{k}"] = mean_error(gap)
     return out
 
 
@@ -372,8 +372,7 @@ class BPKLCallback(TrainerCallback):
             # the sampling error of that mean over the sequences (a causal run's positions are averaged per sequence)
             per_sequence = kl_divergence(marginals.reshape(-1, q), mine.reshape(-1, q)).reshape(
                 mine.shape[0], -1).mean(-1)  # (n,)
-            out[f"{prefix}kl_se_bp_k{k}"] = (float(per_sequence.std() / math.sqrt(per_sequence.numel()))
-                                              if per_sequence.numel() > 1 else float("nan"))
+            out[f"{prefix}kl_se_bp_k{k}"] = mean_error(per_sequence)
             if rows is None or bool(rows.all()):
                 per_level[k] = per_sequence
             out[f"{prefix}match_bp_k{k}"] = result["argmax_agreement"]
