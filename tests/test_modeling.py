@@ -232,7 +232,8 @@ def test_get_input_embeddings_is_the_token_embedding():
     for cls in HEADS:
         embedding = tiny_model(cls).get_input_embeddings()
         assert isinstance(embedding, nn.Embedding)
-        assert tuple(embedding.weight.shape) == (Q + 1, 32)
+        assert tuple(embedding.weight.shape) == (Q + 1, 32)  # the symbols and the mask: [PAD] is never an input
+        assert embedding.num_embeddings == tiny_config().num_embeddings
 
 
 def test_positional_encoding_is_fixed_sinusoidal_buffer():

@@ -293,6 +293,12 @@ class TreeLangConfig(PreTrainedConfig):
         return self.vocab_size - 2
 
     @property
+    def num_embeddings(self) -> int:
+        """Rows of the token embedding, q + 1: a row per id the data hold, the symbols and the mask token (the
+        padding id q + 1 is never an input, so it has none)."""
+        return self.vocab_size - 1
+
+    @property
     def pad_token_id(self) -> int:
         """Id of the padding token, q + 1 (TreeLang sequences all have `arity**depth` leaves: none is padded)."""
         return self.vocab_size - 1

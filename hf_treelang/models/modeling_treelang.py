@@ -280,8 +280,7 @@ class TreeLangEmbeddings(nn.Module):
 
     def __init__(self, config: TreeLangConfig):
         super().__init__()
-        # a row per id the data hold, the symbols and the mask: [PAD] (q + 1) is never an input
-        self.token_embeddings = nn.Embedding(config.num_symbols + 1, config.hidden_size)
+        self.token_embeddings = nn.Embedding(config.num_embeddings, config.hidden_size)  # the symbols and the mask
         self.register_buffer(
             "positional_encoding",
             sinusoidal_positional_encoding(config.max_position_embeddings, config.hidden_size),
@@ -524,7 +523,7 @@ class TreeLangPreTrainedModel(PreTrainedModel):
         """The draws of `initialize_weights` under `"torch_cloned_layers"` (see there)."""
         config, encoder = self.config, self.base_model
         embedding = encoder.embeddings.token_embeddings.weight  # (q + 1, d): the symbols and the mask
-        drawn_rows = config.num_symbols + 1 if self._authors_embed_mask_token else config.num_symbols
+        drawn_rows = config.num_embeddings if self._authors_embed_mask_token else config.num_symbols
         if _needs_init(embedding):
             init.normal_(embedding[:drawn_rows])  # N(0, 1), as nn.Embedding
             init.zeros_(embedding[drawn_rows:])  # (0, d), or the root classifier's mask row

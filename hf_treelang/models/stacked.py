@@ -176,7 +176,7 @@ class StackedEmbeddings(nn.Module):
 
     def __init__(self, members: int, config: TreeLangConfig):
         super().__init__()
-        self.num_embeddings = config.num_symbols + 1  # V: the rows of each member's table
+        self.num_embeddings = config.num_embeddings  # V: the rows of each member's table
         self.token_embeddings = StackedTable(members, self.num_embeddings, config.hidden_size)
         self.register_buffer(
             "positional_encoding",
