@@ -321,7 +321,7 @@ def test_progress_bars_are_turned_off_only_off_a_terminal():
 
     import datasets
 
-    from hf_treelang.train.callbacks import quiet_progress_bars_off_terminal
+    from hf_treelang.progress import quiet_progress_bars_off_terminal
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -74,7 +74,7 @@ from hf_treelang.core.params import MAX_SIZE, check_int
 from hf_treelang.core.sampling import sample_trees
 from hf_treelang.jsonio import read_json_object, write_json_atomic
 from hf_treelang.models.architectures import slow_path
-from hf_treelang.progress import format_duration, is_terminal, quiet_progress_bars_off_terminal  # noqa: F401
+from hf_treelang.progress import format_duration, is_terminal
 
 from .contention import contention_line, cpu_share
 

@@ -57,6 +57,7 @@ from hf_treelang.models.modeling_treelang import (
     TreeLangForSequenceClassification,
 )
 from hf_treelang.models.stacked import StackedTreeLang
+from hf_treelang.progress import quiet_progress_bars_off_terminal
 
 from .callbacks import (
     REFERENCE_SIZE,
@@ -67,7 +68,6 @@ from .callbacks import (
     MetricsHistoryCallback,
     evaluation_history,
     evaluation_line,
-    quiet_progress_bars_off_terminal,
     reference_count,
     write_history,
 )
