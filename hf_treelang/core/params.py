@@ -8,8 +8,9 @@ reported with the same wording::
 
 Names (one per quantity):
 
-* ``num_symbols`` (q): the symbols ``0 .. q-1``. The model's ``TreeLangConfig.vocab_size`` is q + 1 (the mask id q
-  is the extra embedding row), named as transformers names the embedding size.
+* ``num_symbols`` (q): the symbols ``0 .. q-1``. The model's ``TreeLangConfig.vocab_size`` is q + 2, every id of
+  its tokenizer: the symbols, the mask id q (the causal model's beginning of sequence) and the padding id q + 1;
+  its token embedding has a row for each of the q + 1 ids an input holds (``TreeLangConfig.num_embeddings``).
 * ``depth`` (ℓ): sequences have ``2**depth`` leaves (``arity**depth`` for a grammar of arity s). ``filter_level`` (k)
   in [0, ℓ].
 * ``arity`` (s): the children of every node of a tree grammar (2 for the paper's, any s >= 2 for the Random

@@ -24,10 +24,10 @@ given. The depth is checked against a root readout over the concatenated tokens 
 model's weights work at any length, so the command says that its depth is as given, and the converted model refuses
 sequences of another length. The number of heads cannot be read from the weights and defaults to 1, as in the paper.
 
-A root classifier of the paper embeds the q symbols only. TreeLang models embed q + 1 ids (the mask token q; the
-padding id q + 1 embeds as zero without a weight), so the converter appends a zero row for the mask token: the root
-classifier never sees it, and on every input of symbols the converted model gives the same logits. A converted
-masked-LM model's logits cover the vocabulary's q + 2 ids, the paper's q scores first.
+A root classifier of the paper embeds the q symbols only. TreeLang models embed q + 1 ids (the symbols and the mask
+token q; the padding id q + 1 is refused as an input, so it has no row), so the converter appends a zero row for the
+mask token: the root classifier never sees it, and on every input of symbols the converted model gives the same
+logits. A converted masked-LM model's logits cover the vocabulary's q + 2 ids, the paper's q scores first.
 
 Usage: `hf-treelang convert STATE_DICT OUT --task root|mlm --depth L`
 """
