@@ -117,7 +117,8 @@ class Prediction:
     Attributes:
         probabilities: (n, q) float64, the symbols' logits renormalised among themselves.
         mass_on_special_tokens: the mean over the n predictions of the probability on ids that are not symbols
-            (at most 2 exp(-128) for a TreeLang model, whose special ids score far below every symbol).
+            (at most 2 exp(−SPECIAL_LOGIT_GAP) for a TreeLang model, whose special ids score that many nats below
+            every symbol, :data:`hf_treelang.models.special_logits.SPECIAL_LOGIT_GAP`).
     """
 
     probabilities: np.ndarray

@@ -27,7 +27,8 @@ them far below every symbol). Q is its distribution over the q symbols, each nex
 symbols' logits (:func:`hf_treelang.train.callbacks.symbol_log_probabilities`), and the samples come from that Q:
 ``generate`` suppresses the special ids (``suppress_tokens``, their logits set to −inf), which is the same
 renormalisation. What the rows put on the special ids is reported as ``mass_on_special_tokens``, the mean over the
-rows of the generated and of the true sequences (at most 2 exp(-128) for a TreeLang model). A sample
+rows of the generated and of the true sequences (at most 2 exp(−``SPECIAL_LOGIT_GAP``) for a TreeLang model, whose
+special ids score :data:`hf_treelang.models.special_logits.SPECIAL_LOGIT_GAP` nats below every symbol). A sample
 that still holds a special id (a model whose ``generate`` does not apply ``suppress_tokens``) is not a sequence of
 the language: it is counted in ``num_special_samples`` and scored log P = log Q = −inf, i.e. as a sample the grammar
 cannot produce (KL(model ‖ data) = +inf with its count), never a crash.

@@ -16,11 +16,11 @@ logits is the model's P(x_i | x_<i), aligned with the exact oracle `hf_treelang.
 
 One vocabulary. `config.vocab_size` is q + 2, the tokenizer's ids, and the two language-model heads return logits
 over all of them (`special_logits.vocabulary_logits`): the q symbols' scores, then `[MASK]` and `[PAD]` a fixed
-128 nats below the row's least likely symbol, finite in every dtype. Their losses are the cross-entropy over the q
-symbols (the targets are always symbols), so the training, its gradients and its numbers are those of the q-way
-readout. The embedding holds a row for each id the data hold, the symbols and the mask (q + 1 rows): TreeLang
-sequences all have 2**l leaves, so `[PAD]`, which the tokenizer needs to pad a batch, is never an input, and an
-input that holds it is refused, saying why.
+`special_logits.SPECIAL_LOGIT_GAP` nats below the row's least likely symbol, finite in every dtype. Their losses are
+the cross-entropy over the q symbols (the targets are always symbols), so the training, its gradients and its
+numbers are those of the q-way readout. The embedding holds a row for each id the data hold, the symbols and the
+mask (q + 1 rows, `config.num_embeddings`): TreeLang sequences all have 2**l leaves, so `[PAD]`, which the tokenizer
+needs to pad a batch, is never an input, and an input that holds it is refused, saying why.
 
 Attention goes through transformers' attention interface (`config._attn_implementation`: "sdpa" by default, "eager",
 or any registered kernel), so `attn_implementation=` and `set_attn_implementation` take effect; `output_attentions=True`
@@ -771,7 +771,8 @@ class TreeLangForMaskedLM(TreeLangPreTrainedModel):
             positions and -100 elsewhere; gives the cross-entropy averaged over masked positions.
 
         Returns `logits` of shape `(batch, 2**depth, q + 2)` (`config.vocab_size`): the q symbols' scores, then
-        `[MASK]` and `[PAD]` 128 nats below the least likely symbol (`special_logits.vocabulary_logits`).
+        `[MASK]` and `[PAD]` `SPECIAL_LOGIT_GAP` nats below the least likely symbol
+        (`special_logits.vocabulary_logits`).
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         self._check_inputs(input_ids, labels, mlm_labels=True)

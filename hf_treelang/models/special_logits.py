@@ -9,8 +9,8 @@ pipelines, ``generate``, ``LabelSmoother``) finds each id's score.
 
 The special ids score :data:`SPECIAL_LOGIT_GAP` nats below the least likely symbol of their row, and never below
 the dtype's most negative finite number: finite in float32, bfloat16 and float16 alike, ranked after every symbol
-of finite logit, and with a probability at most ``exp(-128)`` times the least likely symbol's, which is 0.0 in a
-float32 softmax. The softmax over the symbols is the head's own, to float rounding. Their scores are constants: no
+of finite logit, and with a probability at most ``exp(-SPECIAL_LOGIT_GAP)`` times the least likely symbol's, 0.0
+in a float32 softmax. The softmax over the symbols is the head's own, to float rounding. Their scores are constants: no
 gradient flows through them, so a loss over the whole vocabulary trains the symbols' logits only.
 
 This file depends on torch only: it is copied next to saved checkpoints with the modelling code that imports it.
