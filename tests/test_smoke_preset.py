@@ -1,6 +1,8 @@
 """The smoke preset (``--preset smoke``): the first run of Getting started, the laptop run of each task cut short on the
 same data, with at least two evaluations after step 0, written beside (not into) the long run's folder."""
 
+import dataclasses
+
 import pytest
 
 from hf_treelang.train import laptop_settings as laptop
@@ -12,12 +14,22 @@ SMOKE_TASKS = ("root", "mlm", "clm")
 
 
 @pytest.mark.parametrize("task", SMOKE_TASKS)
-def test_the_smoke_preset_resolves_to_its_stated_sizes(task):
-    data_args, model_args, args = parse_command_line(task, ["--preset", "smoke"])[:3]
-    assert (data_args.num_train, args.num_train_epochs) == (2**13, 4.0)
-    assert optimizer_steps(args, data_args.num_train) == 1024  # batches of 32
-    assert (data_args.num_eval, data_args.num_test, args.num_evaluations, args.cpu_threads) == (1000, 1000, 4, 1)
-    assert (model_args.hidden_size, model_args.intermediate_size) == (64, 256)  # the laptop model
+def test_the_smoke_run_is_the_laptop_run_but_for_the_sizes_the_smoke_settings_name(task):
+    smoke, long = parse_command_line(task, ["--preset", "smoke"])[:3], parse_command_line(task, [])[:3]
+    own = {"preset", "output_dir"}  # its name, and a folder of its own (see below)
+    named = set()
+    for smoke_part, long_part in zip(smoke, long):  # the data, model and training arguments
+        for field in dataclasses.fields(smoke_part):
+            value = getattr(smoke_part, field.name)
+            if field.name in laptop.SMOKE:
+                assert value == laptop.SMOKE[field.name], field.name
+                named.add(field.name)
+            elif field.name not in own:
+                assert value == getattr(long_part, field.name), field.name
+    assert named == set(laptop.SMOKE)  # every size the smoke settings name is an argument of the run
+    data_args, _, args = smoke
+    presentations = data_args.num_train * args.num_train_epochs  # every training sequence, once per epoch
+    assert optimizer_steps(args, data_args.num_train) == presentations / args.per_device_train_batch_size
 
 
 @pytest.mark.parametrize("task", SMOKE_TASKS)
@@ -37,8 +49,9 @@ def test_the_smoke_preset_is_the_laptop_run_on_the_same_data_and_model(task):
 @pytest.mark.parametrize("task", SMOKE_TASKS)
 def test_the_smoke_run_evaluates_at_least_twice_after_step_zero(task):
     data_args, _, args = parse_command_line(task, ["--preset", "smoke"])[:3]
-    steps = log_spaced_steps(optimizer_steps(args, data_args.num_train), args.num_evaluations)
-    assert len(steps) >= 2 and steps[-1] == 1024
+    total = optimizer_steps(args, data_args.num_train)
+    steps = log_spaced_steps(total, args.num_evaluations)
+    assert len(steps) >= 2 and steps[-1] == total  # the last evaluation is the final model's
 
 
 @pytest.mark.parametrize("task", SMOKE_TASKS)
