@@ -463,9 +463,9 @@ COMMANDS = {
     "prune": (
         "hf_treelang.train.prune",
         "remove a finished run's checkpoints before sharing it",
-        "Remove the checkpoint-<step> folders of finished runs, which only a resume reads (most of a run's bytes): "
-        "the folder stays a complete run for every analysis, compare and sweep (run_complete.json lists what "
-        "remains and the checkpoints removed). Every folder is checked first: a run that is incomplete, damaged or "
+        "Remove the checkpoint-<step> folders of finished runs (most of a run's bytes), which a resume and the "
+        "attention dynamics over training read: the folder stays a complete run for every analysis, compare and "
+        "sweep (run_complete.json lists what remains and the checkpoints removed). Every folder is checked first: a run that is incomplete, damaged or "
         "held by a live process is refused before any is touched.",
         _prune_arguments,
     ),

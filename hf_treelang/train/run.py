@@ -58,6 +58,7 @@ from .arguments import (
     EnsembleArguments,
     ModelArguments,
     TreeLangTrainingArguments,
+    nullable_fields,
     grammar_content_hash,
     parse_command_line,
     parse_values,
