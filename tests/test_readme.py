@@ -6,15 +6,20 @@ working directory, each with the extra arguments of ``TINY`` that shrink data, m
 without an entry in ``TINY`` fails the test: a new command must come with its tiny variant.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import torch
+
+from hf_treelang import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -47,7 +52,7 @@ TINY = {
     ),
     "hf-treelang sweep spec.json outputs/sweep": "--workers 0 --no-progress",  # spec.json: SWEEP_TINY
     "hf-treelang sweep --status outputs/sweep": "",
-    "hf-treelang reproduce --preset quick outputs/reproduction": "--preset tiny --no-progress",
+    "hf-treelang reproduce --preset quick outputs/reproduction": "--preset tiny --only data bp --no-progress",
     "hf-treelang reproduce --preset paper --plan outputs/plan": "--preset tiny",
 }
 # The README's SPEC (its json block) is written to spec.json with this base: the same grid, tiny runs.
@@ -87,19 +92,39 @@ def test_every_readme_command_has_a_tiny_variant():
 
 
 def _run(command, cwd, env):
-    argv = shlex.split(command)
-    if argv[0] == "hf-treelang":
-        argv = [sys.executable, "-m", "hf_treelang.cli", *argv[1:]]
-    elif argv[:2] == ["accelerate", "launch"]:
-        argv = [sys.executable, "-m", "accelerate.commands.launch", *argv[2:]]
-    elif argv[0] == "python":
-        argv = [sys.executable, *argv[1:]]
-    argv = [str(ROOT / a) if a.startswith("training/") else a for a in argv]
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    """Run one README command as its shell would: ``accelerate launch`` in its own processes; the ``python`` scripts
+    and ``hf-treelang`` in this interpreter, through their entry points, with their ``sys.argv`` and working
+    directory (a fresh interpreter per command would import torch and transformers a dozen times). Returns (exit
+    status, the end of what it printed)."""
+    argv = [str(ROOT / a) if a.startswith("training/") else a for a in shlex.split(command)]
+    if argv[:2] == ["accelerate", "launch"]:
+        done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *argv[2:]], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stdout[-3000:] + done.stderr[-3000:]
+    printed, threads, argv_before, cwd_before = io.StringIO(), torch.get_num_threads(), sys.argv, os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            if argv[0] == "hf-treelang":
+                sys.argv = argv
+                code = cli.main(argv[1:])
+            else:
+                assert argv[0] == "python", command
+                sys.argv = argv[1:]
+                try:
+                    runpy.run_path(argv[1], run_name="__main__")
+                    code = 0
+                except SystemExit as stop:
+                    code = stop.code
+    finally:
+        sys.argv = argv_before
+        os.chdir(cwd_before)
+        torch.set_num_threads(threads)
+    return code, printed.getvalue()[-3000:]
 
 
 def test_readme_commands_run_at_a_tiny_size(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     (spec,) = [json.loads(block) for block in code_blocks("json")]
     (tmp_path / "spec.json").write_text(json.dumps({**spec, "base": {**spec["base"], **SWEEP_TINY}}))
@@ -107,8 +132,8 @@ def test_readme_commands_run_at_a_tiny_size(tmp_path):
         tiny = f"{command} {TINY[command]}".strip()
         if "--preset tiny" in tiny:
             tiny = re.sub(r"--preset (quick|paper) ", "", tiny)
-        done = _run(tiny, tmp_path, env)
-        assert done.returncode == 0, f"{tiny}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        code, printed = _run(tiny, tmp_path, env)
+        assert code == 0, f"{tiny}\n{printed}"
     outputs = tmp_path / "outputs"
     assert (outputs / "run_mlm" / "config.json").is_file() and (outputs / "run_root" / "config.json").is_file()
     assert (outputs / "run_mlm_bert" / "tokenizer.json").is_file()
