@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from hf_treelang.analysis.construction import write_bp_transformer
-from hf_treelang.core.attention_template import template_similarity
 from hf_treelang.core.bp import BeliefPropagation
 from hf_treelang.core.grammar import Grammar
 from hf_treelang.core.metrics import kl_divergence

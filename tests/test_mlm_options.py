@@ -8,8 +8,6 @@ Tiny sizes (ℓ = 2 or 4, q = 3 or 4, 12 steps).
 import copy
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,13 +190,12 @@ def test_a_mask_option_is_refused_by_a_task_that_masks_nothing(tmp_path):
 
 
 def test_the_script_refuses_a_block_size_above_the_tree_in_one_line_with_exit_2(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "training" / "run_mlm.py"), "--depth", "2",
-                           "--block_mask_fraction", "0.5", "--block_mask_sizes", "8",
-                           "--output_dir", str(tmp_path / "never")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and "block_mask_sizes" in done.stderr
+    from tiny_run import run_script
+
+    code, _, stderr = run_script("mlm", ["--depth", "2", "--block_mask_fraction", "0.5", "--block_mask_sizes", "8",
+                                         "--output_dir", tmp_path / "never"])
+    assert code == 2
+    assert len(stderr.strip().splitlines()) == 1 and "block_mask_sizes" in stderr
     assert not (tmp_path / "never").exists()
 
 
@@ -564,12 +561,12 @@ def test_an_out_of_range_curriculum_is_refused_naming_the_parameter(tmp_path, ar
 
 
 def test_the_script_refuses_a_curriculum_below_sigma_in_one_line_with_exit_2(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "training" / "run_mlm.py"), "--sigma_curriculum_start", "0.5",
-                           "--sigma_curriculum_epochs", "2", "--output_dir", str(tmp_path / "never")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and "sigma_curriculum_start" in done.stderr
+    from tiny_run import run_script
+
+    code, _, stderr = run_script("mlm", ["--sigma_curriculum_start", "0.5", "--sigma_curriculum_epochs", "2",
+                                         "--output_dir", tmp_path / "never"])
+    assert code == 2
+    assert len(stderr.strip().splitlines()) == 1 and "sigma_curriculum_start" in stderr
     assert not (tmp_path / "never").exists()
 
 

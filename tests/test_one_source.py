@@ -17,7 +17,6 @@ import dataclasses
 import inspect
 import itertools
 import re
-from pathlib import Path
 
 import datasets
 import numpy as np

@@ -257,7 +257,7 @@ def test_overwrite_output_dir_replaces_the_previous_run_and_keeps_other_files(tm
 
 
 def test_the_analyses_refuse_an_interrupted_run_folder_naming_what_is_missing(tmp_path, uninterrupted, capsys):
-    from hf_treelang.analysis import calibration, dynamics, load_checkpoint
+    from hf_treelang.analysis import dynamics, load_checkpoint
 
     out = _copy_run(uninterrupted, "mlm", tmp_path / "run")
     load_checkpoint(out)  # complete: loads
@@ -498,14 +498,11 @@ def test_a_resumed_run_keeps_the_start_of_its_folder(tmp_path, uninterrupted):
 
 def test_a_script_reports_bad_input_in_one_line_with_exit_status_2(tmp_path):
     """Not a usage block of every flag, not a traceback: argparse's message (and every ValueError of the checks)."""
-    import subprocess
-    import sys
+    from tiny_run import run_script
 
-    script = Path(__file__).resolve().parents[1] / "training" / "run_root.py"
-    done = subprocess.run([sys.executable, str(script), "--hidden_dropout_prob", "abc", "--output_dir",
-                           str(tmp_path / "never")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    code, _, stderr = run_script("root", ["--hidden_dropout_prob", "abc", "--output_dir", tmp_path / "never"])
+    assert code == 2
+    assert stderr.strip().splitlines() == [
         "run_root.py: error: argument --hidden_dropout_prob/--hidden-dropout-prob: invalid float value: 'abc' "
         "(see --help for the flags and their types)"]
     assert not (tmp_path / "never").exists()

@@ -3,7 +3,6 @@ improvement, the record a run folder keeps, resumption to the same bytes, identi
 and its arguments refused with their ranges before any work."""
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from hf_treelang.train.loop import train
-from hf_treelang.train.run import identity_config, runs_from_command_line
+from hf_treelang.train.run import runs_from_command_line
 from hf_treelang.train.stopping import CHECK_KEY, StoppingRecord
 
 from test_reliability import StopAt

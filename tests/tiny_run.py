@@ -34,3 +34,26 @@ def weights_close(first: dict, second: dict, atol: float = 1e-5) -> bool:
         if not torch.allclose(value, other, rtol=0, atol=atol):
             return False
     return True
+
+
+def run_script(task, argv):
+    """``python training/run_TASK.py ARGV`` run in this interpreter as its entry point runs it (its ``sys.argv``):
+    returns (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "training" / f"run_{task}.py"
+    out, err, before = io.StringIO(), io.StringIO(), sys.argv
+    sys.argv = [str(script), *map(str, argv)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(script), run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        sys.argv = before
+    return code, out.getvalue(), err.getvalue()

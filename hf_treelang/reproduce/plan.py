@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from hf_treelang.analysis import sample_complexity
-from hf_treelang.jsonio import read_json_object, write_json_atomic
+from hf_treelang.jsonio import read_json_object
 from hf_treelang.sweep.estimate import estimate, estimate_lines, format_duration, optimizer_steps
 from hf_treelang.sweep.runner import RUNS_DIR, SWEEP_FILE, execute_runs, sweep_run
 from hf_treelang.train.folders import finished_run

@@ -12,13 +12,11 @@ Dimension glossary: ``b`` batch, ``L = 2**ℓ`` positions, ``q`` symbols.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from hf_treelang.core.oracle import next_leaf_inputs
 from hf_treelang.progress import format_duration
