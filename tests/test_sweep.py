@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -613,3 +614,17 @@ def test_a_training_field_outside_the_identity_that_may_change_the_result_is_ref
         engine.run_sweep(_spec(bf16_full_eval=True), tmp_path / "out", **_quiet())
     assert not (tmp_path / "out").exists()
     assert engine.run_sweep(_spec({"seed": [0]}, logging_steps=7), tmp_path / "ok", **_quiet()).failed == {}
+
+
+def test_an_interrupted_local_sweep_stops_its_workers_at_once_instead_of_waiting_for_their_runs():
+    from slow_jobs import quick_or_slow_job
+
+    from hf_treelang.sweep.runner import run_local
+
+    def on_result(payload, results):
+        raise KeyboardInterrupt  # Ctrl-C while the slow job still trains
+
+    started = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_local([{"sleep_s": 0.0}, {"sleep_s": 600.0}], 2, on_result, job=quick_or_slow_job)
+    assert time.perf_counter() - started < 120

@@ -466,11 +466,15 @@ def require_submitit(cluster: str = "slurm"):
     return submitit
 
 
-def run_local(payloads: list, workers: int, on_result: Callable) -> None:
-    """Run ``payloads`` on ``workers`` spawned processes (0: one after the other in this process)."""
+def run_local(payloads: list, workers: int, on_result: Callable, job: Callable = None) -> None:
+    """Run ``payloads`` on ``workers`` spawned processes (0: one after the other in this process); ``job`` (a
+    module-level function, default :func:`execute_job`) runs one payload. An interruption of this process (Ctrl-C,
+    an error of ``on_result``) stops the workers at once, as a killed driver does: their runs resume from their last
+    checkpoints in the next sweep, rather than this process waiting for them to finish."""
+    job = job or execute_job
     if workers == 0:
         for payload in payloads:
-            on_result(payload, execute_job(payload))
+            on_result(payload, job(payload))
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -478,7 +482,7 @@ def run_local(payloads: list, workers: int, on_result: Callable) -> None:
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix
     with ProcessPoolExecutor(max_workers=min(workers, len(payloads)), mp_context=context,
                              initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:  # they die with this one
-        futures = {pool.submit(execute_job, payload): payload for payload in payloads}
+        futures = {pool.submit(job, payload): payload for payload in payloads}
         try:
             for future in as_completed(futures):
                 payload = futures[future]
@@ -491,6 +495,8 @@ def run_local(payloads: list, workers: int, on_result: Callable) -> None:
         except BaseException:
             for future in futures:
                 future.cancel()
+            for process in list((pool._processes or {}).values()):  # leaving the pool would wait for them
+                process.terminate()
             raise
 
 
