@@ -76,13 +76,11 @@ def test_the_checks_read_the_validation_set_and_never_a_test_set(stopped_run):
     assert record["checks"][-1][1] == pytest.approx(result.final_metrics["eval_accuracy"], abs=1e-12)
 
 
-def test_a_stopped_run_resumed_from_a_checkpoint_ends_with_the_same_bytes_and_record(tmp_path, stopped_run):
-    folder, full = stopped_run
-    step = 24
-    assert full.global_step > step
-    interrupted = tmp_path / "run"
+def _stop_and_resume(interrupted, stopper, step, full, folder):
+    """Train the rule's run into ``interrupted`` until ``stopper`` stops it, resume it from its checkpoint of ``step``
+    and check that it ends at ``full``'s step with the bytes of ``folder``'s model; returns ``interrupted``."""
     with pytest.raises(KeyboardInterrupt):
-        train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12"), callbacks=[StopAt(step + 1)])
+        train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12"), callbacks=[stopper])
     checkpoint = interrupted / f"checkpoint-{step}"
     assert checkpoint.is_dir()
     resumed = train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12", "--resume_from_checkpoint",
@@ -90,6 +88,14 @@ def test_a_stopped_run_resumed_from_a_checkpoint_ends_with_the_same_bytes_and_re
     assert resumed.global_step == full.global_step
     first, second = load_file(folder / "model.safetensors"), load_file(interrupted / "model.safetensors")
     assert all(torch.equal(first[key], second[key]) for key in first)
+    return interrupted
+
+
+def test_a_stopped_run_resumed_from_a_checkpoint_ends_with_the_same_bytes_and_record(tmp_path, stopped_run):
+    folder, full = stopped_run
+    step = 24
+    assert full.global_step > step
+    interrupted = _stop_and_resume(tmp_path / "run", StopAt(step + 1), step, full, folder)
     records = [json.loads((path / "metrics.json").read_text())["early_stopping"] for path in (folder, interrupted)]
     assert records[0] == records[1]
 
@@ -107,17 +113,7 @@ class StopAfterSaving(TrainerCallback):
 
 def test_a_run_resumed_from_the_checkpoint_where_the_rule_fired_trains_no_further_step(tmp_path, stopped_run):
     folder, full = stopped_run
-    interrupted = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12"),
-              callbacks=[StopAfterSaving(full.global_step)])
-    checkpoint = interrupted / f"checkpoint-{full.global_step}"
-    assert checkpoint.is_dir()
-    resumed = train(_run(interrupted, *RULE, "--resume_checkpoint_steps", "12", "--resume_from_checkpoint",
-                         str(checkpoint)))
-    assert resumed.global_step == full.global_step
-    first, second = load_file(folder / "model.safetensors"), load_file(interrupted / "model.safetensors")
-    assert all(torch.equal(first[key], second[key]) for key in first)
+    _stop_and_resume(tmp_path / "run", StopAfterSaving(full.global_step), full.global_step, full, folder)
 
 
 @pytest.mark.parametrize("task, extra", [
