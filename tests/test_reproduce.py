@@ -115,6 +115,25 @@ def test_the_estimate_printed_first_counts_only_the_runs_left_to_train(tiny_run,
     assert len(busy) <= 1
 
 
+def test_a_reproduction_killed_with_sigterm_records_its_call_and_gives_the_handler_back(tmp_path):
+    import os
+    import signal
+
+    from hf_treelang.reproduce.timing import TIMING_FILE, Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+
+    def kill_after_the_first_step(line):
+        if line.startswith("data: finished"):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Terminated):
+        reproduce(tmp_path / "out", "tiny", progress=False, only=["data"], log=kill_after_the_first_step)
+    (call,) = json.loads((tmp_path / "out" / TIMING_FILE).read_text())["calls"]
+    assert call["status"] == "stopped by SIGTERM" and call["steps_ran"] == ["data"] and call["seconds"] > 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_a_folder_of_another_preset_or_an_unknown_preset_is_refused(tmp_path, capsys):
     (tmp_path / "preset.json").write_text(json.dumps({"name": "quick"}))
     with pytest.raises(ValueError, match="preset 'quick'"):

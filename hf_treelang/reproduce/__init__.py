@@ -156,7 +156,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     from .plan import EngineRunner, marker_record, marker_valid, remaining_lines, train_ahead
     from .report import DONE_DIR, read_json, write_report
     from .steps import Context
-    from .timing import record_call
+    from .timing import Terminated, record_call, sigterm_as_interrupt
 
     preset = spec.name
     started = time.perf_counter()
@@ -174,42 +174,43 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     if spec.cpu_threads:
         # Small models on a few shared cores: one thread avoids OpenMP oversubscription, which can be 10x slower.
         torch.set_num_threads(spec.cpu_threads)
-    try:
-        if only is None or any(name.startswith("train") for name in only):
-            for line in remaining_lines(ctx):
-                log(line)
-        if workers and only is None:
-            trained_ahead = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None)
-            invalidated = trained_ahead > 0
-        bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
-        for name, function in bar:
-            if only is not None and name not in only:
-                continue
-            bar.set_postfix_str(name)
-            marker = out / DONE_DIR / f"{name}.json"
-            if marker.is_file() and not invalidated and marker_valid(read_json(marker), spec, out):
-                records.append(StepRecord(name, "skipped", 0.0))
-                log(f"{name}: done earlier, skipped")
-                continue
-            start = time.perf_counter()
-            runner.begin()
-            summary = function(ctx)
-            used, trained = runner.end()
-            invalidated = invalidated or trained > 0
-            seconds = time.perf_counter() - start
-            write_json(marker, {"step": name, "seconds": seconds, "summary": summary,
-                                **marker_record(spec, used, out)})
-            records.append(StepRecord(name, "ran", seconds))
-            log(f"{name}: finished in {seconds:.1f} s")
-        status = "finished"
-    except BaseException as error:
-        status = f"stopped by {type(error).__name__}"
-        raise
-    finally:
-        torch.set_num_threads(threads)
-        record_call(out, time.perf_counter() - started, preset=asdict(spec), status=status,
-                    steps_ran=[r.name for r in records if r.status == "ran"],
-                    trained_runs=trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train")))
+    with sigterm_as_interrupt():  # a `kill` is recorded as Ctrl-C is
+        try:
+            if only is None or any(name.startswith("train") for name in only):
+                for line in remaining_lines(ctx):
+                    log(line)
+            if workers and only is None:
+                trained_ahead = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None)
+                invalidated = trained_ahead > 0
+            bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
+            for name, function in bar:
+                if only is not None and name not in only:
+                    continue
+                bar.set_postfix_str(name)
+                marker = out / DONE_DIR / f"{name}.json"
+                if marker.is_file() and not invalidated and marker_valid(read_json(marker), spec, out):
+                    records.append(StepRecord(name, "skipped", 0.0))
+                    log(f"{name}: done earlier, skipped")
+                    continue
+                start = time.perf_counter()
+                runner.begin()
+                summary = function(ctx)
+                used, trained = runner.end()
+                invalidated = invalidated or trained > 0
+                seconds = time.perf_counter() - start
+                write_json(marker, {"step": name, "seconds": seconds, "summary": summary,
+                                    **marker_record(spec, used, out)})
+                records.append(StepRecord(name, "ran", seconds))
+                log(f"{name}: finished in {seconds:.1f} s")
+            status = "finished"
+        except BaseException as error:
+            status = "stopped by SIGTERM" if isinstance(error, Terminated) else f"stopped by {type(error).__name__}"
+            raise
+        finally:
+            torch.set_num_threads(threads)
+            runs_trained = trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train"))
+            record_call(out, time.perf_counter() - started, preset=asdict(spec), status=status,
+                        steps_ran=[r.name for r in records if r.status == "ran"], trained_runs=runs_trained)
     report = write_report(out, spec, records)
     return ReproduceResult(out_dir=out, preset=preset, steps=records, report=report)
 

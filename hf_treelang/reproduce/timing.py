@@ -9,11 +9,14 @@ machine: the same run on another machine scales the whole preset's time) and the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
 import os
 import platform
+import signal
+import threading
 from pathlib import Path
 
 from hf_treelang.jsonio import read_json_object, write_json_atomic
@@ -56,6 +59,29 @@ def record_call(out, seconds: float, *, preset: dict, status: str, steps_ran: li
     return record
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (``kill``, a job scheduler, a closing terminal) received by ``reproduce``: handled as Ctrl-C is, so
+    the call is recorded and the workers are stopped; a job started in the background ignores Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Within the block, a SIGTERM raises :class:`Terminated` in the main thread instead of ending the process
+    without running ``finally`` blocks; elsewhere than in the main thread, the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def timing_summary(out, preset: dict | None = None) -> dict:
     """``wall_time_s`` (the wall times of the calls made with ``preset``'s values, or of every call, summed),
     ``calls`` (how many), ``root_run_s`` (the main root run's training time, ``runs/root``: one thread, beside the
@@ -72,4 +98,4 @@ def timing_summary(out, preset: dict | None = None) -> dict:
             "root_run_s": root.get("train_runtime_s"), "machine": calls[-1].get("machine")}
 
 
-__all__ = ["TIMING_FILE", "machine", "record_call", "timing_summary"]
+__all__ = ["TIMING_FILE", "Terminated", "machine", "record_call", "sigterm_as_interrupt", "timing_summary"]
