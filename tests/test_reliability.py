@@ -132,6 +132,17 @@ def test_resume_checkpoints_keep_the_newest_only_and_a_run_stopped_after_one_res
     assert not list((tmp_path / "run").rglob(RESUME_MARKER))
 
 
+@pytest.mark.parametrize("task", ["root", "mlm", "clm"])
+def test_the_laptop_runs_checkpoint_to_resume_from_without_it_entering_their_identity(tmp_path, task):
+    """The scripts' default runs (and reproduce's) lose few steps when stopped: a resume-only checkpoint every few
+    minutes of a core, which is not part of what the run is."""
+    (run,), _ = runs_from_command_line(task, ["--output_dir", str(tmp_path / "run")])
+    assert 0 < run.training_args.resume_checkpoint_steps < run.training_args.num_train_epochs * 2**12
+    (without,), _ = runs_from_command_line(task, ["--output_dir", str(tmp_path / "run"), "--resume_checkpoint_steps",
+                                                 "0"])
+    assert without.training_args.resume_checkpoint_steps == 0 and without.identity == run.identity
+
+
 def test_resume_checkpoint_steps_must_be_a_count(tmp_path):
     with pytest.raises(ValueError, match=r"`resume_checkpoint_steps` must be an integer in \[0, \d+\], got -1"):
         runs_from_command_line("root", TINY + ["--output_dir", str(tmp_path / "run"), "--resume_checkpoint_steps",
