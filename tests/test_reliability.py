@@ -137,7 +137,9 @@ def test_the_laptop_runs_checkpoint_to_resume_from_without_it_entering_their_ide
     """The scripts' default runs (and reproduce's) lose few steps when stopped: a resume-only checkpoint every few
     minutes of a core, which is not part of what the run is."""
     (run,), _ = runs_from_command_line(task, ["--output_dir", str(tmp_path / "run")])
-    assert 0 < run.training_args.resume_checkpoint_steps < run.training_args.num_train_epochs * 2**12
+    args = run.training_args
+    steps = run.data_args.num_train // args.per_device_train_batch_size * args.num_train_epochs
+    assert 0 < args.resume_checkpoint_steps < steps
     (without,), _ = runs_from_command_line(task, ["--output_dir", str(tmp_path / "run"), "--resume_checkpoint_steps",
                                                  "0"])
     assert without.training_args.resume_checkpoint_steps == 0 and without.identity == run.identity
