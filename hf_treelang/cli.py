@@ -288,6 +288,8 @@ def _sample_complexity_arguments(parser: argparse.ArgumentParser) -> None:
                          help=f"checks without an improvement that stop a run (default: {full['sweep_patience']})")
     learner.add_argument("--early_stopping_eval_steps", type=int, default=None,
                          help=f"optimizer steps between two checks (default: {full['sweep_check_steps']})")
+    learner.add_argument("--early_stopping_min_steps", type=int, default=None,
+                         help=f"no check before this step stops a run (default: {full['sweep_min_steps']})")
     learner.add_argument("--early_stopping_threshold", type=float, default=None,
                          help="the improvement a check must exceed (default: 0.0)")
     learner.add_argument("--epsilon", type=float, default=None,

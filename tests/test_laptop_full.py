@@ -28,6 +28,7 @@ def test_laptop_full_sizes_every_sweep_the_issue_names(tmp_path):
     for run in runs:  # every sweep run stops by the validation rule, within a cap, on evaluation sets of its own
         t, d = run.training_args, run.data_args
         assert t.early_stopping_patience == FULL.sweep_patience and t.max_steps == FULL.sweep_max_steps
+        assert t.early_stopping_min_steps == FULL.sweep_min_steps > 0  # no stop on the plateau before learning
         assert (d.num_eval, d.num_test) == (FULL.sweep_num_eval, FULL.sweep_num_test)
     root, mlm = (ctx.spec(task, task) for task in ("root", "mlm"))
     for run in (root, mlm):  # the main runs: the scripts' laptop runs with larger evaluation sets

@@ -193,8 +193,8 @@ def test_a_curves_runs_are_the_laptop_root_run_with_the_stopping_rule_of_laptop_
     run = runs[0]
     full = laptop_settings.FULL
     t, d = run.training_args, run.data_args
-    assert (t.early_stopping_patience, t.early_stopping_eval_steps, t.max_steps) == (
-        full["sweep_patience"], full["sweep_check_steps"], full["sweep_max_steps"])
+    assert (t.early_stopping_patience, t.early_stopping_eval_steps, t.early_stopping_min_steps, t.max_steps) == (
+        full["sweep_patience"], full["sweep_check_steps"], full["sweep_min_steps"], full["sweep_max_steps"])
     assert (d.num_eval, d.num_test, d.k_train, d.k_test) == (full["sweep_num_eval"], full["sweep_num_test"], 0, [0])
     assert (d.num_rules, d.num_classes, d.arity, d.depth) == (4, 8, 2, 3)
     assert run.model_args.model_type == "rwkv" and "num_hidden_layers=3" in run.model_args.config_overrides
@@ -206,7 +206,7 @@ def test_a_curves_runs_are_the_laptop_root_run_with_the_stopping_rule_of_laptop_
 
 TINY_MODELS = {"treelang": "hidden_size=16,intermediate_size=16,num_hidden_layers=1",
                "bert": "hidden_size=16,num_hidden_layers=1,num_attention_heads=1,intermediate_size=32"}
-TINY_STOPPING = learners.Stopping(patience=1, every=4, max_steps=12)
+TINY_STOPPING = learners.Stopping(patience=1, every=4, min_steps=0, max_steps=12)
 
 
 def _tiny_curves() -> list:
@@ -317,6 +317,13 @@ def test_the_results_page_is_generated_from_the_published_files(campaign):
 
 
 # ---------------------------------------------------------------- the plan
+
+
+@pytest.mark.parametrize("min_steps, fewest", [(0, 8), (10, 12), (12, 12), (200, 100)])
+def test_the_fewest_steps_of_a_run_count_the_floor_up_to_the_next_check_and_never_past_the_cap(min_steps, fewest):
+    stopping = learners.Stopping(patience=1, every=4, min_steps=min_steps, max_steps=100)
+    assert stopping.fewest_steps == fewest
+    assert stopping.arguments().get("early_stopping_min_steps", 0) == min_steps
 
 
 def test_the_plan_bounds_the_steps_between_every_run_stopping_at_once_and_every_run_at_its_cap(tmp_path):

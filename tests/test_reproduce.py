@@ -422,3 +422,16 @@ def test_probe_layers_outside_the_encoder_are_refused(tiny_run, tmp_path):
         probing.probe(out / "runs" / "mlm", layers=[3], num_train=8, num_validation=8, num_test=8, epochs=1)
     with pytest.raises(ValueError, match="probe_hidden` must be"):
         probing.probe(out / "runs" / "mlm", probe_hidden=-1, num_train=8, num_validation=8, num_test=8, epochs=1)
+
+
+def test_the_wall_time_counts_the_calls_made_with_earlier_preset_values_whose_runs_are_reused(tmp_path):
+    from hf_treelang.reproduce.timing import record_call, timing_summary
+
+    before, now = {"sweep_patience": 8}, {"sweep_patience": 16}
+    record_call(tmp_path, 100.0, preset=before, status="stopped by SIGTERM", steps_ran=[], trained_runs=3)
+    record_call(tmp_path, 40.0, preset=now, status="finished", steps_ran=["fig2a"], trained_runs=2)
+    summary = timing_summary(tmp_path, now)
+    assert (summary["wall_time_s"], summary["calls"]) == (140.0, 2)  # the earlier call trained runs reused now
+    assert (summary["wall_time_s_these_values"], summary["calls_these_values"]) == (40.0, 1)
+    assert timing_summary(tmp_path)["wall_time_s"] == 140.0 and "calls_these_values" not in timing_summary(tmp_path)
+    assert timing_summary(tmp_path / "none", now) == {}

@@ -47,10 +47,46 @@ def test_the_rule_stops_after_patience_checks_without_an_improvement_beyond_thre
     assert summary["stopped_at_step"] == (10 * len(values) if stopped else None)
 
 
+def _first_stop(checks, **rule):
+    """The step at which the rule, fed ``checks`` one by one, first fires (None: never)."""
+    record = StoppingRecord(every=10, num_validation=100, **rule)
+    for check in checks:
+        record.checks.append(check)
+        if record.stopped:
+            return check[0]
+    return None
+
+
+@pytest.mark.parametrize("min_steps, at", [
+    (0, 40),  # no floor: two checks after the best (step 20)
+    (45, 50),  # patience met at 40, before the floor: the first check at or past it
+    (65, 70),  # past every check but the last
+    (75, None),  # the floor past the last check: never
+])
+def test_no_check_before_the_floor_stops_a_run(min_steps, at):
+    plateau = [(10, 0.30), (20, 0.31), (30, 0.30), (40, 0.29), (50, 0.31), (60, 0.30), (70, 0.30)]
+    assert _first_stop(plateau, patience=2, threshold=0.0, min_steps=min_steps) == at
+    assert StoppingRecord(patience=2, threshold=0.0, every=10, num_validation=100,
+                          min_steps=min_steps).to_dict()["min_steps"] == min_steps
+
+
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stopping") / "run"
     return folder, train(_run(folder, *RULE, "--resume_checkpoint_steps", "12"))
+
+
+def test_a_run_with_a_floor_trains_past_the_step_where_the_rule_alone_stopped_it(tmp_path, stopped_run):
+    _, alone = stopped_run
+    floor = alone.global_step + 30  # between two checks
+    folder = tmp_path / "floor"
+    result = train(_run(folder, *RULE, "--early_stopping_min_steps", str(floor)))
+    record = json.loads((folder / "metrics.json").read_text())["early_stopping"]
+    assert record["min_steps"] == floor and result.global_step > alone.global_step
+    checks = [tuple(check) for check in record["checks"]]
+    expected = _first_stop(checks, patience=2, threshold=0.0, min_steps=floor)
+    assert result.global_step == (expected if record["stopped"] else 40 * 12)
+    assert expected is None or expected >= floor
 
 
 def test_a_run_with_the_rule_stops_early_at_a_check_and_records_its_checks(stopped_run):
@@ -150,6 +186,8 @@ def test_the_rule_off_leaves_a_run_identity_as_it_was(tmp_path):
     (["--early_stopping_patience", "2", "--early_stopping_eval_steps", "0"], "early_stopping_eval_steps"),
     (["--early_stopping_threshold", "0.01"], "needs --early_stopping_patience"),
     (["--early_stopping_eval_steps", "5"], "needs --early_stopping_patience"),
+    (["--early_stopping_patience", "2", "--early_stopping_min_steps", "-1"], "early_stopping_min_steps"),
+    (["--early_stopping_min_steps", "100"], "needs --early_stopping_patience"),
 ])
 def test_bad_stopping_arguments_are_refused_naming_the_argument_before_any_folder(tmp_path, extra, message):
     with pytest.raises((ValueError, TypeError), match=message):

@@ -455,7 +455,8 @@ def learner_sweep(curve, work_dir, *, epsilon: float = EPSILON, delta: float = D
 
 LEARNER_OPTIONS = ("model_type", "config_overrides", "rates", "grammar_seed", "sigma", "num_symbols", "depth",
                    "num_rules", "num_classes", "arity", "num_eval", "early_stopping_patience",
-                   "early_stopping_eval_steps", "early_stopping_threshold", "epsilon", "delta")
+                   "early_stopping_eval_steps", "early_stopping_min_steps", "early_stopping_threshold", "epsilon",
+                   "delta")
 ARMS_OPTIONS = ("arms", "epochs")
 ARMS_DEFAULTS = {"sizes": [2**7, 2**9, 2**11], "arms": list(ARMS), "epochs": 20.0, "max_steps": 600,
                  "num_test": 2048, "batch_size": 32, "learning_rate": 1e-4}
@@ -500,7 +501,8 @@ def learner_curve(args):
                                        config_overrides=args.config_overrides,
                                        rates_file=args.rates or learners.RATES_FILE)
     given = {"patience": args.early_stopping_patience, "every": args.early_stopping_eval_steps,
-             "threshold": args.early_stopping_threshold, "max_steps": args.max_steps}
+             "min_steps": args.early_stopping_min_steps, "threshold": args.early_stopping_threshold,
+             "max_steps": args.max_steps}
     stopping = learners.Stopping(**{name: value for name, value in given.items() if value is not None})
     sizes = {"num_validation": args.num_eval, "num_test": args.num_test}
     return learners.Curve(grammar, learner, tuple(args.sizes), tuple(check_seeds(args.seeds)), stopping,

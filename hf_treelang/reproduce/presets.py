@@ -60,8 +60,8 @@ class Preset:
     sets of the main root and MLM runs, ``sweep_num_eval`` / ``sweep_num_test`` those of the sweep runs (None: the
     training preset's). ``sweep_patience`` trains every sweep run by the validation stopping rule
     (:mod:`hf_treelang.train.stopping`: a check of the validation accuracy every ``sweep_check_steps`` steps, stop
-    after ``sweep_patience`` checks without an improvement, at most ``sweep_max_steps`` steps) instead of for
-    ``sweep_epochs``. ``workers`` > 0 trains every run of the preset first, that many side by side on one thread
+    after ``sweep_patience`` checks without an improvement, never before ``sweep_min_steps`` steps (None: no floor), at
+    most ``sweep_max_steps`` steps) instead of for ``sweep_epochs``. ``workers`` > 0 trains every run of the preset first, that many side by side on one thread
     each (the sweep runner), then runs the analyses on the finished runs; 0 trains each run when its step needs it.
     ``grammar_file`` (``reproduce --grammar_file``; :func:`hf_treelang.reproduce.steps.with_grammar_file`) trains
     every run and builds the data on the grammar in that file instead of the generated one (q and, for rules per
@@ -118,6 +118,7 @@ class Preset:
     sweep_num_test: int | None = None
     sweep_patience: int | None = None
     sweep_check_steps: int | None = None
+    sweep_min_steps: int | None = None
     sweep_max_steps: int | None = None
     workers: int = 0
     training_preset: str = "paper"
@@ -257,15 +258,14 @@ PRESETS["laptop_long"] = replace(
     mlm_train=laptop.MLM_LONG["num_train"], mlm_epochs=laptop.MLM_LONG["num_train_epochs"],
     mlm_training_preset="laptop_long")
 # laptop_long with every sweep at laptop size, evaluation sets sized to decide, and its runs trained two side by side:
-# the preset that decides every finding of the paper on a 2-core CPU (sizes: training/README.md, "The laptop_full
-# preset").
+# the preset that decides every finding of the paper on a 2-core CPU (sizes and why: laptop_settings.FULL).
 def _powers(sizes) -> str:
     return ", ".join(f"2^{size.bit_length() - 1}" for size in sizes)
 
 
 PRESETS["laptop_full"] = replace(
     PRESETS["laptop_long"], name="laptop_full",
-    description=_laptop_description(laptop.MLM_LONG, "at most 3 hours").replace(
+    description=_laptop_description(laptop.MLM_LONG, "several hours (--plan gives this machine's estimate)").replace(
         "; no sweeps (Figs. 2a, 6, 7, 8, 9 and 11 need --preset paper)",
         f"; evaluation sets of {laptop.FULL['main_num_eval']:,} in-sample and {laptop.FULL['main_num_test']:,} test "
         f"sequences per k_test; the sweeps of Figs. 2a / 8 / 9 (k_train = 0: P = {_powers(laptop.FULL['sweep_sizes'])}"

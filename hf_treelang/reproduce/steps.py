@@ -131,13 +131,14 @@ class Context:
         return {name: int(value) for name, value in sizes.items() if value is not None}
 
     def sweep_training(self) -> dict:
-        """How long a sweep run trains: ``sweep_epochs``, or by the validation stopping rule up to
-        ``sweep_max_steps`` (:attr:`Preset.sweep_patience`)."""
+        """How long a sweep run trains: ``sweep_epochs``, or by the validation stopping rule, not before
+        ``sweep_min_steps``, up to ``sweep_max_steps`` (:attr:`Preset.sweep_patience`)."""
         p = self.preset
         if p.sweep_patience is None:
             return {"num_train_epochs": float(p.sweep_epochs)}
+        floor = {} if not p.sweep_min_steps else {"early_stopping_min_steps": int(p.sweep_min_steps)}
         return {"max_steps": int(p.sweep_max_steps), "early_stopping_patience": int(p.sweep_patience),
-                "early_stopping_eval_steps": int(p.sweep_check_steps)}
+                "early_stopping_eval_steps": int(p.sweep_check_steps), **floor}
 
     def sweep_spec(self, filter_level: int, num_train: int, *, num_layers: int | None = None,
                    grammar_seed: int | None = None) -> Run:

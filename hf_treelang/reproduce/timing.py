@@ -2,9 +2,10 @@
 
 A reproduction may take several calls (an interrupted one resumes, a rerun skips finished steps): each call appends
 its wall time, how it ended, the digest of its preset's values, the steps it ran and the runs it trained (an
-interrupted call too). The report's ``findings.json`` carries their total as
-``wall_time_s`` with the calls made with the same preset values, the main root run's own training time as ``root_run_s`` (a yardstick of the
-machine: the same run on another machine scales the whole preset's time) and the machine. Standard library only.
+interrupted call too). The report's ``findings.json`` carries their total as ``wall_time_s`` (every call in OUT,
+and apart the calls made with the preset's present values), the main root run's own training time as
+``root_run_s`` (a yardstick of the machine: the same run on another machine scales the whole preset's time) and the
+machine. Standard library only.
 """
 
 from __future__ import annotations
@@ -83,19 +84,23 @@ def sigterm_as_interrupt():
 
 
 def timing_summary(out, preset: dict | None = None) -> dict:
-    """``wall_time_s`` (the wall times of the calls made with ``preset``'s values, or of every call, summed),
-    ``calls`` (how many), ``root_run_s`` (the main root run's training time, ``runs/root``: one thread, beside the
-    preset's other runs when it trains them side by side) and ``machine`` (the last call's) of the reproduction in
-    ``out``; empty when no such call was recorded."""
+    """``wall_time_s`` (the wall times of every call recorded in ``out``, summed: a call reuses the finished runs of
+    the calls before it, whatever the preset's values were then, so their time is part of the result; the time of
+    runs that changed values made train again is counted too, an upper bound), ``calls`` (how many), with
+    ``preset``: ``wall_time_s_these_values`` and ``calls_these_values`` (the calls made with exactly these values),
+    ``root_run_s`` (the main root run's training time, ``runs/root``: one thread, beside the preset's other runs when
+    it trains them side by side) and ``machine`` (the last call's); empty when no call was recorded."""
     calls = (read_json_object(Path(out) / TIMING_FILE) or {}).get("calls") or []
-    if preset is not None:
-        digest = preset_digest(preset)
-        calls = [call for call in calls if call.get("preset") == digest]
     if not calls:
         return {}
     root = read_json_object(Path(out) / ROOT_RUN) or {}
-    return {"wall_time_s": sum(float(call.get("seconds", 0.0)) for call in calls), "calls": len(calls),
-            "root_run_s": root.get("train_runtime_s"), "machine": calls[-1].get("machine")}
+    summary = {"wall_time_s": sum(float(call.get("seconds", 0.0)) for call in calls), "calls": len(calls)}
+    if preset is not None:
+        digest = preset_digest(preset)
+        same = [call for call in calls if call.get("preset") == digest]
+        summary.update(wall_time_s_these_values=sum(float(call.get("seconds", 0.0)) for call in same),
+                       calls_these_values=len(same))
+    return {**summary, "root_run_s": root.get("train_runtime_s"), "machine": calls[-1].get("machine")}
 
 
 __all__ = ["TIMING_FILE", "Terminated", "machine", "record_call", "sigterm_as_interrupt", "timing_summary"]

@@ -47,6 +47,7 @@ TASK = "root"
 PATIENCE = laptop.FULL["sweep_patience"]  # checks in a row without an improvement that stop a run
 CHECK_STEPS = laptop.FULL["sweep_check_steps"]  # optimizer steps between two checks
 MAX_STEPS = laptop.FULL["sweep_max_steps"]  # the longest a run trains
+MIN_STEPS = laptop.FULL["sweep_min_steps"]  # no check before this step stops a run (the plateau before learning)
 THRESHOLD = 0.0  # the improvement a check must exceed (the rule's default, as laptop_full's)
 NUM_VALIDATION = laptop.FULL["sweep_num_eval"]  # the held-out sequences the checks (and the KL to BP_0) read
 NUM_TEST = laptop.FULL["sweep_num_test"]  # the test sequences of k_test = 0
@@ -236,28 +237,35 @@ def default_learner(architecture: str, grammar: CurveGrammar, *, learning_rate: 
 @dataclass(frozen=True)
 class Stopping:
     """The validation stopping rule of every run of a curve (:mod:`hf_treelang.train.stopping`): a check every
-    ``every`` optimizer steps, stop after ``patience`` checks without an improvement larger than ``threshold``, at
-    most ``max_steps`` steps. The defaults are ``reproduce --preset laptop_full``'s sweeps'."""
+    ``every`` optimizer steps, stop after ``patience`` checks without an improvement larger than ``threshold``, not
+    before step ``min_steps``, at most ``max_steps`` steps. The defaults are ``reproduce --preset laptop_full``'s
+    sweeps'."""
 
     patience: int = PATIENCE
     every: int = CHECK_STEPS
     threshold: float = THRESHOLD
     max_steps: int = MAX_STEPS
+    min_steps: int = MIN_STEPS
 
     def __post_init__(self):
         check_int("early_stopping_patience", self.patience, 1)
         check_int("early_stopping_eval_steps", self.every, 1)
         check_real("early_stopping_threshold", self.threshold, 0.0, 1.0)
         check_int("max_steps", self.max_steps, 1)
+        check_int("early_stopping_min_steps", self.min_steps, 0)  # past the cap: every run trains to the cap
 
     def arguments(self) -> dict:
+        floor = {"early_stopping_min_steps": int(self.min_steps)} if self.min_steps else {}
         return {"max_steps": int(self.max_steps), "early_stopping_patience": int(self.patience),
-                "early_stopping_eval_steps": int(self.every), "early_stopping_threshold": float(self.threshold)}
+                "early_stopping_eval_steps": int(self.every), "early_stopping_threshold": float(self.threshold),
+                **floor}
 
     @property
     def fewest_steps(self) -> int:
-        """The steps of a run whose first check is its best: ``patience`` more checks, or the cap."""
-        return min(self.max_steps, (self.patience + 1) * self.every)
+        """The steps of a run whose first check is its best: ``patience`` more checks and the first check at or after
+        the floor, or the cap."""
+        floor = -(-self.min_steps // self.every) * self.every
+        return min(self.max_steps, max((self.patience + 1) * self.every, floor))
 
 
 @dataclass(frozen=True)

@@ -687,6 +687,11 @@ class TreeLangTrainingArguments(TrainingArguments):
         metadata={"help": "Optimizer steps between the checks of the validation stopping rule (default: one "
                   "epoch)."},
     )
+    early_stopping_min_steps: int = field(
+        default=0,
+        metadata={"help": "The floor of the validation stopping rule: no check before this step stops the run, so "
+                  "that the plateau before learning is not taken for the end of learning (default 0: none)."},
+    )
     resume_checkpoint_steps: int = field(
         default=0,
         metadata={"help": "Also checkpoint every this many steps only to resume from: the newest such checkpoint is "
@@ -804,7 +809,8 @@ class TreeLangTrainingArguments(TrainingArguments):
     def check_stopping_rule(self) -> None:
         """The validation stopping rule's arguments: each must be set with ``early_stopping_patience``."""
         if self.early_stopping_patience is None:
-            for name, default in (("early_stopping_threshold", 0.0), ("early_stopping_eval_steps", None)):
+            for name, default in (("early_stopping_threshold", 0.0), ("early_stopping_eval_steps", None),
+                                  ("early_stopping_min_steps", 0)):
                 if getattr(self, name) != default:
                     raise ValueError(f"`{name}` {getattr(self, name)!r} needs --early_stopping_patience (the "
                                      "validation stopping rule is off without it)")
@@ -813,6 +819,7 @@ class TreeLangTrainingArguments(TrainingArguments):
         check_real("early_stopping_threshold", self.early_stopping_threshold, 0.0, 1.0)
         if self.early_stopping_eval_steps is not None:
             check_int("early_stopping_eval_steps", self.early_stopping_eval_steps, 1, MAX_SIZE)
+        check_int("early_stopping_min_steps", self.early_stopping_min_steps, 0, MAX_SIZE)
 
     def check_schedule(self, steps: int) -> None:
         """The learning-rate schedule's arguments against the run's ``steps`` optimiser steps: with

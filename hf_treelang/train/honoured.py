@@ -76,7 +76,8 @@ HONOURED_BY_DATALOADER_ONLY = frozenset({
 
 # Honoured by the device engine only: the validation stopping rule (hf_treelang.train.stopping), whose resumed run
 # stops before its first step when the rule fired at its checkpoint, which the stock epoch loop cannot do.
-HONOURED_BY_DEVICE_ONLY = frozenset({"early_stopping_patience", "early_stopping_threshold", "early_stopping_eval_steps"})
+HONOURED_BY_DEVICE_ONLY = frozenset({"early_stopping_patience", "early_stopping_threshold", "early_stopping_eval_steps",
+                                     "early_stopping_min_steps"})
 
 HONOURED_FIELDS = {
     "device": HONOURED_BY_BOTH | HONOURED_BY_DEVICE_ONLY,

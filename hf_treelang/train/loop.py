@@ -415,7 +415,8 @@ def _train(run: Run, cache: RunDataCache | None, extra_callbacks=(), *,
             stopping = ValidationStoppingCallback(
                 *validation_tensors(task, validation_set, data_args.num_symbols),
                 patience=args.early_stopping_patience, threshold=args.early_stopping_threshold,
-                every=args.early_stopping_eval_steps, batch_size=args.per_device_eval_batch_size).attach(trainer)
+                every=args.early_stopping_eval_steps, batch_size=args.per_device_eval_batch_size,
+                min_steps=args.early_stopping_min_steps).attach(trainer)
         ConsoleCallback(data_args.k_train).attach(trainer)  # after the BP-KL callback: one line per evaluation
         start = time.perf_counter()
         train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)

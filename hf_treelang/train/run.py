@@ -90,10 +90,11 @@ IDENTITY_TRAINING_FIELDS = (
     "checkpoint_epochs", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "save_only_model", "neftune_noise_alpha", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
     "ignore_data_skip", "average_tokens_across_devices", "qk_learning_rate_multiplier", "early_stopping_patience",
-    "early_stopping_threshold", "early_stopping_eval_steps",
+    "early_stopping_threshold", "early_stopping_eval_steps", "early_stopping_min_steps",
 )
 NEW_TRAINING_FIELDS = {"qk_learning_rate_multiplier": 1.0, "early_stopping_patience": None,
-                       "early_stopping_threshold": 0.0, "early_stopping_eval_steps": None}  # at these values a run's identity is what it always was
+                       "early_stopping_threshold": 0.0, "early_stopping_eval_steps": None,
+                       "early_stopping_min_steps": 0}  # at these values a run's identity is what it always was
 # Training fields that cannot change a run's weights or metrics (logging, reporting, the Hub, data-loading workers,
 # the process layout, what the runner or the scripts set): given in a run description, they are not in its identity.
 # A field in neither this list nor IDENTITY_TRAINING_FIELDS (mixed precision of evaluation only, a compiler backend,

@@ -4,7 +4,11 @@ A run with ``--early_stopping_patience p`` checks its accuracy on the validation
 sequences of its own training distribution (k_train), never a test set — every ``--early_stopping_eval_steps``
 optimizer steps (default: once per epoch). A check *improves* when its accuracy exceeds the best one so far by more
 than ``--early_stopping_threshold`` δ; training stops at the first check that closes ``p`` checks in a row without an
-improvement, and the run's weights, final evaluation and model card are those of that step. ``num_train_epochs`` (or
+improvement, and the run's weights, final evaluation and model card are those of that step. With
+``--early_stopping_min_steps`` m, no check before step m stops the run: a root classifier's accuracy sits near chance
+for a while before it learns (the plateau that precedes learning), and a patience shorter than that plateau would
+measure the plateau, not what the data allow; the first check at or after step m that closes ``p`` checks without an
+improvement stops it. ``num_train_epochs`` (or
 ``max_steps``) is the longest the run may train: a run that reaches it before the rule fires says so
 (:attr:`StoppingRecord.stopped` false).
 
@@ -35,8 +39,9 @@ class StoppingRecord:
 
     Attributes:
         patience, threshold, every: the rule (checks without improvement, δ, optimizer steps between checks).
-        checks: every check so far.
         num_validation: the validation sequences each check reads.
+        checks: every check so far.
+        min_steps: the floor: no check before this step stops the run (0: none).
     """
 
     patience: int
@@ -44,6 +49,7 @@ class StoppingRecord:
     every: int
     num_validation: int
     checks: list = field(default_factory=list)
+    min_steps: int = 0
 
     @property
     def best_index(self) -> int | None:
@@ -56,15 +62,18 @@ class StoppingRecord:
 
     @property
     def stopped(self) -> bool:
-        """Whether the rule fired: ``patience`` checks in a row after the best one without an improvement."""
+        """Whether the rule fired: ``patience`` checks in a row after the best one without an improvement, the last
+        at or after ``min_steps``."""
         index = self.best_index
-        return index is not None and len(self.checks) - 1 - index >= self.patience
+        return (index is not None and len(self.checks) - 1 - index >= self.patience
+                and self.checks[-1][0] >= self.min_steps)
 
     def to_dict(self) -> dict:
         index = self.best_index
         best = self.checks[index] if index is not None else (None, None)
         return {"metric": "validation accuracy", "patience": self.patience, "threshold": self.threshold,
-                "every_steps": self.every, "num_validation": self.num_validation, "stopped": self.stopped,
+                "every_steps": self.every, "min_steps": self.min_steps, "num_validation": self.num_validation,
+                "stopped": self.stopped,
                 "best_step": best[0], "best_accuracy": best[1],
                 "stopped_at_step": self.checks[-1][0] if self.stopped else None,
                 "checks": [[int(step), float(value)] for step, value in self.checks]}
@@ -80,13 +89,14 @@ class ValidationStoppingCallback(TrainerCallback):
         threshold: δ, the improvement a check must exceed (>= 0).
         every: optimizer steps between checks; None: the steps of one epoch.
         batch_size: the batch of the checks' forward passes.
+        min_steps: the floor: no check before this step stops the run (>= 0; 0: none).
     """
 
     def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, *, patience: int, threshold: float,
-                 every: int | None, batch_size: int):
+                 every: int | None, batch_size: int, min_steps: int = 0):
         self.inputs, self.labels, self.batch_size = inputs, labels, batch_size
         self.record = StoppingRecord(patience=int(patience), threshold=float(threshold), every=int(every or 0),
-                                     num_validation=int(inputs.shape[0]))
+                                     num_validation=int(inputs.shape[0]), min_steps=int(min_steps))
         self.trainer = None
 
     def attach(self, trainer) -> "ValidationStoppingCallback":
