@@ -118,3 +118,22 @@ def test_findings_record_the_wall_time_of_every_call_the_root_runs_time_and_the_
     assert findings["machine"]["cores"] >= 1 and findings["machine"]["cpu"] is not None
     root = json.loads((out / "runs" / "root" / "metrics.json").read_text())
     assert findings["root_run_s"] == root["train_runtime_s"]
+
+
+def test_a_call_stopped_while_training_ahead_records_the_runs_it_trained_before_the_stop(tmp_path, monkeypatch):
+    import hf_treelang.reproduce.plan as plan
+    from hf_treelang.reproduce.timing import TIMING_FILE, Terminated
+
+    monkeypatch.setitem(PRESETS, "tiny_ahead", tiny_ahead())
+
+    def two_runs_then_a_kill(runs, out, *, on_trained=None, **kwargs):
+        for run in runs[:2]:
+            on_trained(run.name)
+        raise Terminated("SIGTERM")
+
+    monkeypatch.setattr(plan, "execute_runs", two_runs_then_a_kill)
+    monkeypatch.setattr(plan, "remaining_lines", lambda ctx, **kwargs: [])
+    with pytest.raises(Terminated):
+        reproduce(tmp_path / "out", "tiny_ahead", progress=False)
+    (call,) = json.loads((tmp_path / "out" / TIMING_FILE).read_text())["calls"]
+    assert (call["status"], call["trained_runs"], call["steps_ran"]) == ("stopped by SIGTERM", 2, [])

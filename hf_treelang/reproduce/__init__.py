@@ -168,7 +168,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
     runner = EngineRunner(out, log=lambda line: log(line) if "training it again" in line or "FAILED" in line else None)
     ctx = Context(out, spec, progress, run=runner)
     invalidated = False  # a run was trained in this call: later markers may describe older runs
-    trained_ahead, status = 0, "stopped"
+    trained_ahead, status = [], "stopped"  # the runs trained ahead, counted as each finishes (a stop included)
     records = []
     threads = torch.get_num_threads()
     if spec.cpu_threads:
@@ -180,8 +180,9 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
                 for line in remaining_lines(ctx):
                     log(line)
             if workers and only is None:
-                trained_ahead = train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None)
-                invalidated = trained_ahead > 0
+                train_ahead(ctx, workers, log=lambda line: log(line) if "FAILED" in line else None,
+                            on_trained=trained_ahead.append)
+                invalidated = bool(trained_ahead)
             bar = tqdm(steps, desc="reproduce", unit="step", disable=not progress)
             for name, function in bar:
                 if only is not None and name not in only:
@@ -208,7 +209,7 @@ def _reproduce_owned(out: Path, spec: Preset, steps: list, *, only, progress: bo
             raise
         finally:
             torch.set_num_threads(threads)
-            runs_trained = trained_ahead + sum(r.status == "ran" for r in records if r.name.startswith("train"))
+            runs_trained = len(trained_ahead) + sum(r.status == "ran" for r in records if r.name.startswith("train"))
             record_call(out, time.perf_counter() - started, preset=asdict(spec), status=status,
                         steps_ran=[r.name for r in records if r.status == "ran"], trained_runs=runs_trained)
     report = write_report(out, spec, records)

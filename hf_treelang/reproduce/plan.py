@@ -183,10 +183,11 @@ def remaining_lines(ctx, *, measure_steps: int = 4) -> list:
 # ---------------------------------------------------------------- execution
 
 
-def train_ahead(ctx, workers: int, log: Callable | None = None) -> int:
+def train_ahead(ctx, workers: int, log: Callable | None = None, on_trained: Callable | None = None) -> int:
     """Train every run of ``ctx.preset`` before the steps, ``workers`` side by side on one thread each (the sweep
     runner), the longest first; the steps then reuse them (same identity, same run). Fine-tuning runs start from
-    the main MLM, so they follow it. Returns how many runs were trained."""
+    the main MLM, so they follow it. ``on_trained`` is called with each run's name as soon as it is trained.
+    Returns how many runs were trained."""
     planned = sorted(planned_runs(ctx), key=lambda entry: entry["name"] != "mlm")  # the longest run first
     trained = 0
     for batch in ([e for e in planned if e["task"] != "finetune"], [e for e in planned if e["task"] == "finetune"]):
@@ -194,7 +195,7 @@ def train_ahead(ctx, workers: int, log: Callable | None = None) -> int:
         if not runs:
             continue
         result = execute_runs(runs, ctx.out, workers=workers, threads=1, progress=ctx.progress, estimate=False,
-                              log=log)
+                              log=log, on_trained=on_trained)
         if result.failed:
             name, error = next(iter(result.failed.items()))
             raise RuntimeError(f"training run {name!r} failed: {error}")

@@ -551,7 +551,8 @@ def default_workers() -> int:
 def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = False, executor: str = "local",
                  workers: int | None = None, threads: int | None = None, cluster: str = "slurm",
                  slurm_parameters: dict | None = None, progress: bool = True, log: Callable | None = None,
-                 on_record: Callable | None = None, estimate: bool = True) -> SweepResult:
+                 on_record: Callable | None = None, on_trained: Callable | None = None,
+                 estimate: bool = True) -> SweepResult:
     """Train ``runs`` into ``out``: check all, skip finished ones, run the rest, record the results.
 
     Args:
@@ -566,6 +567,8 @@ def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = F
         progress: a progress bar over the runs to train.
         log: called with lines of text (the estimate, each run as it finishes).
         on_record: called with ``(records, sweep_runs)`` after every finished run (to redraw figures).
+        on_trained: called with a run's name as soon as it is trained (so that a caller stopped part-way knows
+            what was trained before the stop).
         estimate: measure steps/s and log the estimated time before training.
 
     This process owns ``out`` for the duration (:func:`hf_treelang.claims.claim_folder`): a second sweep (or
@@ -631,6 +634,8 @@ def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, t
                 append_jsonl(out / RESULTS_FILE, record)
                 records[run.name] = record
                 trained.append(run.name)
+                if on_trained is not None:
+                    on_trained(run.name)
                 log(f"{run.name}: done, accuracy {record['accuracy']}, {record['global_step']} steps"
                     + (f" (resumed from {record['resumed_from']})" if record["resumed_from"] else ""))
             else:
