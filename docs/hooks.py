@@ -265,7 +265,12 @@ def _findings_section(preset: str) -> list:
     if record.get("wall_time_s") is not None:
         machine = record.get("machine") or {}
         root = record.get("root_run_s")
-        lines += [f"Wall time {_duration(record['wall_time_s'])} over {record.get('calls', 1)} call(s) on "
+        these = record.get("wall_time_s_these_values")
+        lines += [f"Wall time {_duration(record['wall_time_s'])} over {record.get('calls', 1)} call(s)"
+                  + (f" ({_duration(these)} in the {record.get('calls_these_values')} made with the preset's present "
+                     "values; the earlier calls trained runs these reuse)"
+                     if these is not None and record.get("calls_these_values") != record.get("calls") else "")
+                  + " on "
                   f"{machine.get('cpu', 'an unnamed CPU')} ({machine.get('cores', '?')} cores"
                   + (f", {machine['gpu']}" if machine.get("gpu") else "") + ")"
                   + (f"; its main root run trained in {_duration(root)}" if root is not None else "")

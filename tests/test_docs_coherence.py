@@ -15,6 +15,7 @@ generates at build time, and the README):
 """
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -410,3 +411,22 @@ def test_the_first_runs_console_lines_are_what_a_smoke_run_prints():
     prose = " ".join(page.replace("1,024", "1024").split())
     shown = re.search(r"evaluated at steps ([\d, and]+)\.", prose)
     assert shown and sorted(int(step) for step in re.findall(r"\d+", shown.group(1))) == sorted(evaluated)
+
+
+def test_a_reproductions_wall_time_names_the_calls_made_with_the_present_values_apart(tmp_path):
+    pytest.importorskip("mkdocs")
+    import runpy
+
+    section = runpy.run_path(str(DOCS / "hooks.py"), run_name="docs_hooks")["_findings_section"]
+    folder = tmp_path / "reproduce_tiny"
+    folder.mkdir()
+    record = {"wall_time_s": 3 * 3600.0, "calls": 3, "wall_time_s_these_values": 3600.0, "calls_these_values": 1,
+              "root_run_s": 600.0, "machine": {"cpu": "a CPU", "cores": 2}, "verdicts": {}, "findings": []}
+    (folder / "findings.json").write_text(json.dumps(record))
+    section.__globals__["DATA"] = tmp_path
+    (line,) = [line for line in section("tiny") if line.startswith("Wall time")]
+    assert line.startswith("Wall time 3 h 00 min over 3 call(s) (1 h 00 min in the 1 made with the preset's present")
+    record.update(calls_these_values=3, wall_time_s_these_values=3 * 3600.0)
+    (folder / "findings.json").write_text(json.dumps(record))
+    (line,) = [line for line in section("tiny") if line.startswith("Wall time")]
+    assert line.startswith("Wall time 3 h 00 min over 3 call(s) on a CPU (2 cores)")
