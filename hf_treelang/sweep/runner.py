@@ -590,11 +590,12 @@ def execute_runs(runs: list, out, *, source: dict | None = None, force: bool = F
     with claim_folder(out, "OUT"):  # one sweep per folder; a reproduction that claimed it calls this again
         return _execute_owned(runs, out, source=source, force=force, executor=executor, workers=workers,
                               threads=threads, cluster=cluster, slurm_parameters=slurm_parameters,
-                              progress=progress, log=log, on_record=on_record, estimate=estimate)
+                              progress=progress, log=log, on_record=on_record, on_trained=on_trained,
+                              estimate=estimate)
 
 
 def _execute_owned(runs: list, out: Path, *, source, force, executor, workers, threads, cluster, slurm_parameters,
-                   progress, log, on_record, estimate) -> SweepResult:
+                   progress, log, on_record, on_trained, estimate) -> SweepResult:
     """:func:`execute_runs` in the claimed ``out``: the folders are read again, since another sweep may have
     finished runs between the checks and the claim."""
     from tqdm.auto import tqdm
