@@ -61,8 +61,9 @@ class Preset:
     training preset's). ``sweep_patience`` trains every sweep run by the validation stopping rule
     (:mod:`hf_treelang.train.stopping`: a check of the validation accuracy every ``sweep_check_steps`` steps, stop
     after ``sweep_patience`` checks without an improvement, never before ``sweep_min_steps`` steps (None: no floor), at
-    most ``sweep_max_steps`` steps) instead of for ``sweep_epochs``. ``workers`` > 0 trains every run of the preset first, that many side by side on one thread
-    each (the sweep runner), then runs the analyses on the finished runs; 0 trains each run when its step needs it.
+    most ``sweep_max_steps`` steps) instead of for ``sweep_epochs``. ``workers`` > 0 trains every run of the preset
+    first, that many side by side on one thread each (the sweep runner), then runs the analyses on the finished runs;
+    0 trains each run when its step needs it.
     ``grammar_file`` (``reproduce --grammar_file``; :func:`hf_treelang.reproduce.steps.with_grammar_file`) trains
     every run and builds the data on the grammar in that file instead of the generated one (q and, for rules per
     level, ℓ are then the file's), ``grammar_sha256`` the sha256 of its content, so that a step done with another

@@ -94,12 +94,15 @@ def timing_summary(out, preset: dict | None = None) -> dict:
     if not calls:
         return {}
     root = read_json_object(Path(out) / ROOT_RUN) or {}
-    summary = {"wall_time_s": sum(float(call.get("seconds", 0.0)) for call in calls), "calls": len(calls)}
+
+    def seconds(some: list) -> float:
+        return sum(float(call.get("seconds", 0.0)) for call in some)
+
+    summary = {"wall_time_s": seconds(calls), "calls": len(calls)}
     if preset is not None:
         digest = preset_digest(preset)
         same = [call for call in calls if call.get("preset") == digest]
-        summary.update(wall_time_s_these_values=sum(float(call.get("seconds", 0.0)) for call in same),
-                       calls_these_values=len(same))
+        summary.update(wall_time_s_these_values=seconds(same), calls_these_values=len(same))
     return {**summary, "root_run_s": root.get("train_runtime_s"), "machine": calls[-1].get("machine")}
 
 
